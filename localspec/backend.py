@@ -1,0 +1,398 @@
+"""The only module that imports llama_cpp: load a GGUF, tokenize, decode, logits, rollback.
+
+One class per native resource (:class:`LlamaModel`), closed by a context manager, with
+typed errors on a null handle or a nonzero decode status; the rest of the code never
+sees ctypes. Logits come from ``llama_get_logits_ith`` for the positions asked only:
+no ``logits_all``, no n_ctx x n_vocab score matrix.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .errors import BackendError, CacheRollbackError, ContextOverflowError, ModelError
+
+_init_lock = threading.Lock()
+_initialized = False
+_log_callback = None  # keep a reference: llama.cpp holds the C pointer
+GGUF_MAGIC = b"GGUF"
+_recent_errors: list[str] = []
+
+
+def _last_error() -> str:
+    return f" (llama.cpp: {_recent_errors[-1]})" if _recent_errors else ""
+
+
+def _llama():
+    import llama_cpp  # noqa: WPS433 - the one place
+
+    return llama_cpp
+
+
+def _ensure_init(verbose: bool = False) -> None:
+    global _initialized, _log_callback
+    with _init_lock:
+        if _initialized:
+            return
+        lc = _llama()
+        lc.llama_backend_init()
+        if not verbose:
+
+            @lc.llama_log_callback
+            def _keep_errors(level, text, user_data):  # pragma: no cover - native callback
+                if level == 3 and text:  # GGML_LOG_LEVEL_ERROR: kept for error messages
+                    _recent_errors.append(text.decode("utf-8", errors="replace").strip())
+                    del _recent_errors[:-8]
+
+            _log_callback = _keep_errors
+            lc.llama_log_set(_log_callback, ctypes.c_void_p(0))
+        _initialized = True
+
+
+def check_gguf_file(path: Path) -> None:
+    """Refuse a missing, empty, non-GGUF or obviously truncated file before llama.cpp sees it.
+
+    Raises:
+        ModelError: with the reason and a hint.
+    """
+    if not path.exists():
+        raise ModelError(f"model file not found: {path}", "check the path, or list presets with: localspec models")
+    if not path.is_file():
+        raise ModelError(f"not a file: {path}", "pass the path of a .gguf file")
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != GGUF_MAGIC:
+        raise ModelError(
+            f"{path} is not a GGUF file (starts with {magic!r})",
+            "localspec loads llama.cpp GGUF files; convert or download a .gguf",
+        )
+    if size < 1024:
+        raise ModelError(f"{path} is truncated ({size} bytes)", "download the file again")
+
+
+@dataclass(frozen=True)
+class VocabInfo:
+    """What the tokenizer compatibility check compares (pure data, see localspec.tokenizer)."""
+
+    vocab_type: int
+    n_tokens: int
+    bos: int
+    eos: int
+    add_bos: bool
+    texts: tuple[bytes, ...]
+    attrs: tuple[int, ...]
+
+
+class LlamaModel:
+    """A loaded GGUF model with one llama.cpp context and one sequence (id 0).
+
+    Tracks exactly which tokens sit in the KV cache (:attr:`cached_tokens`).
+
+    Args:
+        path: GGUF file.
+        n_ctx: context window, tokens.
+        n_batch: most tokens per llama_decode call; longer inputs are split.
+        n_threads: CPU threads for decoding.
+        n_gpu_layers: layers offloaded to the GPU (-1 = all, 0 = none). Needs a GPU
+            build of llama-cpp-python; on a CPU build it is ignored by llama.cpp.
+
+    Raises:
+        ModelError: the file is missing, not a GGUF, truncated, or fails to load.
+        BackendError: the context cannot be created.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        n_ctx: int = 4096,
+        n_batch: int = 512,
+        n_threads: int | None = None,
+        n_gpu_layers: int = 0,
+        verbose: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        check_gguf_file(self.path)
+        _ensure_init(verbose)
+        lc = self._lc = _llama()
+        mparams = lc.llama_model_default_params()
+        mparams.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers < 0 else n_gpu_layers
+        self._model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self._model:
+            raise ModelError(
+                f"llama.cpp could not load {self.path}{_last_error()}",
+                "the file may be truncated or corrupt, or of an architecture this llama.cpp build does not know; "
+                "download it again",
+            )
+        self._vocab = lc.llama_model_get_vocab(self._model)
+        self.n_vocab = int(lc.llama_vocab_n_tokens(self._vocab))
+        n_train = int(lc.llama_model_n_ctx_train(self._model))
+        self.n_ctx_train = n_train
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = n_batch
+        cparams.n_seq_max = 1
+        threads = n_threads or os.cpu_count() or 1
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        self._ctx = lc.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            lc.llama_model_free(self._model)
+            self._model = None
+            raise BackendError(f"could not create a llama.cpp context for {self.path} (n_ctx={n_ctx})",
+                               "lower n_ctx or n_batch")
+        self.n_ctx = int(lc.llama_n_ctx(self._ctx))
+        self.n_batch = n_batch
+        self._mem = lc.llama_get_memory(self._ctx)
+        self._batch = lc.llama_batch_init(n_batch, 0, 1)
+        self.cached_tokens: list[int] = []
+        self.bos = int(lc.llama_vocab_bos(self._vocab))
+        self.eos = int(lc.llama_vocab_eos(self._vocab))
+        self.add_bos = bool(lc.llama_vocab_get_add_bos(self._vocab))
+        self._eog = np.zeros(self.n_vocab, dtype=bool)
+        for t in range(self.n_vocab):
+            if lc.llama_vocab_is_eog(self._vocab, t):
+                self._eog[t] = True
+        self.eog_tokens = frozenset(int(t) for t in np.flatnonzero(self._eog))
+        self._piece_cache: dict[int, bytes] = {}
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self._logits_rows = 0
+
+    # -- lifecycle ------------------------------------------------------------------
+    def close(self) -> None:
+        """Free the context, batch and model. Safe to call twice."""
+        lc = getattr(self, "_lc", None)
+        if lc is None:
+            return
+        if getattr(self, "_batch", None) is not None:
+            lc.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "_ctx", None):
+            lc.llama_free(self._ctx)
+            self._ctx = None
+        if getattr(self, "_model", None):
+            lc.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> "LlamaModel":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -- metadata -------------------------------------------------------------------
+    def metadata(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = self._lc.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            self._lc.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    def chat_template(self) -> str | None:
+        """The GGUF's default chat template (Jinja), or None."""
+        raw = self._lc.llama_model_chat_template(self._model, None)
+        return raw.decode("utf-8") if raw else None
+
+    def render_chat(self, messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
+        """Render chat messages (``{"role", "content"}`` dicts) with the GGUF's chat template.
+
+        Raises:
+            ModelError: the GGUF has no chat template.
+        """
+        template = self.chat_template()
+        if not template:
+            raise ModelError(
+                f"{self.path.name} has no chat template",
+                "use a raw prompt (localspec generate --raw) or an instruct model",
+            )
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        bos_text = self.token_bytes(self.bos, special=True).decode("utf-8", "replace") if self.bos >= 0 else ""
+        eos_text = self.token_bytes(self.eos, special=True).decode("utf-8", "replace") if self.eos >= 0 else ""
+        formatter = Jinja2ChatFormatter(template, eos_text, bos_text, add_generation_prompt=add_generation_prompt)
+        return formatter(messages=list(messages)).prompt
+
+    def vocab_info(self) -> VocabInfo:
+        lc = self._lc
+        texts = tuple(lc.llama_vocab_get_text(self._vocab, t) or b"" for t in range(self.n_vocab))
+        attrs = tuple(int(lc.llama_vocab_get_attr(self._vocab, t)) for t in range(self.n_vocab))
+        return VocabInfo(
+            vocab_type=int(lc.llama_vocab_type(self._vocab)),
+            n_tokens=self.n_vocab,
+            bos=self.bos,
+            eos=self.eos,
+            add_bos=self.add_bos,
+            texts=texts,
+            attrs=attrs,
+        )
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._eog[token]) if 0 <= token < self.n_vocab else False
+
+    # -- tokenizer ------------------------------------------------------------------
+    def tokenize(self, text: str, *, add_special: bool | None = None, parse_special: bool = True) -> list[int]:
+        """Text -> token ids.
+
+        Special tokens written as text (``<|im_start|>``) become single ids. BOS is added
+        when the GGUF asks for it (``add_special=None``), and never twice: a text that
+        already starts with the BOS token keeps one.
+        """
+        lc = self._lc
+        data = text.encode("utf-8")
+        add = self.add_bos if add_special is None else add_special
+        cap = len(data) + 8
+        buf = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add, parse_special)
+        tokens = list(buf[:n])
+        if self.bos >= 0 and len(tokens) >= 2 and tokens[0] == self.bos and tokens[1] == self.bos:
+            tokens = tokens[1:]
+        return tokens
+
+    def token_bytes(self, token: int, special: bool = False) -> bytes:
+        """The bytes a token decodes to (control tokens render empty unless ``special``)."""
+        key = token if not special else -1 - token
+        hit = self._piece_cache.get(key)
+        if hit is not None:
+            return hit
+        lc = self._lc
+        n = lc.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = lc.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+            out = buf.raw[:n]
+        else:
+            out = self._piece_buf.raw[:n]
+        self._piece_cache[key] = out
+        return out
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+
+    # -- decoding -------------------------------------------------------------------
+    @property
+    def n_cached(self) -> int:
+        """Number of positions in the KV cache (sequence 0)."""
+        return len(self.cached_tokens)
+
+    def decode(self, tokens: Sequence[int], logits_for: Sequence[int] | str = "last") -> np.ndarray:
+        """Append ``tokens`` to the KV cache and return logits for the positions asked.
+
+        Args:
+            tokens: ids to evaluate at positions ``n_cached .. n_cached + len(tokens) - 1``.
+            logits_for: ``"last"``, ``"all"``, or indices into ``tokens``.
+
+        Returns:
+            float32 array of shape (k, n_vocab), one row per position asked, in order.
+
+        Raises:
+            ContextOverflowError: the tokens do not fit in the context window.
+            BackendError: llama_decode failed (the cache is rolled back to where it was).
+        """
+        n = len(tokens)
+        if n == 0:
+            raise ValueError("decode needs at least one token")
+        if self.n_cached + n > self.n_ctx:
+            raise ContextOverflowError(
+                f"{self.n_cached + n} tokens do not fit in the context window of {self.n_ctx}",
+                "shorten the prompt or raise n_ctx",
+            )
+        if logits_for == "last":
+            want = [n - 1]
+        elif logits_for == "all":
+            want = list(range(n))
+        else:
+            want = sorted(int(i) for i in logits_for)
+        want_set = set(want)
+        lc = self._lc
+        start = self.n_cached
+        rows: list[np.ndarray] = []
+        batch = self._batch
+        for chunk_start in range(0, n, self.n_batch):
+            chunk = tokens[chunk_start : chunk_start + self.n_batch]
+            m = len(chunk)
+            batch.n_tokens = m
+            out_idx = []
+            for j, tok in enumerate(chunk):
+                i = chunk_start + j
+                batch.token[j] = int(tok)
+                batch.pos[j] = start + i
+                batch.n_seq_id[j] = 1
+                batch.seq_id[j][0] = 0
+                flag = i in want_set
+                batch.logits[j] = flag
+                if flag:
+                    out_idx.append(j)
+            # record first: an interrupt after llama_decode must not hide cached positions
+            self.cached_tokens.extend(int(t) for t in chunk)
+            rc = lc.llama_decode(self._ctx, batch)
+            if rc != 0:
+                # drop whatever part of this call reached the cache
+                lc.llama_memory_seq_rm(self._mem, 0, start, -1)
+                del self.cached_tokens[start:]
+                raise BackendError(f"llama_decode failed with status {rc}{_last_error()}",
+                                   "raise n_ctx or lower n_batch")
+            for j in out_idx:
+                ptr = lc.llama_get_logits_ith(self._ctx, j)
+                rows.append(np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy())
+        return np.stack(rows) if rows else np.empty((0, self.n_vocab), dtype=np.float32)
+
+    def truncate(self, n: int) -> None:
+        """Roll the KV cache back to its first ``n`` positions (``llama_memory_seq_rm``).
+
+        Raises:
+            CacheRollbackError: the model's cache cannot be partly removed (recurrent or
+                hybrid architectures); the engine must not continue on it.
+        """
+        if n < 0:
+            raise ValueError("n must be >= 0")
+        if n > self.n_cached:
+            return
+        ok = self._lc.llama_memory_seq_rm(self._mem, 0, n, -1)
+        if not ok:
+            raise CacheRollbackError(
+                f"{self.path.name}: the KV cache cannot be rolled back to {n} tokens",
+                "this architecture does not support partial cache removal; use --mode none",
+            )
+        del self.cached_tokens[n:]
+
+    def reset(self) -> None:
+        """Empty the KV cache."""
+        self._lc.llama_memory_clear(self._mem, True)
+        self.cached_tokens.clear()
+
+    def sync(self, tokens: Sequence[int]) -> int:
+        """Make the cache hold a prefix of ``tokens`` ending one short of it, reusing the common prefix.
+
+        Returns the number of positions now cached (``<= len(tokens) - 1``); the caller
+        then decodes ``tokens[n:]``.
+        """
+        limit = len(tokens) - 1
+        common = 0
+        cached = self.cached_tokens
+        m = min(len(cached), limit)
+        while common < m and cached[common] == tokens[common]:
+            common += 1
+        self.truncate(common)
+        return common

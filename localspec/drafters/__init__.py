@@ -1,0 +1,64 @@
+"""Drafters behind one protocol: a draft model, prompt lookup, or none.
+
+A drafter proposes up to ``max_tokens`` token ids continuing ``context`` (the committed
+tokens: prompt and output so far) and, when it has them, the probabilities it sampled
+them from. The verifier picks the acceptance rule from that (see :mod:`localspec.verify`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from ..config import DraftParams, SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """A proposal.
+
+    Attributes:
+        tokens: proposed ids, length g (may be 0).
+        probs: shape (g, n_vocab) float64, the distributions the tokens were sampled
+            from; ``None`` for a point-mass drafter (prompt lookup) or in greedy mode.
+        source: ``"draft"`` or ``"lookup"``.
+        match_length: prompt lookup: the length of the matched n-gram (0 otherwise).
+    """
+
+    tokens: tuple[int, ...]
+    probs: np.ndarray | None
+    source: str
+    match_length: int = 0
+
+
+class Drafter(Protocol):
+    """What the engine asks of a drafter."""
+
+    name: str
+
+    def draft(
+        self,
+        context: Sequence[int],
+        max_tokens: int,
+        sampling: SamplingParams,
+        drafting: DraftParams,
+        rng: np.random.Generator,
+    ) -> Draft:
+        """Propose up to ``max_tokens`` ids continuing ``context``."""
+        ...
+
+    def rollback(self, n: int) -> None:
+        """Keep at most ``n`` positions of any cache (the committed prefix)."""
+        ...
+
+    def reset(self) -> None:
+        """Forget any state (a cache) tied to earlier contexts."""
+        ...
+
+
+from .lookup import PromptLookupDrafter, find_candidate  # noqa: E402
+from .model import DraftModelDrafter  # noqa: E402
+
+__all__ = ["Draft", "Drafter", "PromptLookupDrafter", "DraftModelDrafter", "find_candidate"]

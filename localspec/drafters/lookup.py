@@ -1,0 +1,78 @@
+"""Prompt lookup decoding: draft by copying what followed an earlier match of the last n tokens.
+
+Saxena 2023, "Prompt Lookup Decoding" (github.com/apoorvumang/prompt-lookup-decoding).
+Written in numpy; no model runs while drafting.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..config import DraftParams, SamplingParams
+from . import Draft
+
+
+def find_candidate(
+    tokens: np.ndarray | Sequence[int], max_ngram: int, min_ngram: int, draft_max: int
+) -> tuple[list[int], int]:
+    """Find a continuation of ``tokens`` by n-gram lookup in ``tokens`` itself.
+
+    The last n tokens, n from ``max_ngram`` down to ``min_ngram``, are searched for in
+    the earlier tokens (prompt and output alike). The first n that matches anywhere is
+    used. Among its matches the continuation is as long as any match allows, capped at
+    ``draft_max``, and the most recent match giving that length wins.
+
+    Args:
+        tokens: shape (L,) integer token ids.
+        max_ngram, min_ngram: n-gram lengths tried, longest first (1 <= min <= max).
+        draft_max: most tokens returned.
+
+    Returns:
+        (proposed ids, matched n-gram length); ``([], 0)`` when nothing matches.
+    """
+    t = np.asarray(tokens, dtype=np.int64)
+    L = t.shape[0]
+    if draft_max <= 0:
+        return [], 0
+    for n in range(max_ngram, min_ngram - 1, -1):
+        if L < n + 1:
+            continue
+        pattern = t[L - n :]
+        # candidate starts s in [0, L - n): the n-gram t[s:s+n] is followed by t[s+n]
+        m = L - n
+        mask = t[0:m] == pattern[0]
+        for j in range(1, n):
+            mask &= t[j : m + j] == pattern[j]
+        starts = np.flatnonzero(mask)
+        if starts.size == 0:
+            continue
+        available = L - starts - n  # continuation length of each match, decreasing in s
+        cap = min(draft_max, int(available[0]))
+        s = int(starts[np.flatnonzero(available >= cap)[-1]])
+        return t[s + n : s + n + cap].tolist(), n
+    return [], 0
+
+
+class PromptLookupDrafter:
+    """Drafter that proposes tokens by prompt lookup (point-mass draft: no probabilities)."""
+
+    name = "lookup"
+
+    def draft(
+        self,
+        context: Sequence[int],
+        max_tokens: int,
+        sampling: SamplingParams,
+        drafting: DraftParams,
+        rng: np.random.Generator,
+    ) -> Draft:
+        tokens, n = find_candidate(context, drafting.max_ngram, drafting.min_ngram, max_tokens)
+        return Draft(tuple(tokens), None, "lookup", n)
+
+    def rollback(self, n: int) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass

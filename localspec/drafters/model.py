@@ -1,0 +1,85 @@
+"""Draft-model drafter: a second, smaller GGUF with the target's tokenizer proposes tokens.
+
+Leviathan et al. 2022, section 2.3: the draft model samples from its own distribution,
+shaped by the same settings as the target (:func:`localspec.sampling.logits_to_probs`),
+and returns those distributions for the ratio test.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..config import DraftParams, SamplingParams
+from ..sampling import logits_to_probs, sample, softmax
+from . import Draft
+
+
+class DraftModelDrafter:
+    """Drafts with a :class:`localspec.backend.LlamaModel`.
+
+    Its KV cache holds a prefix of the committed tokens; each call reuses the common
+    prefix and evaluates only what is missing, so accepted draft tokens are never
+    evaluated twice.
+
+    Args:
+        model: the draft model (same tokenizer as the target; see localspec.tokenizer).
+        n_propose: ids at or above this are never proposed (target vocabulary size).
+    """
+
+    name = "draft"
+
+    def __init__(self, model, n_propose: int | None = None) -> None:
+        self.model = model
+        self.n_propose = min(n_propose or model.n_vocab, model.n_vocab)
+
+    def draft(
+        self,
+        context: Sequence[int],
+        max_tokens: int,
+        sampling: SamplingParams,
+        drafting: DraftParams,
+        rng: np.random.Generator,
+    ) -> Draft:
+        """Propose up to ``max_tokens`` ids continuing ``context``.
+
+        Stops early when the draft's top-1 probability (temperature-1 softmax of its
+        logits) falls below ``drafting.draft_p_min``, at an end-of-generation token, or
+        at the draft model's context limit.
+
+        Returns:
+            Draft with ``probs`` of shape (g, n_vocab) float64 when sampling, else None.
+        """
+        model = self.model
+        room = model.n_ctx - len(context)  # positions left after context
+        max_tokens = min(max_tokens, room)
+        if max_tokens <= 0 or not context:
+            return Draft((), None, "draft")
+        n = model.sync(context)
+        logits = model.decode(context[n:], "last")[0]
+        tokens: list[int] = []
+        probs: list[np.ndarray] = []
+        greedy = sampling.greedy
+        for i in range(max_tokens):
+            row = logits[: self.n_propose]
+            if drafting.draft_p_min > 0.0 and softmax(row).max() < drafting.draft_p_min:
+                break
+            if greedy:
+                tok = int(np.argmax(row))
+            else:
+                q = logits_to_probs(row, sampling)
+                tok = sample(q, rng)
+                probs.append(q)
+            tokens.append(tok)
+            if i + 1 == max_tokens or model.is_eog(tok):
+                break
+            logits = model.decode([tok], "last")[0]
+        return Draft(tuple(tokens), np.stack(probs) if probs else None, "draft")
+
+    def rollback(self, n: int) -> None:
+        """Keep at most ``n`` positions in the draft cache."""
+        self.model.truncate(min(n, self.model.n_cached))
+
+    def reset(self) -> None:
+        self.model.reset()

@@ -1,0 +1,356 @@
+"""The speculative round loop: draft, verify, commit, roll back. Yields events; never prints.
+
+One round (Leviathan et al. 2022, Algorithm 1; Chen et al. 2023, Algorithm 2):
+
+1. Draft: the drafter proposes g <= draft_max tokens d_1..d_g continuing the committed
+   tokens (g = 0 is target-only decoding).
+2. Verify: one target pass over [x_last, d_1..d_g] (x_last, the newest committed token,
+   is not yet in the target's KV cache) gives g + 1 rows of logits.
+3. Accept: the acceptance rule (:mod:`localspec.verify`) keeps the longest accepted
+   prefix d_1..d_k and exactly one target token t: resampled at the first rejection,
+   bonus when k = g.
+4. Commit and roll back: d_1..d_k, t are committed (cut short at an end-of-generation
+   token, a stop string or max_tokens); the target's KV cache is truncated so it holds
+   every committed token but the newest, and the draft cache to a prefix of them.
+
+Invariant at the end of every round: ``target.cached_tokens == committed[:-1]`` and the
+draft cache is a prefix of ``committed``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from .config import DraftParams, GenerationParams, SamplingParams
+from .drafters import Draft, DraftModelDrafter, PromptLookupDrafter
+from .errors import ConfigError, ContextOverflowError
+from .events import EndReason, GenerationStats, RoundStats, TokenEvent, TokenKind
+from .policy import Choice, DraftPolicy, FixedPolicy
+from .streaming import TextAssembler
+from .tokenizer import check_compatible
+from .verify import verify
+
+Event = TokenEvent | RoundStats
+_EMPTY_DRAFT = Draft((), None, "none")
+
+
+@dataclass(slots=True)
+class _Pending:
+    token: int
+    kind: TokenKind
+    round: int
+    position: int
+
+
+class Generation:
+    """One running generation: iterate it for events; read the results afterwards.
+
+    Iterating yields :class:`TokenEvent` (in order, text released on complete UTF-8
+    characters and never past a stop string) and :class:`RoundStats` after each round.
+    Stopping early (``cancel()`` or ``close()``) leaves both KV caches consistent with
+    :attr:`token_ids`.
+
+    Attributes:
+        token_ids: generated token ids (prompt excluded; end-of-generation token excluded).
+        text: the generated text (equals the events' texts joined).
+        stats: :class:`GenerationStats`, complete once iteration ends.
+        rounds: the :class:`RoundStats` of every round.
+    """
+
+    def __init__(self, engine: "SpeculativeEngine", prompt: Sequence[int], sampling: SamplingParams,
+                 drafting: DraftParams, generation: GenerationParams, policy: DraftPolicy | None) -> None:
+        self.engine = engine
+        self.prompt = list(prompt)
+        self.sampling = sampling
+        self.drafting = drafting
+        self.generation = generation
+        self.policy = policy or engine.make_policy(drafting)
+        self.token_ids: list[int] = []
+        self.text = ""
+        self.stats = GenerationStats(prompt_tokens=len(self.prompt))
+        self.rounds: list[RoundStats] = []
+        self._cancel = False
+        self._it = self._run()
+
+    def __iter__(self) -> Iterator[Event]:
+        return self
+
+    def __next__(self) -> Event:
+        return next(self._it)
+
+    def cancel(self) -> None:
+        """Ask the generation to end after the current round (end reason ``cancelled``)."""
+        self._cancel = True
+
+    def close(self) -> None:
+        """End now; caches are left consistent with :attr:`token_ids`."""
+        self._it.close()
+
+    def run(self) -> "Generation":
+        """Consume every event; return self."""
+        for _ in self:
+            pass
+        return self
+
+    # -- the loop ---------------------------------------------------------------------
+    def _run(self) -> Iterator[Event]:
+        eng = self.engine
+        target = eng.target
+        stats = self.stats
+        sampling, drafting, gen = self.sampling, self.drafting, self.generation
+        prompt = self.prompt
+        eng.check_prompt(prompt)
+        rng = np.random.default_rng(sampling.seed)
+        t_start = time.perf_counter()
+        committed = list(prompt)
+        n_prompt = len(prompt)
+        assembler = TextAssembler(gen.stop)
+        pending: list[_Pending] = []  # every committed output token, in order
+        n_released = 0  # tokens of ``pending`` already yielded
+        released = 0  # chars of assembler.text already yielded
+        n_ctx = eng.n_ctx
+        end: EndReason | None = None
+        round_idx = 0
+
+        def release(upto: int, final: bool) -> list[TokenEvent]:
+            """Events for pending tokens whose text ends by ``upto`` (all of them if final)."""
+            nonlocal released, n_released
+            out = []
+            ends = assembler.token_ends
+            while n_released < len(pending):
+                p = pending[n_released]
+                tok_end = ends[p.position] if p.position < len(ends) else len(assembler.text)
+                if not final and tok_end > upto:
+                    break
+                piece_end = min(tok_end, upto)
+                piece = assembler.text[released:piece_end] if piece_end > released else ""
+                released = max(released, piece_end)
+                out.append(TokenEvent(p.token, piece, p.kind, p.round, p.position))
+                n_released += 1
+            if stats.time_to_first_token is None and out:
+                stats.time_to_first_token = time.perf_counter() - t_start
+            return out
+
+        try:
+            # prefill: the target caches every prompt token but the last
+            t0 = time.perf_counter()
+            n = target.sync(prompt)
+            if n < n_prompt - 1:
+                target.decode(prompt[n : n_prompt - 1], logits_for=())
+            stats.prefill_seconds = time.perf_counter() - t0
+            while end is None:
+                if self._cancel:
+                    break
+                generated = len(committed) - n_prompt
+                room = n_ctx - len(committed)  # positions left for new tokens
+                if room <= 0:
+                    end = EndReason.CONTEXT
+                    break
+                limit = min(gen.max_tokens - generated - 1, room - 1)
+                # 1. draft
+                t0 = time.perf_counter()
+                draft, choice = eng.make_draft(self.policy, committed, limit, sampling, drafting, rng)
+                t_draft = time.perf_counter() - t0
+                # 2. verify
+                t0 = time.perf_counter()
+                logits = target.decode([committed[-1], *draft.tokens], logits_for="all")
+                # 3. accept
+                verdict = verify(draft.tokens, draft.probs, logits, sampling, rng)
+                k = verdict.accepted
+                # 4. roll back the rejected draft tokens
+                target.truncate(len(committed) + k)
+                t_verify = time.perf_counter() - t0
+                new = [*draft.tokens[:k], verdict.token]
+                kinds = [TokenKind.ACCEPTED] * k + [verdict.kind]
+                n_committed_round = 0
+                for tok, kind in zip(new, kinds):
+                    if target.is_eog(tok):
+                        end = EndReason.EOG
+                        break
+                    position = len(committed) - n_prompt
+                    committed.append(tok)
+                    n_committed_round += 1
+                    pending.append(_Pending(tok, kind, round_idx, position))
+                    assembler.push(target.token_bytes(tok))
+                    if assembler.stop_at is not None:
+                        end = EndReason.STOP
+                        break
+                    if position + 1 >= gen.max_tokens:
+                        end = EndReason.MAX_TOKENS
+                        break
+                if end is EndReason.STOP:
+                    keep = assembler.tokens_before_stop()
+                    assembler.truncate_tokens(keep)
+                    del committed[n_prompt + keep :]
+                    del pending[keep:]
+                # the target holds every committed token but the newest
+                target.truncate(len(committed) - 1)
+                eng.drafter_rollback(len(committed) - 1)
+                # statistics
+                rs = RoundStats(
+                    round=round_idx,
+                    drafter=draft.source if draft.tokens else "none",
+                    draft_tokens=tuple(draft.tokens),
+                    target_tokens=verdict.target_tokens,
+                    drafted=len(draft.tokens),
+                    accepted=k,
+                    committed=n_committed_round,
+                    draft_seconds=t_draft,
+                    verify_seconds=t_verify,
+                    draft_len_chosen=choice.draft_len,
+                    reason=choice.reason,
+                )
+                self.policy.observe(rs.drafter, rs.drafted, k, t_draft, t_verify)
+                self._account(rs, kinds[:n_committed_round])
+                self.rounds.append(rs)
+                round_idx += 1
+                if end is not None and end is not EndReason.STOP:
+                    assembler.finish()
+                yield from release(assembler.safe_end(), end is not None)
+                yield rs
+            if end is EndReason.CONTEXT:
+                assembler.finish()
+                yield from release(assembler.safe_end(), True)
+        finally:
+            if end is None:
+                # the consumer stopped early (or an error): keep only the tokens it was given
+                end = EndReason.CANCELLED
+                del committed[n_prompt + n_released :]
+                assembler.truncate_tokens(n_released)
+                self.text = assembler.text[:released]
+            else:
+                self.text = assembler.text[: assembler.safe_end()]
+            self.token_ids = committed[n_prompt:]
+            # whatever happened, leave the caches consistent with what was committed
+            n_keep = max(len(committed) - 1, 0)
+            target.truncate(n_keep)
+            eng.drafter_rollback(n_keep)
+            stats.tokens = len(self.token_ids)
+            stats.end_reason = end
+            stats.elapsed_seconds = time.perf_counter() - t_start
+
+    def _account(self, rs: RoundStats, kinds: list[TokenKind]) -> None:
+        s = self.stats
+        s.rounds += 1
+        s.target_passes += 1
+        s.drafted += rs.drafted
+        s.accepted += rs.accepted
+        if rs.drafted:
+            s.drafting_rounds += 1
+        s.draft_seconds += rs.draft_seconds
+        s.verify_seconds += rs.verify_seconds
+        for kd in kinds:
+            s.kinds[kd.value] = s.kinds.get(kd.value, 0) + 1
+
+
+class SpeculativeEngine:
+    """A target model, optionally a draft model, and the drafters built on them.
+
+    Args:
+        target: the target :class:`localspec.backend.LlamaModel`.
+        draft_model: a draft model with the target's tokenizer, or None (prompt lookup
+            and target-only decoding still work).
+
+    Raises:
+        TokenizerMismatchError: the draft's tokenizer differs from the target's.
+    """
+
+    def __init__(self, target, draft_model=None) -> None:
+        self.target = target
+        self.draft_model = draft_model
+        self.lookup = PromptLookupDrafter()
+        self.drafter: DraftModelDrafter | None = None
+        if draft_model is not None:
+            n_shared = check_compatible(target.vocab_info(), draft_model.vocab_info())
+            self.drafter = DraftModelDrafter(draft_model, n_propose=min(n_shared, target.n_vocab))
+        self.cost_model = None  # set by localspec.costmodel for mode "auto"
+
+    @property
+    def n_ctx(self) -> int:
+        return self.target.n_ctx
+
+    # -- prompts --------------------------------------------------------------------
+    def tokenize(self, text: str) -> list[int]:
+        """Raw text -> target token ids (special tokens parsed, BOS as the GGUF asks)."""
+        return self.target.tokenize(text)
+
+    def chat_tokens(self, messages: Sequence[dict]) -> list[int]:
+        """Chat messages rendered with the target's chat template, then tokenized.
+
+        The draft model receives these identical ids.
+        """
+        return self.target.tokenize(self.target.render_chat(messages))
+
+    def check_prompt(self, prompt: Sequence[int]) -> None:
+        """Raise ConfigError for an empty prompt, ContextOverflowError when it does not fit."""
+        if len(prompt) == 0:
+            raise ConfigError("the prompt is empty", "type a prompt, or pass a file with text in it")
+        if len(prompt) >= self.n_ctx:
+            raise ContextOverflowError(
+                f"the prompt is {len(prompt)} tokens; the context window holds {self.n_ctx} "
+                f"(and at least one token must be generated)",
+                "shorten the prompt or raise --n-ctx",
+            )
+        bad = [t for t in prompt if not 0 <= t < self.target.n_vocab]
+        if bad:
+            raise ConfigError(f"token id {bad[0]} is outside the target vocabulary (0..{self.target.n_vocab - 1})")
+
+    # -- drafting -------------------------------------------------------------------
+    def make_policy(self, drafting: DraftParams) -> DraftPolicy:
+        mode = drafting.mode
+        if mode == "draft" and self.drafter is None:
+            raise ConfigError("mode 'draft' needs a draft model", "load a draft model, or use --mode lookup")
+        if mode == "auto":
+            from .costmodel import AdaptivePolicy
+
+            return AdaptivePolicy.for_engine(self, drafting)
+        return FixedPolicy(mode, drafting.draft_max)
+
+    def make_draft(self, policy: DraftPolicy, committed: list[int], limit: int, sampling: SamplingParams,
+                   drafting: DraftParams, rng: np.random.Generator) -> tuple[Draft, Choice]:
+        """Ask the policy, then the chosen drafter, for this round's draft (at most ``limit`` tokens)."""
+        limit = max(limit, 0)
+        lookup_draft: Draft | None = None
+        if limit > 0 and policy.uses_lookup:
+            lookup_draft = self.lookup.draft(committed, min(drafting.draft_max, limit), sampling, drafting, rng)
+        choice = policy.choose(limit, len(lookup_draft.tokens) if lookup_draft is not None else None)
+        g = min(choice.draft_len, limit)
+        draft = _EMPTY_DRAFT
+        if g > 0 and choice.drafter == "lookup":
+            if lookup_draft is None:
+                lookup_draft = self.lookup.draft(committed, g, sampling, drafting, rng)
+            draft = Draft(lookup_draft.tokens[:g], None, "lookup", lookup_draft.match_length)
+        elif g > 0 and choice.drafter == "draft" and self.drafter is not None:
+            draft = self.drafter.draft(committed, g, sampling, drafting, rng)
+        if len(draft.tokens) < drafting.draft_min:
+            draft = _EMPTY_DRAFT
+        return draft, choice
+
+    def drafter_rollback(self, n: int) -> None:
+        if self.drafter is not None:
+            self.drafter.rollback(n)
+
+    # -- generation -----------------------------------------------------------------
+    def generate(self, prompt: Sequence[int], sampling: SamplingParams | None = None,
+                 drafting: DraftParams | None = None, generation: GenerationParams | None = None,
+                 policy: DraftPolicy | None = None) -> Generation:
+        """Start generating from ``prompt`` (token ids). Iterate the result for events.
+
+        Raises (on first iteration):
+            ConfigError: empty prompt, or mode 'draft' without a draft model.
+            ContextOverflowError: the prompt does not fit in the context window.
+        """
+        drafting = drafting or DraftParams()
+        if policy is None:
+            policy = self.make_policy(drafting)
+        return Generation(self, prompt, sampling or SamplingParams(), drafting,
+                          generation or GenerationParams(), policy)
+
+    def close(self) -> None:
+        self.target.close()
+        if self.draft_model is not None and self.draft_model is not self.target:
+            self.draft_model.close()

@@ -1,0 +1,150 @@
+"""What generation yields: token events, per-round statistics, and per-generation statistics.
+
+Terms follow the speculative-decoding literature (Leviathan et al. 2022; Chen et al. 2023):
+a *round* drafts up to ``draft_max`` tokens, runs one *verification pass* of the target
+model over them, keeps the longest accepted prefix and then exactly one target token:
+*resampled* at the first rejection, or a *bonus* token when every draft token was accepted.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class TokenKind(str, enum.Enum):
+    """How a committed token came to be."""
+
+    ACCEPTED = "accepted"  #: a draft token the target accepted
+    RESAMPLED = "resampled"  #: the target's token at the first rejected draft position
+    BONUS = "bonus"  #: the target's extra token after a fully accepted draft
+    TARGET = "target"  #: a token of target-only decoding (nothing was drafted this round)
+
+
+class EndReason(str, enum.Enum):
+    """Why a generation ended."""
+
+    EOG = "eog"  #: the target produced an end-of-generation token
+    STOP = "stop"  #: a stop string completed
+    MAX_TOKENS = "max_tokens"  #: max_tokens tokens were produced
+    CONTEXT = "context"  #: the context window is full
+    CANCELLED = "cancelled"  #: the consumer stopped the generation
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """One committed output token.
+
+    Attributes:
+        token_id: target vocabulary id.
+        text: the text this token releases to the stream; empty while a UTF-8
+            character is incomplete. The ``text`` of all events joined equals
+            the generation's final text.
+        kind: how the token came to be.
+        round: 0-based index of the round that produced it.
+        position: 0-based index among the generated tokens.
+    """
+
+    token_id: int
+    text: str
+    kind: TokenKind
+    round: int
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class RoundStats:
+    """Statistics of one speculative round, yielded after its tokens.
+
+    Attributes:
+        round: 0-based round index.
+        drafter: ``"draft"``, ``"lookup"`` or ``"none"``.
+        draft_tokens: the proposed token ids, length = ``drafted``.
+        target_tokens: the target's token at each verified position (the token
+            committed there: the draft token where accepted, else the resampled
+            or bonus token), length = ``accepted + 1`` unless generation ended early.
+        drafted: number of tokens proposed.
+        accepted: number of draft tokens accepted (0 <= accepted <= drafted).
+        committed: number of tokens this round added to the output.
+        draft_seconds: wall time spent drafting, seconds.
+        verify_seconds: wall time of the verification pass, seconds.
+        draft_len_chosen: the draft length the policy asked for this round.
+        reason: why that draft length was chosen (adaptive policy), or ``""``.
+    """
+
+    round: int
+    drafter: str
+    draft_tokens: tuple[int, ...]
+    target_tokens: tuple[int, ...]
+    drafted: int
+    accepted: int
+    committed: int
+    draft_seconds: float
+    verify_seconds: float
+    draft_len_chosen: int = 0
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class GenerationStats:
+    """Statistics of one generation.
+
+    ``acceptance_rate`` is accepted / drafted and lies in [0, 1]; it is ``None``
+    when nothing was drafted (shown as "n/a", never as 100%).
+    """
+
+    prompt_tokens: int = 0
+    tokens: int = 0
+    rounds: int = 0
+    target_passes: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    drafting_rounds: int = 0
+    prefill_seconds: float = 0.0
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    elapsed_seconds: float = 0.0
+    time_to_first_token: float | None = None
+    end_reason: EndReason | None = None
+    kinds: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def mean_accepted_length(self) -> float | None:
+        """Mean number of accepted draft tokens per round that drafted."""
+        return self.accepted / self.drafting_rounds if self.drafting_rounds else None
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Generated tokens per second of decode time (prefill excluded)."""
+        decode = self.elapsed_seconds - self.prefill_seconds
+        return self.tokens / decode if decode > 0 else 0.0
+
+    @property
+    def tokens_per_target_pass(self) -> float | None:
+        return self.tokens / self.target_passes if self.target_passes else None
+
+    def as_dict(self) -> dict:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "tokens": self.tokens,
+            "rounds": self.rounds,
+            "target_passes": self.target_passes,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "drafting_rounds": self.drafting_rounds,
+            "acceptance_rate": self.acceptance_rate,
+            "mean_accepted_length": self.mean_accepted_length,
+            "tokens_per_target_pass": self.tokens_per_target_pass,
+            "tokens_per_second": self.tokens_per_second,
+            "time_to_first_token": self.time_to_first_token,
+            "prefill_seconds": self.prefill_seconds,
+            "draft_seconds": self.draft_seconds,
+            "verify_seconds": self.verify_seconds,
+            "elapsed_seconds": self.elapsed_seconds,
+            "end_reason": self.end_reason.value if self.end_reason else None,
+            "kinds": dict(self.kinds),
+        }

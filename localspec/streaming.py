@@ -1,0 +1,87 @@
+"""Streaming text: release token text only on complete UTF-8 characters, and hold back
+text that could still become a stop string.
+
+The texts released, joined, equal the final text exactly (see :class:`TextAssembler`).
+"""
+
+from __future__ import annotations
+
+import codecs
+from typing import Sequence
+
+
+class TextAssembler:
+    """Turns token bytes into releasable text, finding stop strings as they complete.
+
+    A token's bytes may end inside a multi-byte UTF-8 character; the incremental decoder
+    keeps the partial bytes until the character completes, so no replacement character
+    is produced for text that is valid UTF-8 as a whole.
+
+    Args:
+        stop: stop strings; the output ends right before the first one found.
+    """
+
+    def __init__(self, stop: Sequence[str] = ()) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.stop = tuple(s for s in stop if s)
+        self._max_stop = max((len(s) for s in self.stop), default=0)
+        self.text = ""
+        self.token_ends: list[int] = []  # len(text) after each pushed token
+        self.stop_at: int | None = None  # index in text where the first stop string starts
+        self.finished = False
+
+    def push(self, piece: bytes) -> None:
+        """Append one token's bytes."""
+        before = len(self.text)
+        self.text += self._decoder.decode(piece)
+        self.token_ends.append(len(self.text))
+        if self.stop and self.stop_at is None and len(self.text) > before:
+            lo = max(0, before - self._max_stop + 1)
+            hits = [i for s in self.stop if (i := self.text.find(s, lo)) >= 0]
+            if hits:
+                self.stop_at = min(hits)
+
+    def finish(self) -> None:
+        """Flush the decoder (a dangling incomplete character becomes U+FFFD)."""
+        if not self.finished:
+            tail = self._decoder.decode(b"", final=True)
+            if tail:
+                self.text += tail
+                if self.token_ends:
+                    self.token_ends[-1] = len(self.text)
+            self.finished = True
+
+    def tokens_before_stop(self) -> int:
+        """How many pushed tokens start before the stop string (all, without a stop)."""
+        if self.stop_at is None:
+            return len(self.token_ends)
+        starts = [0] + self.token_ends[:-1]
+        return sum(1 for start in starts if start < self.stop_at)
+
+    def truncate_tokens(self, n: int) -> None:
+        """Forget tokens after the first ``n`` (text is cut at the stop, or at token n's end)."""
+        del self.token_ends[n:]
+        end = self.token_ends[-1] if self.token_ends else 0
+        if self.stop_at is not None:
+            end = min(end, self.stop_at)
+        self.text = self.text[:end]
+
+    def safe_end(self) -> int:
+        """Length of the text that can be released now.
+
+        Everything before a found stop string; else everything except a tail that is a
+        proper prefix of some stop string (it might still complete). After
+        :meth:`finish`, everything.
+        """
+        if self.stop_at is not None:
+            return self.stop_at
+        if self.finished or not self.stop:
+            return len(self.text)
+        text = self.text
+        hold = 0
+        for k in range(min(self._max_stop - 1, len(text)), 0, -1):
+            tail = text[-k:]
+            if any(s.startswith(tail) for s in self.stop):
+                hold = k
+                break
+        return len(text) - hold

@@ -1,0 +1,118 @@
+"""Safe file writes for the TUI: atomic replacement, backups, and a refusal for binary files.
+
+Every write goes to a temporary file in the destination's folder, is flushed and
+fsync'ed, then renamed over the destination with :func:`os.replace` (atomic on POSIX
+and Windows), so a crash never leaves a half-written file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from .errors import LocalspecError
+
+
+class FileError(LocalspecError):
+    """A file cannot be read as text, or cannot be written."""
+
+
+#: refuse to edit files larger than this, bytes (a model rewrites the whole file)
+MAX_EDIT_BYTES = 256 * 1024
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
+    """Write ``text`` to ``path`` atomically (temp file in the same folder + ``os.replace``).
+
+    Keeps the mode bits of an existing file. Creates missing parent folders.
+
+    Raises:
+        FileError: the folder cannot be created or written.
+    """
+    path = Path(path).expanduser()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise FileError(f"cannot write {path}: {e.strerror or e}", "check the folder exists and is writable") from e
+    try:
+        with os.fdopen(fd, "w", encoding=encoding, newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if path.exists():
+            shutil.copymode(path, tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise FileError(f"cannot write {path}: {e.strerror or e}", "check the disk has room and the file is writable") from e
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def read_text_file(path: str | os.PathLike, max_bytes: int = MAX_EDIT_BYTES) -> str:
+    """Read a UTF-8 text file for editing.
+
+    Raises:
+        FileError: the file is missing, a folder, too large, binary (has NUL bytes),
+            or not valid UTF-8.
+    """
+    path = Path(path).expanduser()
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as e:
+        raise FileError(f"no such file: {path}", "check the path") from e
+    except IsADirectoryError as e:
+        raise FileError(f"{path} is a folder, not a file", "choose a text file") from e
+    except OSError as e:
+        raise FileError(f"cannot read {path}: {e.strerror or e}", "check the file's permissions") from e
+    if len(data) > max_bytes:
+        raise FileError(f"{path} is {len(data)} bytes; code-edit mode takes at most {max_bytes}",
+                        "edit a smaller file, or a part of it")
+    if b"\x00" in data:
+        raise FileError(f"{path} looks like a binary file (it contains NUL bytes)", "code-edit mode only edits text files")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FileError(f"{path} is not valid UTF-8 (byte {e.start}: {data[e.start:e.start + 1]!r})",
+                        "convert the file to UTF-8 first") from e
+
+
+def backup_path_for(path: Path) -> Path:
+    """``name.bak``, or ``name.bak-<timestamp>`` when that exists already."""
+    candidate = path.with_name(path.name + ".bak")
+    if not candidate.exists():
+        return candidate
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    candidate = path.with_name(f"{path.name}.bak-{stamp}")
+    n = 1
+    while candidate.exists():
+        candidate = path.with_name(f"{path.name}.bak-{stamp}-{n}")
+        n += 1
+    return candidate
+
+
+def replace_with_backup(path: str | os.PathLike, new_text: str) -> Path:
+    """Copy ``path`` to a backup, then replace it atomically with ``new_text``.
+
+    Returns:
+        the backup's path (``name.bak`` or ``name.bak-<timestamp>``).
+
+    Raises:
+        FileError: the original is missing, or the backup or the write fails (the
+            original is then untouched).
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise FileError(f"no such file: {path}", "save it as a new file instead")
+    backup = backup_path_for(path)
+    try:
+        shutil.copy2(path, backup)
+    except OSError as e:
+        raise FileError(f"cannot back up {path} to {backup}: {e.strerror or e}", "the original was not changed") from e
+    atomic_write_text(path, new_text)
+    return backup

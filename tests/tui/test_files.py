@@ -1,0 +1,107 @@
+"""userconfig, fileio and conversation: atomic writes, corrupt files, round trips."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from localspec.config import DraftParams, ModelSettings, SamplingParams, Settings
+from localspec.conversation import Conversation, Message, from_markdown, load_conversation, save_conversation, to_markdown
+from localspec.fileio import FileError, atomic_write_text, read_text_file, replace_with_backup
+from localspec.userconfig import config_path, load_settings, save_settings
+
+
+def test_config_path_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(tmp_path / "a.json"))
+    assert config_path() == tmp_path / "a.json"
+    monkeypatch.delenv("LOCALSPEC_CONFIG")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    assert config_path() == tmp_path / "xdg" / "localspec" / "settings.json"
+
+
+def test_settings_round_trip(tmp_path):
+    s = Settings(target=ModelSettings(model="smollm2-135m", n_gpu_layers=-1),
+                 sampling=SamplingParams(temperature=0.7, seed=3), drafting=DraftParams(mode="lookup", draft_max=16))
+    p = save_settings(s, tmp_path / "cfg" / "settings.json")
+    assert load_settings(p) == s
+    assert [f.name for f in p.parent.iterdir()] == ["settings.json"]  # no temp file left
+
+
+def test_missing_config_gives_defaults(tmp_path):
+    assert load_settings(tmp_path / "none.json") == Settings()
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"sampling": {"temperature": -1}}', '{"bogus": 1}'])
+def test_corrupt_config_set_aside(tmp_path, content):
+    p = tmp_path / "settings.json"
+    p.write_text(content)
+    reports = []
+    assert load_settings(p, report=reports.append) == Settings()
+    assert not p.exists()
+    aside = [f for f in tmp_path.iterdir() if f.name.startswith("settings.json.corrupt-")]
+    assert len(aside) == 1 and aside[0].read_text() == content
+    assert len(reports) == 1 and "corrupt-" in reports[0]
+
+
+def test_atomic_write_keeps_mode(tmp_path):
+    p = tmp_path / "x.sh"
+    p.write_text("old")
+    os.chmod(p, 0o755)
+    atomic_write_text(p, "new")
+    assert p.read_text() == "new" and (p.stat().st_mode & 0o777) == 0o755
+
+
+def test_replace_with_backup(tmp_path):
+    p = tmp_path / "a.py"
+    p.write_text("one\n")
+    b1 = replace_with_backup(p, "two\n")
+    assert b1.name == "a.py.bak" and b1.read_text() == "one\n" and p.read_text() == "two\n"
+    b2 = replace_with_backup(p, "three\n")
+    assert b2 != b1 and b2.read_text() == "two\n" and b1.read_text() == "one\n"
+
+
+def test_binary_and_undecodable_refused(tmp_path):
+    b = tmp_path / "x.bin"
+    b.write_bytes(b"\x7fELF\x00\x01")
+    with pytest.raises(FileError, match="binary"):
+        read_text_file(b)
+    u = tmp_path / "latin1.txt"
+    u.write_bytes("caf\xe9".encode("latin-1"))
+    with pytest.raises(FileError, match="UTF-8"):
+        read_text_file(u)
+    with pytest.raises(FileError, match="no such file"):
+        read_text_file(tmp_path / "missing.py")
+
+
+def _conv():
+    return Conversation(messages=[
+        Message(role="user", content="hi\n## not a heading"),
+        Message(role="assistant", content="hello there", segments=[("hello", "accepted"), (" there", "bonus")],
+                stats={"tokens": 2}, rounds=[{"round": 0}]),
+    ])
+
+
+def test_conversation_json_round_trip(tmp_path):
+    c = _conv()
+    p = save_conversation(c, tmp_path / "c.json")
+    assert load_conversation(p) == c
+    json.loads(p.read_text())
+
+
+def test_conversation_markdown_round_trip(tmp_path):
+    c = _conv()
+    p = save_conversation(c, tmp_path / "c.md")
+    back = load_conversation(p)
+    assert back.chat_messages() == c.chat_messages()
+    plain = from_markdown("## User\n\nq\n\n## Assistant\n\na\n")
+    assert plain.chat_messages() == [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    assert "## User" in to_markdown(c)
+
+
+def test_conversation_bad_file(tmp_path):
+    p = tmp_path / "c.json"
+    p.write_text('{"messages": [{"role": "robot", "content": "x"}]}')
+    with pytest.raises(FileError, match="not a localspec conversation"):
+        load_conversation(p)

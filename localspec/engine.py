@@ -70,6 +70,9 @@ class Generation:
         self.generation = generation
         self.policy = policy or engine.make_policy(drafting)
         self.token_ids: list[int] = []
+        #: prompt + generated tokens committed so far (live during iteration; some may
+        #: not be yielded yet while text is held back at a possible stop string)
+        self.committed: list[int] = list(prompt)
         self.text = ""
         self.stats = GenerationStats(prompt_tokens=len(self.prompt))
         self.rounds: list[RoundStats] = []
@@ -106,7 +109,7 @@ class Generation:
         eng.check_prompt(prompt)
         rng = np.random.default_rng(sampling.seed)
         t_start = time.perf_counter()
-        committed = list(prompt)
+        committed = self.committed = list(prompt)
         n_prompt = len(prompt)
         assembler = TextAssembler(gen.stop)
         pending: list[_Pending] = []  # every committed output token, in order

@@ -1,0 +1,221 @@
+"""Engine control flow on a deterministic fake backend: exactness, rollback, ending, statistics."""
+
+import numpy as np
+import pytest
+
+from fakes import EOG, FakeModel, greedy_reference
+from localspec.config import DraftParams, GenerationParams, SamplingParams
+from localspec.drafters import Draft
+from localspec.engine import SpeculativeEngine
+from localspec.errors import ConfigError, ContextOverflowError
+from localspec.events import EndReason, RoundStats, TokenEvent, TokenKind
+from localspec.policy import Choice
+
+PROMPT = [3, 5, 7, 3, 5]
+
+
+def run(engine, prompt=PROMPT, mode="draft", draft_max=4, max_tokens=30, stop=(), temperature=0.0, seed=0,
+        check_invariant=True):
+    gen = engine.generate(prompt, SamplingParams(temperature=temperature, seed=seed),
+                          DraftParams(mode=mode, draft_max=draft_max),
+                          GenerationParams(max_tokens=max_tokens, stop=tuple(stop)))
+    events = []
+    for ev in gen:
+        events.append(ev)
+        if check_invariant and isinstance(ev, RoundStats):
+            committed = gen.committed
+            released = [e.token_id for e in events if isinstance(e, TokenEvent)]
+            assert committed[len(prompt) : len(prompt) + len(released)] == released
+            # the target caches every committed token but the newest
+            assert engine.target.cached_tokens == committed[: len(committed) - 1]
+            d = engine.draft_model
+            if d is not None:
+                assert d.cached_tokens == committed[: d.n_cached]
+    return gen, events
+
+
+class PlantingDrafter:
+    """Proposes the right tokens but plants a wrong one every ``every`` positions."""
+
+    name = "draft"
+
+    def __init__(self, every=3):
+        self.every = every
+        self.calls = 0
+
+    def draft(self, context, max_tokens, sampling, drafting, rng):
+        seq = list(context)
+        out = []
+        from fakes import next_token
+
+        for i in range(max_tokens):
+            t = next_token(seq)
+            self.calls += 1
+            if self.calls % self.every == 0:
+                t = (t + 5) % (EOG - 1)
+            out.append(t)
+            seq.append(t)
+        return Draft(tuple(out), None, "draft")
+
+    def rollback(self, n):
+        pass
+
+    def reset(self):
+        pass
+
+
+@pytest.mark.parametrize("mode", ["none", "draft", "lookup"])
+def test_greedy_equals_reference(mode):
+    eng = SpeculativeEngine(FakeModel(), FakeModel())
+    gen, events = run(eng, mode=mode)
+    assert gen.token_ids == greedy_reference(PROMPT, 30)
+    assert [e.token_id for e in events if isinstance(e, TokenEvent)] == gen.token_ids
+    assert "".join(e.text for e in events if isinstance(e, TokenEvent)) == gen.text
+
+
+def test_planted_wrong_tokens_are_corrected():
+    eng = SpeculativeEngine(FakeModel(), FakeModel())
+    eng.drafter = PlantingDrafter(every=3)
+    gen, events = run(eng, mode="draft", draft_max=5)
+    assert gen.token_ids == greedy_reference(PROMPT, 30)
+    kinds = {e.kind for e in events if isinstance(e, TokenEvent)}
+    assert TokenKind.RESAMPLED in kinds and TokenKind.ACCEPTED in kinds
+    assert 0 < gen.stats.acceptance_rate < 1
+
+
+def test_draft_equal_to_target_shows_full_acceptance():
+    eng = SpeculativeEngine(FakeModel(), FakeModel())
+    gen, _ = run(eng, mode="draft", draft_max=4, max_tokens=25)
+    assert gen.stats.acceptance_rate == 1.0
+    assert gen.stats.kinds.get("bonus", 0) > 0
+
+
+def test_drafter_that_always_fails_shows_zero():
+    eng = SpeculativeEngine(FakeModel(), FakeModel())
+    eng.drafter = PlantingDrafter(every=1)
+    gen, _ = run(eng, mode="draft")
+    assert gen.stats.acceptance_rate == 0.0
+    assert gen.stats.drafted > 0
+
+
+def test_no_draft_shows_na_not_100_percent():
+    eng = SpeculativeEngine(FakeModel())
+    gen, _ = run(eng, mode="none")
+    assert gen.stats.acceptance_rate is None and gen.stats.drafted == 0
+    assert gen.stats.kinds == {"target": 30}
+
+
+@pytest.mark.parametrize("max_tokens", [1, 2, 3, 7])
+@pytest.mark.parametrize("mode", ["draft", "lookup", "none"])
+def test_max_tokens_exact(max_tokens, mode):
+    eng = SpeculativeEngine(FakeModel(), FakeModel())
+    gen, _ = run(eng, mode=mode, draft_max=8, max_tokens=max_tokens)
+    assert len(gen.token_ids) == max_tokens
+    assert gen.stats.end_reason == EndReason.MAX_TOKENS
+    assert eng.target.cached_tokens == (PROMPT + gen.token_ids)[:-1]
+
+
+@pytest.mark.parametrize("mode", ["draft", "lookup", "none"])
+def test_eog_ends_and_is_not_emitted(mode):
+    eng = SpeculativeEngine(FakeModel(eog_after=12), FakeModel(eog_after=12))
+    gen, _ = run(eng, mode=mode, draft_max=6)
+    assert gen.stats.end_reason == EndReason.EOG
+    assert EOG not in gen.token_ids
+    assert len(PROMPT) + len(gen.token_ids) == 12
+    assert eng.target.cached_tokens == (PROMPT + gen.token_ids)[:-1]
+
+
+@pytest.mark.parametrize("mode", ["draft", "lookup", "none"])
+@pytest.mark.parametrize("cut", [1, 2, 5, 9])
+def test_stop_string_inside_accepted_block(mode, cut):
+    ref = greedy_reference(PROMPT, 30)
+    full_text = "".join(f"t{t} " for t in ref)
+    # a stop string made of the text of tokens cut..cut+2 (spans token boundaries)
+    stop = "".join(f"t{t} " for t in ref[cut : cut + 3])[1:-1]
+    expected_end = full_text.index(stop)
+    eng = SpeculativeEngine(FakeModel(), FakeModel())
+    gen, events = run(eng, mode=mode, draft_max=8, stop=[stop])
+    assert gen.stats.end_reason == EndReason.STOP
+    assert gen.text == full_text[:expected_end]
+    assert "".join(e.text for e in events if isinstance(e, TokenEvent)) == gen.text
+    # tokens: those that start before the stop
+    assert gen.token_ids == ref[: cut + 1]
+    assert eng.target.cached_tokens == (PROMPT + gen.token_ids)[:-1]
+    assert eng.draft_model.cached_tokens == (PROMPT + gen.token_ids)[: eng.draft_model.n_cached]
+    assert eng.draft_model.n_cached <= len(PROMPT) + len(gen.token_ids) - 1
+
+
+def test_context_full_ends_without_overflow():
+    eng = SpeculativeEngine(FakeModel(n_ctx=20), FakeModel(n_ctx=20))
+    gen, _ = run(eng, mode="draft", draft_max=8, max_tokens=100)
+    assert gen.stats.end_reason == EndReason.CONTEXT
+    assert len(PROMPT) + len(gen.token_ids) == 20
+    assert gen.token_ids == greedy_reference(PROMPT, 15)
+
+
+def test_prompt_errors():
+    eng = SpeculativeEngine(FakeModel(n_ctx=8))
+    with pytest.raises(ConfigError, match="empty"):
+        run(eng, prompt=[], mode="none")
+    with pytest.raises(ContextOverflowError, match="context window"):
+        run(eng, prompt=list(range(8)), mode="none")
+
+
+def test_draft_mode_without_draft_model_is_refused():
+    with pytest.raises(ConfigError, match="draft model"):
+        SpeculativeEngine(FakeModel()).generate(PROMPT, drafting=DraftParams(mode="draft"))
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_short_prompts(n):
+    eng = SpeculativeEngine(FakeModel(), FakeModel())
+    for mode in ("none", "draft", "lookup"):
+        gen, _ = run(eng, prompt=PROMPT[:n], mode=mode, max_tokens=12)
+        assert gen.token_ids == greedy_reference(PROMPT[:n], 12)
+
+
+def test_cancel_keeps_caches_consistent_and_reproducible():
+    eng = SpeculativeEngine(FakeModel(), FakeModel())
+    gen = eng.generate(PROMPT, SamplingParams(temperature=0.9, seed=3), DraftParams(mode="draft", draft_max=4),
+                       GenerationParams(max_tokens=40))
+    seen = []
+    for ev in gen:
+        if isinstance(ev, TokenEvent):
+            seen.append(ev.token_id)
+        if len(seen) >= 5:
+            break
+    gen.close()
+    assert gen.stats.end_reason == EndReason.CANCELLED
+    assert gen.token_ids == seen
+    assert eng.target.cached_tokens == (PROMPT + seen)[:-1]
+    again, _ = run(eng, mode="draft", temperature=0.9, seed=3, max_tokens=40)
+    fresh_engine = SpeculativeEngine(FakeModel(), FakeModel())
+    fresh, _ = run(fresh_engine, mode="draft", temperature=0.9, seed=3, max_tokens=40)
+    assert again.token_ids == fresh.token_ids
+
+
+def test_rounds_never_accept_more_than_drafted():
+    eng = SpeculativeEngine(FakeModel(), FakeModel())
+    eng.drafter = PlantingDrafter(every=4)
+    gen, events = run(eng, mode="draft", temperature=1.0, seed=1)
+    for rs in (e for e in events if isinstance(e, RoundStats)):
+        assert 0 <= rs.accepted <= rs.drafted
+        assert rs.committed <= rs.accepted + 1
+
+
+def test_chosen_draft_length_reported():
+    class Half:
+        uses_lookup = False
+
+        def choose(self, limit, lookup_len=None):
+            return Choice("draft", min(2, limit), "test policy")
+
+        def observe(self, *a):
+            pass
+
+    eng = SpeculativeEngine(FakeModel(), FakeModel())
+    gen = eng.generate(PROMPT, drafting=DraftParams(mode="draft"), policy=Half(),
+                       generation=GenerationParams(max_tokens=10))
+    rounds = [e for e in gen if isinstance(e, RoundStats)]
+    assert all(r.draft_len_chosen <= 2 and r.reason == "test policy" for r in rounds)
+    assert gen.token_ids == greedy_reference(PROMPT, 10)

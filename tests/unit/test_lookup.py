@@ -1,0 +1,41 @@
+from localspec.drafters.lookup import find_candidate
+
+
+def test_matches_longest_ngram_first():
+    #         0  1  2  3  4  5  6  7  8  9
+    tokens = [1, 2, 3, 4, 9, 2, 3, 5, 1, 2, 3]
+    # last 3-gram (1,2,3) matches at 0 -> continuation 4, 9, 2, ...
+    assert find_candidate(tokens, 3, 1, 3) == ([4, 9, 2], 3)
+
+
+def test_falls_back_to_shorter_ngram():
+    tokens = [7, 8, 5, 6, 1, 8]
+    # no 3- or 2-gram ending in (1, 8) elsewhere; 1-gram 8 at index 1 -> 5, 6
+    assert find_candidate(tokens, 3, 1, 2) == ([5, 6], 1)
+
+
+def test_no_match_gives_empty():
+    assert find_candidate([1, 2, 3, 4], 3, 1, 5) == ([], 0)
+    assert find_candidate([], 3, 1, 5) == ([], 0)
+    assert find_candidate([5], 3, 1, 5) == ([], 0)
+
+
+def test_prefers_most_recent_match_with_full_continuation():
+    tokens = [1, 2, 10, 11, 1, 2, 20, 21, 1, 2]
+    assert find_candidate(tokens, 2, 1, 2) == ([20, 21], 2)
+
+
+def test_continuation_capped_by_what_exists():
+    tokens = [1, 2, 3, 1, 2]
+    # match at 0 is followed by 3, 1, 2 (draft_max 8 caps to what exists)
+    assert find_candidate(tokens, 2, 2, 8) == ([3, 1, 2], 2)
+
+
+def test_repetition_uses_earliest_match_for_longest_draft():
+    tokens = [5] * 10
+    cand, n = find_candidate(tokens, 3, 1, 4)
+    assert cand == [5, 5, 5, 5] and n == 3
+
+
+def test_draft_max_zero():
+    assert find_candidate([1, 2, 1, 2], 2, 1, 0) == ([], 0)

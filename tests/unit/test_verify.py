@@ -1,0 +1,97 @@
+"""The acceptance rule on fixed logits (exact outcomes) and its output distribution (seeded statistics)."""
+
+import numpy as np
+import pytest
+
+from localspec.config import SamplingParams
+from localspec.events import TokenKind
+from localspec.sampling import logits_to_probs
+from localspec.verify import residual_distribution, verify, verify_greedy, verify_sampled
+
+V = 6
+
+
+def onehot_logits(tokens, big=30.0):
+    rows = np.zeros((len(tokens), V), dtype=np.float32)
+    for i, t in enumerate(tokens):
+        rows[i, t] = big
+    return rows
+
+
+def test_greedy_all_accepted_gives_bonus():
+    v = verify_greedy([1, 2, 3], onehot_logits([1, 2, 3, 4]))
+    assert (v.accepted, v.token, v.kind) == (3, 4, TokenKind.BONUS)
+    assert v.target_tokens == (1, 2, 3, 4)
+
+
+def test_greedy_first_mismatch_is_resampled_with_target_argmax():
+    v = verify_greedy([1, 5, 3], onehot_logits([1, 2, 3, 4]))
+    assert (v.accepted, v.token, v.kind) == (1, 2, TokenKind.RESAMPLED)
+    assert v.target_tokens == (1, 2)
+
+
+def test_greedy_empty_draft_is_target_token():
+    v = verify_greedy([], onehot_logits([4]))
+    assert (v.accepted, v.token, v.kind) == (0, 4, TokenKind.TARGET)
+
+
+def test_sampled_saturated_logits_exact():
+    params = SamplingParams(temperature=1.0, seed=0)
+    rng = np.random.default_rng(0)
+    target = onehot_logits([1, 2, 0])
+    draft_probs = np.stack([logits_to_probs(r, params) for r in onehot_logits([1, 3])])
+    v = verify_sampled([1, 3], draft_probs, target, params, rng)
+    assert (v.accepted, v.token, v.kind) == (1, 2, TokenKind.RESAMPLED)
+    v = verify_sampled([1, 2], None, target, params, rng)
+    assert (v.accepted, v.token, v.kind) == (2, 0, TokenKind.BONUS)
+
+
+def test_residual_distribution():
+    p = np.array([0.5, 0.3, 0.2])
+    q = np.array([0.7, 0.1, 0.2])
+    np.testing.assert_allclose(residual_distribution(p, q), [0.0, 1.0, 0.0])
+    np.testing.assert_allclose(residual_distribution(p, p), p)
+
+
+def _first_token_histogram(target_logits_row, draft_logits_row, params, n, with_probs, seed=1):
+    """Draw one draft token from the draft distribution, verify it, record the committed first token."""
+    rng = np.random.default_rng(seed)
+    q = logits_to_probs(draft_logits_row, params)
+    target = np.stack([target_logits_row, target_logits_row])
+    counts = np.zeros(V)
+    csum = np.cumsum(q)
+    for _ in range(n):
+        if with_probs:
+            x = int(np.searchsorted(csum, rng.random() * csum[-1], side="right"))
+            v = verify_sampled([x], q[None, :], target, params, rng)
+        else:
+            x = 2  # a point-mass draft (prompt lookup) always proposes the same id
+            v = verify_sampled([x], None, target, params, rng)
+        first = x if v.accepted >= 1 else v.token
+        counts[first] += 1
+    return counts / n
+
+
+@pytest.mark.parametrize("with_probs", [True, False])
+@pytest.mark.parametrize("params", [SamplingParams(temperature=1.0), SamplingParams(temperature=0.8, top_k=4),
+                                    SamplingParams(temperature=1.3, top_p=0.9)])
+def test_output_follows_target_distribution(with_probs, params):
+    """Leviathan et al. 2022, Theorem 1: the committed token is distributed as the target."""
+    target_row = np.array([1.0, 0.2, 2.0, -0.5, 0.7, 1.5])
+    draft_row = np.array([2.0, 1.0, 0.0, 0.5, -1.0, 0.1])
+    expected = logits_to_probs(target_row, params)
+    n = 40000
+    got = _first_token_histogram(target_row, draft_row, params, n, with_probs)
+    # 5 standard errors per bin
+    tol = 5 * np.sqrt(expected * (1 - expected) / n) + 1e-9
+    assert np.all(np.abs(got - expected) <= tol), (got, expected)
+    draft = logits_to_probs(draft_row, params)
+    if with_probs:
+        # and it is not just the draft distribution
+        assert np.abs(got - draft).max() > 0.05
+
+
+def test_verify_dispatches_on_temperature():
+    rng = np.random.default_rng(0)
+    v = verify([1], None, onehot_logits([1, 2]), SamplingParams(temperature=0), rng)
+    assert v.kind == TokenKind.BONUS

@@ -152,6 +152,8 @@ class LlamaModel:
                                "lower n_ctx or n_batch")
         self.n_ctx = int(lc.llama_n_ctx(self._ctx))
         self.n_batch = n_batch
+        self.n_threads = threads
+        self.n_gpu_layers = n_gpu_layers
         self._mem = lc.llama_get_memory(self._ctx)
         self._batch = lc.llama_batch_init(n_batch, 0, 1)
         self.cached_tokens: list[int] = []
@@ -396,3 +398,71 @@ class LlamaModel:
             common += 1
         self.truncate(common)
         return common
+
+
+# -- peers: llama-cpp-python's own high-level API, for side-by-side benchmarks ------------
+_peer_cache: dict[tuple, object] = {}
+
+
+def run_llama_cpp_peer(
+    path: str | os.PathLike,
+    prompt_tokens: Sequence[int],
+    max_tokens: int,
+    n_ctx: int = 4096,
+    n_threads: int | None = None,
+    lookup_num_pred_tokens: int | None = None,
+    n_gpu_layers: int = 0,
+    n_batch: int = 512,
+) -> tuple[list[int], str, float]:
+    """Greedy generation through llama-cpp-python's ``Llama.create_completion`` (a peer).
+
+    With ``lookup_num_pred_tokens`` the peer is ``Llama(draft_model=LlamaPromptLookupDecoding(
+    num_pred_tokens=...), logits_all=True)`` (llama-cpp-python 0.3.36 crashes on its first
+    batched verify without ``logits_all``). The ``Llama`` object is loaded once per
+    (path, settings) and kept, so its own prompt cache works across calls like ours.
+
+    Args:
+        path: GGUF file.
+        prompt_tokens: prompt ids (already templated and tokenized by the caller).
+        max_tokens: most tokens generated.
+
+    Returns:
+        (generated token ids, generated text, wall seconds of the ``create_completion`` call).
+        The token ids are those llama-cpp-python evaluated or sampled after the prompt.
+    """
+    import time
+
+    lc = _llama()
+    threads = n_threads or os.cpu_count() or 1
+    key = (str(path), n_ctx, threads, lookup_num_pred_tokens, n_gpu_layers, n_batch)
+    llm = _peer_cache.get(key)
+    if llm is None:
+        kwargs = dict(model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
+                      n_gpu_layers=n_gpu_layers, n_batch=n_batch, verbose=False)
+        if lookup_num_pred_tokens is not None:
+            from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+            kwargs["draft_model"] = LlamaPromptLookupDecoding(num_pred_tokens=lookup_num_pred_tokens)
+            kwargs["logits_all"] = True
+        llm = _peer_cache[key] = lc.Llama(**kwargs)
+    t0 = time.perf_counter()
+    out = llm.create_completion(list(prompt_tokens), max_tokens=max_tokens, temperature=0.0, top_k=1,
+                                top_p=1.0, min_p=0.0, repeat_penalty=1.0, stream=False)
+    seconds = time.perf_counter() - t0
+    n_out = int(out["usage"]["completion_tokens"])
+    ids = [int(t) for t in llm._input_ids[len(prompt_tokens) :]][:n_out]  # evaluated ids after the prompt
+    if len(ids) < n_out:
+        # the newest sampled token is not evaluated yet; greedy: it is the argmax of the last logits row
+        row = np.ctypeslib.as_array(lc.llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),))
+        ids.append(int(np.argmax(row)))
+    return ids, out["choices"][0]["text"], seconds
+
+
+def close_llama_cpp_peers() -> None:
+    """Free every peer ``Llama`` kept by :func:`run_llama_cpp_peer`."""
+    for llm in _peer_cache.values():
+        try:
+            llm.close()
+        except Exception:  # pragma: no cover - best effort
+            pass
+    _peer_cache.clear()

@@ -320,6 +320,9 @@ class SpeculativeEngine:
         lookup_draft: Draft | None = None
         if limit > 0 and policy.uses_lookup:
             lookup_draft = self.lookup.draft(committed, min(drafting.draft_max, limit), sampling, drafting, rng)
+            see_lookup = getattr(policy, "see_lookup", None)  # adaptive policy: scores lookup every round
+            if see_lookup is not None:
+                see_lookup(committed, lookup_draft.tokens)
         choice = policy.choose(limit, len(lookup_draft.tokens) if lookup_draft is not None else None)
         g = min(choice.draft_len, limit)
         draft = _EMPTY_DRAFT

@@ -192,7 +192,7 @@ class Generation:
                     del pending[keep:]
                 # the target holds every committed token but the newest
                 target.truncate(len(committed) - 1)
-                eng.drafter_rollback(len(committed) - 1)
+                eng.drafter_rollback(committed)
                 # statistics
                 rs = RoundStats(
                     round=round_idx,
@@ -231,7 +231,7 @@ class Generation:
             # whatever happened, leave the caches consistent with what was committed
             n_keep = max(len(committed) - 1, 0)
             target.truncate(n_keep)
-            eng.drafter_rollback(n_keep)
+            eng.drafter_rollback(committed)
             stats.tokens = len(self.token_ids)
             stats.end_reason = end
             stats.elapsed_seconds = time.perf_counter() - t_start
@@ -336,9 +336,10 @@ class SpeculativeEngine:
             draft = _EMPTY_DRAFT
         return draft, choice
 
-    def drafter_rollback(self, n: int) -> None:
+    def drafter_rollback(self, committed: Sequence[int]) -> None:
+        """Roll the drafter's cache back to (a prefix of) ``committed[:-1]``."""
         if self.drafter is not None:
-            self.drafter.rollback(n)
+            self.drafter.rollback(committed)
 
     # -- generation -----------------------------------------------------------------
     def generate(self, prompt: Sequence[int], sampling: SamplingParams | None = None,

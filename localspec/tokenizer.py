@@ -41,14 +41,6 @@ def check_compatible(target, draft) -> int:
         TokenizerMismatchError: naming the first differing id and both token texts.
     """
     hint = "use a draft model from the target's family (same tokenizer), or --mode lookup"
-    if target.vocab_type != draft.vocab_type:
-        raise TokenizerMismatchError(
-            f"the target and draft tokenizers differ: vocab type {target.vocab_type} vs {draft.vocab_type}", hint
-        )
-    for name in ("bos", "eos"):
-        a, b = getattr(target, name), getattr(draft, name)
-        if a != b:
-            raise TokenizerMismatchError(f"the target and draft tokenizers differ: {name.upper()} id {a} vs {b}", hint)
     shared = min(target.n_tokens, draft.n_tokens)
     for i in range(shared):
         if target.texts[i] != draft.texts[i]:
@@ -57,6 +49,14 @@ def check_compatible(target, draft) -> int:
                 f"target {_show(target.texts[i])} vs draft {_show(draft.texts[i])}",
                 hint,
             )
+    if target.vocab_type != draft.vocab_type:
+        raise TokenizerMismatchError(
+            f"the target and draft tokenizers differ: vocab type {target.vocab_type} vs {draft.vocab_type}", hint
+        )
+    for name in ("bos", "eos"):
+        a, b = getattr(target, name), getattr(draft, name)
+        if a != b:
+            raise TokenizerMismatchError(f"the target and draft tokenizers differ: {name.upper()} id {a} vs {b}", hint)
     larger = target if target.n_tokens > draft.n_tokens else draft
     for i in range(shared, larger.n_tokens):
         if not _is_padding(larger.texts[i], larger.attrs[i]):

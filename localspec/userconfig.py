@@ -85,3 +85,7 @@ def save_settings(settings: Settings, path: str | os.PathLike | None = None) -> 
     """Write the settings atomically. Raises localspec.fileio.FileError."""
     p = Path(path).expanduser() if path is not None else config_path()
     return atomic_write_text(p, settings_to_json(settings))
+
+
+#: the name the CLI imports
+load_user_settings = load_settings

@@ -49,8 +49,8 @@ class Drafter(Protocol):
         """Propose up to ``max_tokens`` ids continuing ``context``."""
         ...
 
-    def rollback(self, n: int) -> None:
-        """Keep at most ``n`` positions of any cache (the committed prefix)."""
+    def rollback(self, committed: Sequence[int]) -> None:
+        """Keep only state consistent with ``committed[:-1]`` (a model's cache: its common prefix)."""
         ...
 
     def reset(self) -> None:

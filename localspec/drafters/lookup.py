@@ -71,7 +71,7 @@ class PromptLookupDrafter:
         tokens, n = find_candidate(context, drafting.max_ngram, drafting.min_ngram, max_tokens)
         return Draft(tuple(tokens), None, "lookup", n)
 
-    def rollback(self, n: int) -> None:
+    def rollback(self, committed: Sequence[int]) -> None:
         pass
 
     def reset(self) -> None:

@@ -77,9 +77,9 @@ class DraftModelDrafter:
             logits = model.decode([tok], "last")[0]
         return Draft(tuple(tokens), np.stack(probs) if probs else None, "draft")
 
-    def rollback(self, n: int) -> None:
-        """Keep at most ``n`` positions in the draft cache."""
-        self.model.truncate(min(n, self.model.n_cached))
+    def rollback(self, committed: Sequence[int]) -> None:
+        """Keep only the longest cached prefix of ``committed[:-1]`` in the draft cache."""
+        self.model.sync(committed)
 
     def reset(self) -> None:
         self.model.reset()

@@ -57,7 +57,7 @@ class PlantingDrafter:
             seq.append(t)
         return Draft(tuple(out), None, "draft")
 
-    def rollback(self, n):
+    def rollback(self, committed):
         pass
 
     def reset(self):

@@ -1,0 +1,36 @@
+"""Real GGUF models: the tiny SmolLM2-135M (fast) and the Qwen2.5-Coder 1.5B/0.5B pair."""
+
+import pytest
+
+from localspec.backend import LlamaModel
+from localspec.engine import SpeculativeEngine
+from localspec.models import resolve_model
+
+
+@pytest.fixture(scope="session")
+def tiny_path():
+    return resolve_model("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def pair_paths():
+    return resolve_model("qwen2.5-coder-1.5b"), resolve_model("qwen2.5-coder-0.5b")
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(tiny_path):
+    """SmolLM2 drafting for itself."""
+    target = LlamaModel(tiny_path, n_ctx=2048, n_batch=512)
+    draft = LlamaModel(tiny_path, n_ctx=2048, n_batch=512)
+    engine = SpeculativeEngine(target, draft)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="session")
+def pair_engine(pair_paths):
+    target = LlamaModel(pair_paths[0], n_ctx=2048, n_batch=512)
+    draft = LlamaModel(pair_paths[1], n_ctx=2048, n_batch=512)
+    engine = SpeculativeEngine(target, draft)
+    yield engine
+    engine.close()

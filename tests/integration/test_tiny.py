@@ -1,0 +1,120 @@
+"""Fast real-model tests on SmolLM2-135M drafting for itself."""
+
+import pytest
+
+from helpers import NEAR_TIE, PROMPTS, assert_greedy_equal, run, top2_gap
+from localspec.drafters import Draft, DraftModelDrafter
+from localspec.events import EndReason, TokenKind
+
+
+class PlantingDrafter(DraftModelDrafter):
+    """The real draft model, but every third proposed token is replaced by a wrong one."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.count = 0
+
+    def draft(self, context, max_tokens, sampling, drafting, rng):
+        d = super().draft(context, max_tokens, sampling, drafting, rng)
+        toks = list(d.tokens)
+        for i in range(len(toks)):
+            self.count += 1
+            if self.count % 3 == 0:
+                toks[i] = (toks[i] + 17) % 49152
+        return Draft(tuple(toks), d.probs, d.source)
+
+
+@pytest.fixture(scope="module")
+def prompts(tiny_engine):
+    return [tiny_engine.chat_tokens([{"role": "user", "content": p}]) for p in PROMPTS]
+
+
+@pytest.fixture(scope="module")
+def references(tiny_engine, prompts):
+    return [run(tiny_engine, p, "none", 160)[0].token_ids for p in prompts]
+
+
+@pytest.mark.parametrize("mode", ["draft", "lookup"])
+def test_greedy_exact(tiny_engine, prompts, references, mode):
+    for i, (prompt, ref) in enumerate(zip(prompts, references)):
+        assert len(ref) >= 128
+        gen, _ = run(tiny_engine, prompt, mode, 160)
+        assert_greedy_equal(tiny_engine, prompt, ref, gen.token_ids, f"{mode} prompt {i}")
+
+
+def test_greedy_exact_with_planted_wrong_tokens(tiny_engine, prompts, references):
+    real = tiny_engine.drafter
+    tiny_engine.drafter = PlantingDrafter(tiny_engine.draft_model)
+    try:
+        gen, events = run(tiny_engine, prompts[0], "draft", 160)
+    finally:
+        tiny_engine.drafter = real
+    assert_greedy_equal(tiny_engine, prompts[0], references[0], gen.token_ids, "planted")
+    assert gen.stats.kinds.get(TokenKind.RESAMPLED.value, 0) > 0
+    assert 0.0 < gen.stats.acceptance_rate < 1.0
+
+
+def test_draft_equal_to_target_accepts_everything(tiny_engine, prompts):
+    """cases.md C7: a draft equal to the target shows 1 in greedy mode, except where batched
+    verification flips a near-tie (C1): every rejection must sit at one."""
+    from localspec.events import RoundStats
+
+    gen, events = run(tiny_engine, prompts[0], "draft", 64)
+    assert 0.85 <= gen.stats.acceptance_rate <= 1.0
+    prompt = prompts[0]
+    done = 0
+    for rs in (e for e in events if isinstance(e, RoundStats)):
+        if rs.accepted < rs.drafted:
+            prefix = list(prompt) + gen.token_ids[: done + rs.accepted]
+            assert top2_gap(tiny_engine.target, prefix) < NEAR_TIE
+        done += rs.committed
+
+
+@pytest.mark.parametrize("n", [1, 2, 32])
+def test_short_and_batch_sized_prompts(tiny_path, n):
+    """cases.md C2: 1 token, 2 tokens, exactly n_batch tokens."""
+    from localspec.backend import LlamaModel
+    from localspec.engine import SpeculativeEngine
+
+    target = LlamaModel(tiny_path, n_ctx=256, n_batch=32)
+    draft = LlamaModel(tiny_path, n_ctx=256, n_batch=32)
+    eng = SpeculativeEngine(target, draft)
+    try:
+        base = eng.tokenize("def fibonacci(n):\n    " * 20)
+        prompt = base[:n]
+        assert len(prompt) == n
+        ref, _ = run(eng, prompt, "none", 40)
+        for mode in ("draft", "lookup"):
+            gen, _ = run(eng, prompt, mode, 40, draft_max=5)
+            assert_greedy_equal(eng, prompt, ref.token_ids, gen.token_ids, f"{mode} n={n}")
+    finally:
+        eng.close()
+
+
+def test_special_tokens_parse_to_single_ids_and_one_bos(tiny_engine):
+    """cases.md C4."""
+    t = tiny_engine.target
+    ids = t.tokenize("<|im_start|>user\nhi<|im_end|>")
+    assert ids[0] == t.tokenize("<|im_start|>")[0] and len(t.tokenize("<|im_start|>")) == 1
+    # a text that already starts with the BOS token gets exactly one BOS
+    bos_text = t.token_bytes(t.bos, special=True).decode()
+    forced = t.tokenize(bos_text + "hello", add_special=True)
+    assert forced[0] == t.bos and forced[1] != t.bos
+    # draft and target see identical ids (same call)
+    msgs = [{"role": "user", "content": "hello"}]
+    assert tiny_engine.chat_tokens(msgs) == tiny_engine.draft_model.tokenize(tiny_engine.draft_model.render_chat(msgs))
+
+
+def test_emoji_and_cjk_stream_without_replacement_chars(tiny_engine):
+    prompt = tiny_engine.chat_tokens([{"role": "user", "content": "Repeat exactly: 你好世界 🙂🚀 こんにちは 😀 안녕하세요"}])
+    for mode in ("none", "lookup", "draft"):
+        gen, events = run(tiny_engine, prompt, mode, 60)
+        assert "\ufffd" not in gen.text
+        assert all("\ufffd" not in e.text for e in events if hasattr(e, "text"))
+
+
+@pytest.mark.parametrize("max_tokens", [1, 2, 3])
+@pytest.mark.parametrize("mode", ["draft", "lookup"])
+def test_max_tokens_small_with_long_drafts(tiny_engine, prompts, max_tokens, mode):
+    gen, _ = run(tiny_engine, prompts[1], mode, max_tokens, draft_max=8)
+    assert len(gen.token_ids) == max_tokens and gen.stats.end_reason == EndReason.MAX_TOKENS

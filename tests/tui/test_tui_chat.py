@@ -1,0 +1,97 @@
+"""Pilot tests of the chat screen against the scripted fake engine."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from localspec.config import Settings
+
+from tui_helpers import build
+from tui_fakes import REPLY, FakeEngine
+
+pytestmark = pytest.mark.asyncio
+
+
+async def wait_idle(pilot, app, timeout=10.0):
+    for _ in range(int(timeout / 0.02)):
+        await pilot.pause(0.02)
+        if app.busy is None and app.engine_state != "loading":
+            await pilot.pause()
+            return
+    raise AssertionError(f"app still busy: {app.busy}")
+
+
+async def ask(pilot, app, text):
+    app.screen.query_one("#prompt").value = text
+    await pilot.press("enter")
+    await pilot.pause()
+    await wait_idle(pilot, app)
+
+
+async def test_send_prompt_streams_coloured_text(fake):
+    app = build(fake)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_idle(pilot, app)
+        await ask(pilot, app, "reverse a string in python")
+        from tui.screens import AssistantMessage
+
+        answer = app.screen.query(AssistantMessage).last()
+        assert answer.stream.text == REPLY
+        kinds = {k for _t, k, _r in answer.stream.pieces}
+        assert kinds == {"accepted", "resampled", "bonus"}
+        assert fake.calls[-1]["messages"] == [{"role": "user", "content": "reverse a string in python"}]
+        # statistics come from the engine's final numbers
+        st = answer.stats
+        assert st.final and st.tokens == len(answer.stream.pieces)
+        assert 0 <= st.acceptance_rate <= 1 and st.drafted > 0
+        # a second question carries the history
+        await ask(pilot, app, "and in rust?")
+        msgs = fake.calls[-1]["messages"]
+        assert [m["role"] for m in msgs] == ["user", "assistant", "user"] and msgs[1]["content"] == REPLY
+
+
+async def test_mode_cycle_switches_drafter(fake):
+    app = build(fake, remember=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_idle(pilot, app)
+        assert app.settings.drafting.mode == "draft"
+        await pilot.press("f5")
+        assert app.settings.drafting.mode == "lookup"
+        await ask(pilot, app, "hi")
+        assert fake.calls[-1]["drafting"].mode == "lookup"
+        await pilot.press("f5")
+        assert app.settings.drafting.mode == "none"
+        await ask(pilot, app, "hi again")
+        assert fake.calls[-1]["drafting"].mode == "none"
+        from tui.screens import AssistantMessage
+
+        kinds = {k for _t, k, _r in app.screen.query(AssistantMessage).last().stream.pieces}
+        assert kinds == {"target"}
+        await pilot.press("f5")  # auto, or draft while localspec.costmodel is missing
+        assert app.settings.drafting.mode in ("auto", "draft")
+
+
+async def test_escape_stops_generation_cleanly(clock):
+    slow = FakeEngine(clock, reply="word " * 400, round_delay=0.01)
+    app = build(slow)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_idle(pilot, app)
+        prompt = app.screen.query_one("#prompt")
+        prompt.value = "talk"
+        await prompt.action_submit()  # (pilot.press would wait for the whole answer)
+        await asyncio.to_thread(slow.started.wait, 5)
+        await pilot.pause(0.05)
+        await pilot.press("escape")
+        await wait_idle(pilot, app)
+        from tui.screens import AssistantMessage
+
+        ans = app.screen.query(AssistantMessage).last()
+        assert ans.stats.end_reason == "cancelled"
+        assert 0 < len(ans.stream.pieces) < 400
+        assert ans.border_subtitle == "stopped"
+        # the app still works: ask again
+        slow.round_delay = 0
+        await ask(pilot, app, "again")
+        assert app.screen.query(AssistantMessage).last().stats.end_reason == "eog"

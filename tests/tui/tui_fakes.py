@@ -1,0 +1,199 @@
+"""A scripted fake of the engine's small surface, with fixed timings on a fake clock.
+
+Each round drafts min(draft_max, 4) tokens; the number accepted cycles through
+ACCEPT_PATTERN, so every token kind appears: accepted, resampled (a rejection), bonus
+(all accepted), and target (mode "none"). Deterministic, so snapshots are stable.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+from localspec.config import DraftParams, GenerationParams, SamplingParams
+from localspec.events import EndReason, GenerationStats, RoundStats, TokenEvent, TokenKind
+
+REPLY = ("Here is a function that reverses a string:\n\n```python\ndef reverse(s: str) -> str:\n"
+         "    return s[::-1]\n```\n\nSlicing with a step of -1 walks the string backwards.")
+ACCEPT_PATTERN = (2, 4, 0, 3, 1, 4)
+WRONG = ["foo", " bar", " baz", "qux", " spam", " eggs"]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, dt: float) -> None:
+        with self._lock:
+            self.t += dt
+
+
+def split_tokens(text: str) -> list[str]:
+    return re.findall(r"\s*[A-Za-z_]+|\s*\d|\s*[^\sA-Za-z_\d]|\s+", text)
+
+
+class FakeGeneration:
+    def __init__(self, engine: "FakeEngine", prompt, sampling, drafting, generation) -> None:
+        self.engine = engine
+        self.prompt = list(prompt)
+        self.sampling, self.drafting, self.generation = sampling, drafting, generation
+        self.stats = GenerationStats(prompt_tokens=len(prompt))
+        self.text = ""
+        self.token_ids: list[int] = []
+        self.rounds: list[RoundStats] = []
+        self._cancel = False
+        self._it = self._run()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._it)
+
+    def cancel(self) -> None:
+        self._cancel = True
+
+    def close(self) -> None:
+        self._it.close()
+
+    def _run(self):
+        eng = self.engine
+        clock = eng.clock
+        reply = eng.reply_for(self.prompt, self.drafting)
+        words = split_tokens(reply)
+        limit = min(len(words), self.generation.max_tokens)
+        mode = self.drafting.mode
+        t0 = clock()
+        clock.advance(eng.prefill_seconds)
+        self.stats.prefill_seconds = eng.prefill_seconds
+        pos, rnd = 0, 0
+        end = None
+        try:
+            while pos < limit:
+                if self._cancel:
+                    end = EndReason.CANCELLED
+                    break
+                if eng.round_delay:
+                    eng.started.set()
+                    time.sleep(eng.round_delay)
+                if mode == "none":
+                    g, k = 0, 0
+                else:
+                    g = min(self.drafting.draft_max, 4, max(limit - pos - 1, 0))
+                    k = min(ACCEPT_PATTERN[rnd % len(ACCEPT_PATTERN)], g)
+                n_commit = min(k + 1, limit - pos)
+                good = [eng.token_id(w) for w in words[pos:pos + g + 1]]
+                draft = good[:k] + [eng.token_id(WRONG[(rnd + i) % len(WRONG)]) for i in range(g - k)]
+                target = good[:n_commit]
+                kinds = [TokenKind.ACCEPTED] * k + [TokenKind.TARGET if g == 0 else
+                                                    (TokenKind.BONUS if k == g else TokenKind.RESAMPLED)]
+                d_s = 0.01 * g
+                v_s = eng.verify_seconds + 0.002 * g
+                clock.advance(d_s + v_s)
+                for i in range(n_commit):
+                    w = words[pos]
+                    if self.stats.time_to_first_token is None:
+                        self.stats.time_to_first_token = clock() - t0
+                    self.token_ids.append(target[i])
+                    self.text += w
+                    self.stats.kinds[kinds[i].value] = self.stats.kinds.get(kinds[i].value, 0) + 1
+                    yield TokenEvent(target[i], w, kinds[i], rnd, pos)
+                    pos += 1
+                rs = RoundStats(rnd, "none" if g == 0 else mode, tuple(draft), tuple(target), g, k, n_commit,
+                                d_s, v_s, g, "fixed")
+                self.rounds.append(rs)
+                s = self.stats
+                s.rounds += 1
+                s.target_passes += 1
+                s.drafted += g
+                s.accepted += k
+                s.drafting_rounds += 1 if g else 0
+                s.draft_seconds += d_s
+                s.verify_seconds += v_s
+                rnd += 1
+                yield rs
+            if end is None:
+                end = EndReason.EOG if limit == len(words) else EndReason.MAX_TOKENS
+        finally:
+            self.stats.end_reason = end or EndReason.CANCELLED
+            self.stats.tokens = len(self.token_ids)
+            self.stats.elapsed_seconds = clock() - t0
+
+
+class FakeEngine:
+    """chat_tokens, tokenize, token_text, generate, close; records what it was asked."""
+
+    def __init__(self, clock: FakeClock | None = None, reply: str = REPLY, *, has_draft: bool = True,
+                 round_delay: float = 0.0, prefill_seconds: float = 0.05, verify_seconds: float = 0.05,
+                 replies: dict[str, str] | None = None) -> None:
+        self.clock = clock or FakeClock()
+        self.reply = reply
+        self.replies = replies or {}
+        self.drafter = object() if has_draft else None
+        self.round_delay = round_delay
+        self.prefill_seconds = prefill_seconds
+        self.verify_seconds = verify_seconds
+        self.n_ctx = 4096
+        self.vocab: dict[str, int] = {}
+        self.texts: list[str] = []
+        self.calls: list[dict] = []
+        self.closed = False
+        self.started = threading.Event()
+
+    def token_id(self, text: str) -> int:
+        if text not in self.vocab:
+            self.vocab[text] = len(self.texts)
+            self.texts.append(text)
+        return self.vocab[text]
+
+    def token_text(self, tid: int) -> str:
+        return self.texts[tid]
+
+    def tokenize(self, text: str) -> list[int]:
+        return [self.token_id(w) for w in split_tokens(text)]
+
+    def chat_tokens(self, messages) -> list[int]:
+        self.last_messages = [dict(m) for m in messages]
+        return self.tokenize("".join(f"<{m['role']}>{m['content']}" for m in messages))
+
+    def reply_for(self, prompt, drafting) -> str:
+        last = self.last_messages[-1]["content"] if getattr(self, "last_messages", None) else ""
+        for key, reply in self.replies.items():
+            if key in last:
+                return reply
+        return self.reply
+
+    def generate(self, prompt, sampling=None, drafting=None, generation=None, policy=None):
+        drafting = drafting or DraftParams()
+        self.calls.append({"prompt": list(prompt), "sampling": sampling, "drafting": drafting,
+                           "generation": generation, "messages": getattr(self, "last_messages", None)})
+        return FakeGeneration(self, prompt, sampling or SamplingParams(), drafting, generation or GenerationParams())
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def factory_for(*engines: FakeEngine, fail: Exception | None = None):
+    """An engine_factory handing out the given fakes in order (the last one repeats)."""
+    made: list = []
+
+    def factory(settings, progress=None, stage=None):
+        if progress:
+            progress("assemble", 50, 100)
+            progress("assemble", 100, 100)
+        if stage:
+            stage(f"loading target {settings.target.model}")
+        if fail is not None:
+            raise fail
+        eng = engines[min(len(made), len(engines) - 1)]
+        eng.settings = settings
+        made.append(eng)
+        return eng
+
+    factory.made = made
+    return factory

@@ -1,0 +1,378 @@
+"""The localspec Textual app. Entry points: :func:`run_app` (the CLI) and :func:`make_app` (tests).
+
+Threads: the engine is not thread-safe, so every use of it (loading, a chat answer, a
+code edit, a race) runs in one worker at a time, holding :attr:`LocalspecApp.engine_lock`;
+workers post Messages and never touch widgets.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import time
+from typing import Callable, Iterable
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.reactive import reactive
+from textual.screen import Screen
+
+from localspec.config import DraftParams, Settings
+from localspec.errors import LocalspecError
+
+from .dialogs import SettingsScreen
+from .driver import RaceSide, drive, race
+from .messages import (EngineReady, GenerationFailed, GenerationFinished, LoadFailed, LoadProgress, LoadStage,
+                       RaceFinished, TokensEmitted)
+from .screens import ChatScreen, EditScreen, RaceScreen
+
+#: engine_factory(settings, progress, stage) -> engine (default: localspec.loader.load_engine)
+EngineFactory = Callable[..., object]
+MODE_CYCLE = ("draft", "lookup", "none", "auto")
+
+
+def costmodel_available() -> bool:
+    """Mode ``auto`` needs localspec.costmodel (the adaptive policy)."""
+    try:
+        importlib.import_module("localspec.costmodel")
+        return True
+    except Exception:
+        return False
+
+
+def _default_factory(settings: Settings, progress=None, stage=None):
+    from localspec.loader import load_engine
+
+    return load_engine(settings, progress=progress, stage=stage)
+
+
+class LocalspecApp(App):
+    """Chat, code-edit and race modes over one speculative engine."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "localspec"
+    MODES = {"chat": ChatScreen, "edit": EditScreen, "race": RaceScreen}
+    BINDINGS = [
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+        Binding("escape", "stop", "Stop"),
+        Binding("f1", "switch_mode('chat')", "Chat"),
+        Binding("f2", "switch_mode('edit')", "Edit"),
+        Binding("f3", "switch_mode('race')", "Race"),
+        Binding("f4", "settings", "Settings"),
+        Binding("f5", "cycle_mode", "Mode"),
+    ]
+
+    engine_state: reactive[str] = reactive("loading")  # loading | ready | failed
+    load_text: reactive[str] = reactive("")
+    load_fraction: reactive[float | None] = reactive(None)
+
+    def __init__(self, settings: Settings, engine_factory: EngineFactory | None = None, *,
+                 edit_file: str | None = None, race: bool = False, clock: Callable[[], float] = time.perf_counter,
+                 remember: bool = True) -> None:
+        super().__init__()
+        self.settings = settings
+        self.engine_factory = engine_factory or _default_factory
+        self.pending_edit_file = edit_file
+        self.start_race_mode = race
+        self.clock = clock
+        self.remember = remember
+        self.engine = None
+        self.target_engine = None  # target-only engine of race mode, loaded on first race
+        self.engine_lock = threading.Lock()
+        self.busy: str | None = None
+        self.current_gens: list = []
+        self._stop_requested = False
+        self.last_speedup: float | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def on_mount(self) -> None:
+        if self.settings.drafting.mode == "auto" and not costmodel_available():
+            self.settings = self._auto_fallback(self.settings)
+        if self.start_race_mode:
+            self.switch_mode("race")
+        elif self.pending_edit_file:
+            self.switch_mode("edit")
+        else:
+            self.switch_mode("chat")
+        self.load()
+
+    def _auto_fallback(self, s: Settings) -> Settings:
+        self.notify("mode auto is not available yet (localspec.costmodel is missing); using the draft model",
+                    severity="warning", timeout=6)
+        return s.model_copy(update={"drafting": s.drafting.model_copy(update={"mode": "draft"})})
+
+    def notify_error(self, message: str, hint: str = "") -> None:
+        self.notify(message + (f"\nhint: {hint}" if hint else ""), title="error", severity="error", timeout=12)
+
+    def mode_label(self) -> str:
+        d = self.settings.drafting
+        return "none (target only)" if d.mode == "none" else f"{d.mode}, draft length {d.draft_max}"
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Chat mode", "the chat screen (F1)", lambda: self.switch_mode("chat"))
+        yield SystemCommand("Code-edit mode", "rewrite a file with prompt lookup (F2)", lambda: self.switch_mode("edit"))
+        yield SystemCommand("Race mode", "target-only vs speculative, side by side (F3)",
+                            lambda: self.switch_mode("race"))
+        yield SystemCommand("Settings", "mode, draft length, sampling, models (F4)", self.action_settings)
+        yield SystemCommand("Cycle drafting mode", "draft -> lookup -> none -> auto (F5)", self.action_cycle_mode)
+        yield SystemCommand("Stop the answer", "end the current generation cleanly (Esc)", self.action_stop)
+        yield SystemCommand("Reload models", "load the target and draft models again", self.load)
+        if isinstance(screen, ChatScreen):
+            yield SystemCommand("Save conversation", "as JSON or Markdown (Ctrl+S)", screen.action_save)
+            yield SystemCommand("Open conversation", "a saved .json or .md (Ctrl+O)", screen.action_open)
+            yield SystemCommand("New chat", "clear the transcript (Ctrl+N)", screen.action_new_chat)
+            yield SystemCommand("Retry", "ask the last question again (F6)", screen.action_retry)
+        if isinstance(screen, EditScreen):
+            yield SystemCommand("Open file to edit", "(Ctrl+O)", screen.action_open_file)
+            yield SystemCommand("Save edited file as new", "(Ctrl+S)", screen.action_save_new)
+            yield SystemCommand("Replace original (backup kept)", "(Ctrl+R)", screen.action_replace)
+
+    async def action_quit(self) -> None:
+        self.action_stop()
+        self.exit()
+
+    def close_engines(self, timeout: float = 30.0) -> None:
+        """Stop any generation, wait for the worker to leave the engine, then free the models."""
+        for g in list(self.current_gens):
+            g.cancel()
+        if not self.engine_lock.acquire(timeout=timeout):
+            return  # a load is still running; the process exit frees it
+        try:
+            for eng in (self.engine, self.target_engine):
+                if eng is not None:
+                    eng.close()
+            self.engine = self.target_engine = None
+        finally:
+            self.engine_lock.release()
+
+    # -- loading ----------------------------------------------------------------------------
+    def load(self) -> None:
+        """(Re)load the engine for the current settings in a worker."""
+        if self.busy:
+            self.notify("wait for the current answer to end (Esc stops it)", severity="warning")
+            return
+        old = [e for e in (self.engine, self.target_engine) if e is not None]
+        self.engine = self.target_engine = None
+        self.busy = "loading"
+        self.engine_state = "loading"
+        self.load_fraction = None
+        self.load_text = f"loading {self.settings.target.model}"
+        self._load_worker(self.settings, old)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="load")
+    def _load_worker(self, settings: Settings, old: list) -> None:
+        last = [0.0]
+
+        def progress(stage: str, done: int, total: int) -> None:
+            now = time.monotonic()
+            if now - last[0] >= 0.1 or (total and done >= total):
+                last[0] = now
+                self.post_message(LoadProgress(stage, done, total))
+
+        def stage(text: str) -> None:
+            self.post_message(LoadStage(text))
+
+        with self.engine_lock:
+            for eng in old:
+                eng.close()
+            try:
+                engine = self.engine_factory(settings, progress, stage)
+            except LocalspecError as e:
+                self.post_message(LoadFailed(e.message, e.hint))
+                return
+            except Exception as e:  # never crash the UI on a load failure
+                self.post_message(LoadFailed(f"{type(e).__name__}: {e}", "this looks like a bug in localspec"))
+                return
+        draft = settings.draft.model if getattr(engine, "drafter", None) is not None else "no draft model"
+        self.post_message(EngineReady(engine, f"{settings.target.model} + {draft}"))
+
+    def on_load_progress(self, msg: LoadProgress) -> None:
+        words = {"assemble": "assembling the offline mirror", "download": "downloading", "verify": "verifying"}
+        what = words.get(msg.stage, msg.stage)
+        if msg.total:
+            self.load_fraction = min(1.0, msg.done / msg.total)
+            self.load_text = f"{what}: {msg.done / 1e6:.0f} / {msg.total / 1e6:.0f} MB"
+        else:
+            self.load_fraction = None
+            self.load_text = f"{what}…"
+
+    def on_load_stage(self, msg: LoadStage) -> None:
+        self.load_text = msg.text
+        self.load_fraction = None
+
+    def on_engine_ready(self, msg: EngineReady) -> None:
+        self.engine = msg.engine
+        self.busy = None
+        self.engine_state = "ready"
+        self.notify(f"loaded {msg.description}", timeout=3)
+
+    def on_load_failed(self, msg: LoadFailed) -> None:
+        self.busy = None
+        self.engine_state = "failed"
+        self.notify_error(msg.message, msg.hint or "change the models in Settings (F4)")
+
+    # -- settings ---------------------------------------------------------------------------
+    def action_settings(self) -> None:
+        self.push_screen(SettingsScreen(self.settings), self.apply_settings)
+
+    def action_cycle_mode(self) -> None:
+        cur = self.settings.drafting.mode
+        nxt = MODE_CYCLE[(MODE_CYCLE.index(cur) + 1) % len(MODE_CYCLE)]
+        if nxt == "auto" and not costmodel_available():
+            nxt = MODE_CYCLE[0]
+        self.apply_settings(self.settings.model_copy(
+            update={"drafting": self.settings.drafting.model_copy(update={"mode": nxt})}))
+        self.notify(f"mode: {self.mode_label()}", timeout=2)
+
+    def apply_settings(self, new: Settings | None) -> None:
+        if new is None or new == self.settings:
+            return
+        if new.drafting.mode == "auto" and not costmodel_available():
+            new = self._auto_fallback(new)
+        old = self.settings
+        self.settings = new
+        if self.remember:
+            from localspec.userconfig import save_settings
+
+            try:
+                save_settings(new)
+            except LocalspecError as e:
+                self.notify_error(e.message, e.hint)
+        screen = self.screen
+        if hasattr(screen, "refresh_stats"):
+            screen.refresh_stats()
+        if isinstance(screen, RaceScreen):
+            screen._titles()
+        models_changed = new.target != old.target or new.draft != old.draft
+        needs_draft = (new.drafting.mode in ("draft", "auto") and self.engine is not None
+                       and getattr(self.engine, "drafter", None) is None)
+        if models_changed or needs_draft or self.engine_state == "failed":
+            self.load()
+
+    def effective_drafting(self, drafting: DraftParams) -> DraftParams:
+        if drafting.mode == "auto" and not costmodel_available():
+            return drafting.model_copy(update={"mode": "draft"})
+        return drafting
+
+    def race_drafting(self) -> DraftParams:
+        d = self.effective_drafting(self.settings.drafting)
+        return d if d.mode != "none" else d.model_copy(update={"mode": "draft"})
+
+    # -- generation ---------------------------------------------------------------------------
+    def can_generate(self) -> bool:
+        if self.busy == "loading":
+            self.notify("the models are still loading", severity="warning")
+            return False
+        if self.busy:
+            self.notify("an answer is running; Esc stops it", severity="warning")
+            return False
+        if self.engine is None:
+            self.notify_error("no model is loaded", "fix the models in Settings (F4), then they load again")
+            return False
+        return True
+
+    def action_stop(self) -> None:
+        self._stop_requested = True
+        for g in list(self.current_gens):
+            g.cancel()
+
+    def start_job(self, screen, tag: str, engine, make_gen: Callable[[], object]) -> None:
+        """Run ``make_gen()`` and stream it to ``screen`` in the engine worker."""
+        self.busy = tag
+        self._stop_requested = False
+        self._job_worker(screen, tag, engine, make_gen)
+
+    def _track(self, gen) -> None:
+        self.current_gens.append(gen)
+        if self._stop_requested:
+            gen.cancel()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="engine")
+    def _job_worker(self, screen, tag: str, engine, make_gen) -> None:
+        gen = None
+        try:
+            with self.engine_lock:
+                try:
+                    gen = make_gen()
+                    self._track(gen)
+                    post = lambda p, r, s: screen.post_message(TokensEmitted(tag, p, r, s))  # noqa: E731
+                    stats, rounds = drive(gen, engine, post, self.clock)
+                    screen.post_message(GenerationFinished(tag, gen.text, stats, rounds))
+                except LocalspecError as e:
+                    screen.post_message(GenerationFailed(tag, e.message, e.hint))
+                except Exception as e:
+                    screen.post_message(GenerationFailed(tag, f"{type(e).__name__}: {e}",
+                                                         "this looks like a bug in localspec; please report it"))
+        finally:
+            if gen in self.current_gens:
+                self.current_gens.remove(gen)
+            self.call_from_thread(self._job_done, tag)
+
+    def _job_done(self, tag: str) -> None:
+        if self.busy == tag:
+            self.busy = None
+
+    def start_race(self, screen, tag: str, prompt_text: str) -> None:
+        self.busy = tag
+        self._stop_requested = False
+        self._race_worker(screen, tag, prompt_text, self.settings, self.race_drafting())
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="engine")
+    def _race_worker(self, screen, tag: str, prompt_text: str, settings: Settings, drafting: DraftParams) -> None:
+        try:
+            with self.engine_lock:
+                try:
+                    spec_engine = self.engine
+                    if drafting.mode == "draft" and getattr(spec_engine, "drafter", None) is None:
+                        drafting = drafting.model_copy(update={"mode": "lookup"})
+                    if self.target_engine is None:
+                        # the engine holds one KV cache per model, so two generations cannot
+                        # interleave on it: the target-only side gets its own target instance
+                        # (llama.cpp maps the same weights file, so this costs a KV cache, not a copy)
+                        self.post_message(LoadStage("race: loading a target-only instance"))
+                        only = settings.model_copy(update={"drafting": settings.drafting.model_copy(
+                            update={"mode": "none"})})
+                        self.target_engine = self.engine_factory(only, None, None)
+                    tgt = self.target_engine
+                    chat = [{"role": "user", "content": prompt_text}]
+                    none = drafting.model_copy(update={"mode": "none"})
+                    sides = [RaceSide("target", tgt.generate(tgt.chat_tokens(chat), settings.sampling, none,
+                                                              settings.generation), tgt),
+                             RaceSide("spec", spec_engine.generate(spec_engine.chat_tokens(chat), settings.sampling,
+                                                                   drafting, settings.generation), spec_engine)]
+                    for s in sides:
+                        self._track(s.gen)
+
+                    def post(side, pieces, rounds, stats):
+                        screen.post_message(TokensEmitted(f"{tag}:{side}", pieces, rounds, stats))
+
+                    results = race(sides, post, self.clock, cancelled=lambda: self._stop_requested)
+                    screen.post_message(RaceFinished(results, cancelled=self._stop_requested))
+                except LocalspecError as e:
+                    screen.post_message(GenerationFailed(tag, e.message, e.hint))
+                except Exception as e:
+                    screen.post_message(GenerationFailed(tag, f"{type(e).__name__}: {e}",
+                                                         "this looks like a bug in localspec; please report it"))
+        finally:
+            self.current_gens.clear()
+            self.call_from_thread(self._job_done, tag)
+
+
+def make_app(settings: Settings | None = None, engine_factory: EngineFactory | None = None, *,
+             edit_file: str | None = None, race: bool = False, clock: Callable[[], float] = time.perf_counter,
+             remember: bool = True) -> LocalspecApp:
+    """Build the app. ``engine_factory(settings, progress, stage)`` returns an engine
+    (default :func:`localspec.loader.load_engine`); tests pass a scripted fake."""
+    return LocalspecApp(settings or Settings(), engine_factory, edit_file=edit_file, race=race, clock=clock,
+                        remember=remember)
+
+
+def run_app(settings: Settings, *, edit_file: str | None = None, race: bool = False) -> None:
+    """Open the app (what ``localspec``, ``localspec chat``, ``edit FILE`` and ``race`` call)."""
+    app = make_app(settings, edit_file=edit_file, race=race)
+    try:
+        app.run()
+    finally:
+        app.close_engines()

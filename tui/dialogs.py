@@ -1,0 +1,232 @@
+"""Modal screens: settings, a path prompt, a file picker, a yes/no confirmation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import ValidationError
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.suggester import SuggestFromList
+from textual.widgets import Button, DirectoryTree, Input, Label, Select, Static
+
+from localspec.config import Settings
+
+#: (dotted path into Settings, label, kind)
+SETTINGS_FIELDS: list[tuple[str, str, str]] = [
+    ("drafting.mode", "mode", "mode"),
+    ("drafting.draft_max", "draft length (gamma)", "int"),
+    ("drafting.draft_p_min", "draft p-min", "float"),
+    ("sampling.temperature", "temperature", "float"),
+    ("sampling.top_k", "top-k (0 = off)", "int"),
+    ("sampling.top_p", "top-p (1 = off)", "float"),
+    ("sampling.seed", "seed (blank = random)", "seed"),
+    ("generation.max_tokens", "max tokens", "int"),
+    ("target.model", "target model", "model"),
+    ("target.n_gpu_layers", "target GPU layers", "int"),
+    ("draft.model", "draft model", "model"),
+    ("draft.n_gpu_layers", "draft GPU layers", "int"),
+]
+MODES = [("draft model", "draft"), ("prompt lookup", "lookup"), ("none (target only)", "none"), ("auto", "auto")]
+
+
+def field_id(path: str) -> str:
+    return "f-" + path.replace(".", "-")
+
+
+def get_path(settings: Settings, path: str):
+    obj = settings
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def build_settings(base: Settings, values: dict[str, object]) -> tuple[Settings | None, dict[str, str]]:
+    """Apply ``values`` (dotted path -> raw value) to ``base`` and validate with pydantic.
+
+    Returns (settings, {}) or (None, {dotted path or "": reason}).
+    """
+    data = base.model_dump()
+    for path, raw in values.items():
+        section, key = path.split(".")
+        if path == "sampling.seed" and (raw is None or str(raw).strip() == ""):
+            raw = None
+        elif isinstance(raw, str):
+            raw = raw.strip()
+        data[section][key] = raw
+    try:
+        return Settings.model_validate(data), {}
+    except ValidationError as e:
+        errors: dict[str, str] = {}
+        for err in e.errors():
+            loc = [str(p) for p in err.get("loc", ())]
+            path = ".".join(loc[:2]) if len(loc) >= 2 and ".".join(loc[:2]) in values else ""
+            msg = err.get("msg", "invalid").removeprefix("Value error, ")
+            if path == "" and loc:
+                msg = f"{'.'.join(loc)}: {msg}"
+            errors.setdefault(path, msg)
+        return None, errors
+
+
+def _presets() -> list[str]:
+    try:
+        from localspec.models import load_catalog
+
+        return list(load_catalog().models)
+    except Exception:  # the catalog is optional here: paths work without it
+        return []
+
+
+class SettingsScreen(ModalScreen[Settings | None]):
+    """Edit the settings; invalid values are refused in place with pydantic's reason."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+s", "apply", "Apply", priority=True)]
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.base = settings
+
+    def compose(self) -> ComposeResult:
+        presets = _presets()
+        with Vertical(id="settings-dialog", classes="dialog"):
+            yield Static("Settings  (Enter or Ctrl+S apply, Esc cancel)", classes="dialog-title")
+            with VerticalScroll(id="settings-form"):
+                for path, label, kind in SETTINGS_FIELDS:
+                    value = get_path(self.base, path)
+                    with Horizontal(classes="field-row"):
+                        yield Label(label, classes="field-label")
+                        if kind == "mode":
+                            yield Select(MODES, value=value, allow_blank=False, id=field_id(path))
+                        else:
+                            text = "" if value is None else str(value)
+                            sugg = SuggestFromList(presets, case_sensitive=False) if kind == "model" else None
+                            yield Input(text, id=field_id(path), suggester=sugg)
+                    yield Static("", id=field_id(path) + "-error", classes="field-error")
+            yield Static("", id="settings-error", classes="field-error")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Apply", variant="primary", id="apply")
+                yield Button("Cancel", id="cancel")
+
+    def values(self) -> dict[str, object]:
+        out: dict[str, object] = {}
+        for path, _label, kind in SETTINGS_FIELDS:
+            w = self.query_one("#" + field_id(path))
+            out[path] = w.value if kind != "mode" else w.value
+        return out
+
+    def validate_form(self) -> Settings | None:
+        settings, errors = build_settings(self.base, self.values())
+        for path, _label, _kind in SETTINGS_FIELDS:
+            msg = errors.get(path, "")
+            err = self.query_one("#" + field_id(path) + "-error", Static)
+            err.update(msg)
+            err.display = bool(msg)
+            self.query_one("#" + field_id(path)).set_class(bool(msg), "invalid")
+        general = self.query_one("#settings-error", Static)
+        general.update(errors.get("", ""))
+        general.display = "" in errors
+        return settings
+
+    def on_mount(self) -> None:
+        self.validate_form()
+
+    @on(Input.Changed)
+    @on(Select.Changed)
+    def _changed(self) -> None:
+        self.validate_form()
+
+    @on(Input.Submitted)
+    def _submitted(self) -> None:
+        self.action_apply()
+
+    @on(Button.Pressed, "#apply")
+    def action_apply(self) -> None:
+        settings = self.validate_form()
+        if settings is None:
+            self.app.bell()
+            self.notify("some settings are invalid; see the reasons beside them", severity="error")
+            return
+        self.dismiss(settings)
+
+    @on(Button.Pressed, "#cancel")
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class PathPrompt(ModalScreen[str | None]):
+    """Ask for a file path."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, title: str, default: str = "") -> None:
+        super().__init__()
+        self.title_text = title
+        self.default = default
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog small-dialog"):
+            yield Static(self.title_text, classes="dialog-title")
+            yield Input(self.default, id="path-input")
+            yield Static("Enter to confirm, Esc to cancel; .md saves Markdown, anything else JSON", classes="hint")
+
+    @on(Input.Submitted)
+    def _ok(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip() or None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class FilePicker(ModalScreen[str | None]):
+    """Pick a file to edit: type a path or choose one in the tree."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, root: str | Path = ".") -> None:
+        super().__init__()
+        self.root = Path(root)
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog picker-dialog"):
+            yield Static("Open a file to edit (type a path + Enter, or pick one below; Esc cancels)",
+                         classes="dialog-title")
+            yield Input(placeholder="path/to/file.py", id="picker-input")
+            yield DirectoryTree(self.root, id="picker-tree")
+
+    @on(Input.Submitted)
+    def _typed(self, event: Input.Submitted) -> None:
+        if event.value.strip():
+            self.dismiss(event.value.strip())
+
+    @on(DirectoryTree.FileSelected)
+    def _picked(self, event: DirectoryTree.FileSelected) -> None:
+        self.dismiss(str(event.path))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class Confirm(ModalScreen[bool]):
+    BINDINGS = [Binding("escape", "no", "No"), Binding("y", "yes", "Yes"), Binding("n", "no", "No")]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog small-dialog"):
+            yield Static(self.question, classes="dialog-title")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Yes (y)", variant="warning", id="yes")
+                yield Button("No (n)", id="no")
+
+    @on(Button.Pressed, "#yes")
+    def action_yes(self) -> None:
+        self.dismiss(True)
+
+    @on(Button.Pressed, "#no")
+    def action_no(self) -> None:
+        self.dismiss(False)

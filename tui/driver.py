@@ -1,0 +1,147 @@
+"""What the worker threads run: drive a generation, race two generations round by round.
+
+Nothing here touches a widget; results go out through the ``post`` callbacks, which the
+screens turn into Messages. The engine is not thread-safe: callers hold the app's
+engine lock while these run.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from localspec.events import RoundStats
+
+from .stats import LiveStats, RoundView
+
+#: post(pieces, rounds, stats) with pieces (text, kind, round) and rounds RoundView
+PostFn = Callable[[list, list, LiveStats], None]
+Clock = Callable[[], float]
+
+
+def token_text_fn(engine) -> Callable[[int], str]:
+    """id -> text for the inspector; call only from the thread that owns the engine.
+
+    The engine has no public per-token text method, so this uses ``engine.token_text``
+    when a (fake) engine has one, else the target model's ``token_bytes``.
+    """
+    f = getattr(engine, "token_text", None)
+    if f is not None:
+        return f
+    target = getattr(engine, "target", None)
+    if target is not None and hasattr(target, "token_bytes"):
+        return lambda t: target.token_bytes(int(t)).decode("utf-8", errors="replace")
+    return lambda t: f"#{t}"
+
+
+def drive(gen, engine, post: PostFn, clock: Clock = time.perf_counter, batch_seconds: float = 0.05
+          ) -> tuple[LiveStats, list[RoundView]]:
+    """Consume ``gen``, posting batches of tokens at most every ``batch_seconds``.
+
+    Returns the final statistics (the engine's own :class:`GenerationStats` where it
+    has them) and every round.
+    """
+    text_of = token_text_fn(engine)
+    stats = LiveStats()
+    all_rounds: list[RoundView] = []
+    pieces: list[tuple[str, str, int]] = []
+    rounds: list[RoundView] = []
+    t0 = clock()
+    last = t0
+    for ev in gen:
+        if isinstance(ev, RoundStats):
+            rv = RoundView.from_stats(ev, text_of)
+            stats.add_round(rv)
+            rounds.append(rv)
+            all_rounds.append(rv)
+            now = clock()
+            stats.seconds = now - t0
+            stats.prefill_seconds = getattr(gen.stats, "prefill_seconds", 0.0)
+            if now - last >= batch_seconds:
+                post(pieces, rounds, stats.copy())
+                pieces, rounds, last = [], [], now
+        else:
+            if stats.time_to_first_token is None:
+                stats.time_to_first_token = clock() - t0
+            pieces.append((ev.text, ev.kind.value, ev.round))
+            stats.add_token(ev.kind.value)
+    stats.finish(gen.stats)
+    if pieces or rounds:
+        post(pieces, rounds, stats.copy())
+    return stats, all_rounds
+
+
+class RaceSide:
+    """One side of a race: its generation and the time measured over its own rounds."""
+
+    def __init__(self, name: str, gen, engine) -> None:
+        self.name = name
+        self.gen = gen
+        self.text_of = token_text_fn(engine)
+        self.stats = LiveStats()
+        self.rounds: list[RoundView] = []
+        self.pieces: list[tuple[str, str, int]] = []
+        self.new_rounds: list[RoundView] = []
+        self.done = False
+
+    def step(self, clock: Clock) -> None:
+        """Run one round (its tokens and its RoundStats); add its wall time to this side."""
+        t0 = clock()
+        try:
+            while True:
+                ev = next(self.gen)
+                if isinstance(ev, RoundStats):
+                    rv = RoundView.from_stats(ev, self.text_of)
+                    self.stats.add_round(rv)
+                    self.rounds.append(rv)
+                    self.new_rounds.append(rv)
+                    break
+                if self.stats.time_to_first_token is None:
+                    self.stats.time_to_first_token = self.stats.seconds + (clock() - t0)
+                self.pieces.append((ev.text, ev.kind.value, ev.round))
+                self.stats.add_token(ev.kind.value)
+        except StopIteration:
+            self.done = True
+        self.stats.seconds += clock() - t0
+
+    def take(self) -> tuple[list, list, LiveStats]:
+        out = (self.pieces, self.new_rounds, self.stats.copy())
+        self.pieces, self.new_rounds = [], []
+        return out
+
+    def finish(self) -> LiveStats:
+        """Counts from the engine; time from this side's own rounds (the engine's elapsed
+        time would include the other side's interleaved rounds)."""
+        seconds, ttft = self.stats.seconds, self.stats.time_to_first_token
+        self.stats.finish(self.gen.stats)
+        self.stats.seconds = seconds
+        self.stats.time_to_first_token = ttft
+        self.stats.prefill_seconds = 0.0
+        self.stats._tps = self.stats.tokens / seconds if seconds > 0 else None
+        return self.stats
+
+
+def race(sides: list[RaceSide], post: Callable[[str, list, list, LiveStats], None], clock: Clock = time.perf_counter,
+         cancelled: Callable[[], bool] = lambda: False, batch_seconds: float = 0.05) -> dict[str, LiveStats]:
+    """Alternate the sides round by round in this one thread until all are done.
+
+    Each side's time is the sum of its own rounds' wall time, so neither is charged
+    for the other's work; ``cancelled()`` is checked between rounds.
+    """
+    last = clock()
+    while not all(s.done for s in sides):
+        if cancelled():
+            for s in sides:
+                if not s.done:
+                    s.gen.cancel()
+        for s in sides:
+            if not s.done:
+                s.step(clock)
+        now = clock()
+        if now - last >= batch_seconds or all(s.done for s in sides):
+            for s in sides:
+                pieces, rounds, st = s.take()
+                if pieces or rounds:
+                    post(s.name, pieces, rounds, st)
+            last = now
+    return {s.name: s.finish() for s in sides}

@@ -1,0 +1,73 @@
+"""Messages workers post to the UI. Workers never touch widgets; they post these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from textual.message import Message
+
+from .stats import LiveStats
+
+
+# -- model loading ------------------------------------------------------------------
+@dataclass
+class LoadProgress(Message):
+    """Bytes assembled / downloaded / verified so far (total 0 = unknown)."""
+
+    stage: str
+    done: int
+    total: int
+
+
+@dataclass
+class LoadStage(Message):
+    text: str
+
+
+@dataclass
+class EngineReady(Message):
+    engine: object
+    description: str
+
+
+@dataclass
+class LoadFailed(Message):
+    message: str
+    hint: str = ""
+
+
+# -- generation ---------------------------------------------------------------------
+@dataclass
+class TokensEmitted(Message):
+    """A batch of streamed tokens: ``pieces`` are (text, kind, round); ``rounds`` the
+    RoundStats finished in this batch; ``stats`` the running statistics."""
+
+    tag: str
+    pieces: list[tuple[str, str, int]]
+    rounds: list = field(default_factory=list)
+    stats: LiveStats | None = None
+
+
+@dataclass
+class GenerationFinished(Message):
+    tag: str
+    text: str
+    stats: LiveStats
+    rounds: list
+
+
+@dataclass
+class GenerationFailed(Message):
+    tag: str
+    message: str
+    hint: str = ""
+
+
+# -- race -----------------------------------------------------------------------------
+@dataclass
+class RaceFinished(Message):
+    """Both sides are done: per side (``"target"``, ``"spec"``) the statistics, where
+    ``stats.seconds`` is the wall time measured over that side's own rounds only."""
+
+    results: dict[str, LiveStats]
+    cancelled: bool = False

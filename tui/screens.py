@@ -1,0 +1,691 @@
+"""The three screens (app modes): chat, code-edit, race."""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import re
+import time
+from pathlib import Path
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widget import Widget
+from textual.widgets import ContentSwitcher, Footer, Header, Input, ProgressBar, Static
+
+from localspec.config import DraftParams, GenerationParams
+from localspec.conversation import Conversation, Message, load_conversation, save_conversation
+from localspec.errors import LocalspecError
+from localspec.fileio import atomic_write_text, read_text_file, replace_with_backup
+
+from .dialogs import Confirm, FilePicker, PathPrompt
+from .messages import GenerationFailed, GenerationFinished, RaceFinished, TokensEmitted
+from .stats import LiveStats, RoundView, fmt_rate, race_speedup
+from .widgets import Legend, RoundInspector, StatsPanel, TokenStream
+
+_tags = itertools.count(1)
+
+
+def new_tag(kind: str) -> str:
+    return f"{kind}-{next(_tags)}"
+
+
+class LoadBar(Vertical):
+    """Model loading: a stage line and a progress bar; hidden once the engine is ready."""
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="load-stage")
+        yield ProgressBar(total=None, show_eta=False, id="load-progress")
+
+    def on_mount(self) -> None:
+        self.watch(self.app, "load_text", self._update)
+        self.watch(self.app, "load_fraction", self._update)
+        self.watch(self.app, "engine_state", self._update)
+
+    def _update(self, _=None) -> None:
+        app = self.app
+        self.display = app.engine_state == "loading"
+        self.query_one("#load-stage", Static).update(app.load_text)
+        bar = self.query_one("#load-progress", ProgressBar)
+        if app.load_fraction is None:
+            bar.update(total=None)
+        else:
+            bar.update(total=1000, progress=int(app.load_fraction * 1000))
+
+
+class UserMessage(Static):
+    def on_mount(self) -> None:
+        self.border_title = "You"
+
+
+class AssistantMessage(Vertical):
+    """An answer: its coloured stream, and once finished its statistics and rounds."""
+
+    def __init__(self, pieces=None, stats: LiveStats | None = None, rounds=None, **kw) -> None:
+        super().__init__(**kw)
+        self.stream = TokenStream(pieces)
+        self.stats = stats or LiveStats()
+        self.rounds: list[RoundView] = list(rounds or [])
+        self.finished = stats is not None
+
+    def compose(self) -> ComposeResult:
+        yield self.stream
+
+    def on_mount(self) -> None:
+        self.border_title = "Assistant"
+
+
+def side_panel() -> ComposeResult:
+    with Vertical(id="side"):
+        yield StatsPanel(id="stats")
+        yield RoundInspector(id="inspector")
+
+
+class GenerationScreen(Screen):
+    """What chat and code-edit share: the stats panel, the inspector and the streaming handlers."""
+
+    tag: str | None = None
+    current: AssistantMessage | None = None
+
+    def mode_label(self) -> str:
+        return self.app.mode_label()
+
+    def on_screen_resume(self) -> None:
+        self.refresh_stats()
+
+    def refresh_stats(self) -> None:
+        panel = self.query_one(StatsPanel)
+        sp = self.app.last_speedup
+        panel.show(mode=self.mode_label(), speedup=sp,
+                   note="run race mode (F3) to measure" if sp is None else None)
+
+    def answer_scroll(self) -> VerticalScroll:
+        raise NotImplementedError
+
+    @on(TokensEmitted)
+    def _tokens(self, msg: TokensEmitted) -> None:
+        if msg.tag != self.tag or self.current is None:
+            return
+        self.current.stream.add(msg.pieces)
+        self.current.rounds.extend(msg.rounds)
+        if msg.stats is not None:
+            self.current.stats = msg.stats
+            self.query_one(StatsPanel).show(msg.stats)
+        self.query_one(RoundInspector).set_rounds(self.current.rounds)
+        self.answer_scroll().scroll_end(animate=False)
+
+    @on(GenerationFinished)
+    def _finished(self, msg: GenerationFinished) -> None:
+        if msg.tag != self.tag or self.current is None:
+            return
+        cur = self.current
+        cur.stats = msg.stats
+        cur.rounds = list(msg.rounds)
+        cur.finished = True
+        self.query_one(StatsPanel).show(msg.stats)
+        self.query_one(RoundInspector).set_rounds(cur.rounds)
+        if msg.stats.end_reason == "cancelled":
+            cur.border_subtitle = "stopped"
+            self.notify("stopped; the KV caches are consistent", timeout=3)
+        self.answer_scroll().scroll_end(animate=False)
+        self.generation_done(msg)
+
+    @on(GenerationFailed)
+    def _failed(self, msg: GenerationFailed) -> None:
+        if msg.tag != self.tag:
+            return
+        self.app.notify_error(msg.message, msg.hint)
+        if self.current is not None:
+            self.current.border_subtitle = "failed"
+        self.generation_failed(msg)
+
+    def generation_done(self, msg: GenerationFinished) -> None:
+        pass
+
+    def generation_failed(self, msg: GenerationFailed) -> None:
+        pass
+
+    def action_prev_round(self) -> None:
+        self._step_round(-1)
+
+    def action_next_round(self) -> None:
+        self._step_round(+1)
+
+    def _step_round(self, delta: int) -> None:
+        insp = self.query_one(RoundInspector)
+        if self.current is not None and insp.rounds is not self.current.rounds:
+            insp.set_rounds(self.current.rounds)
+        rnd = insp.step(delta)
+        if self.current is not None:
+            self.current.stream.selected_round = rnd
+
+
+class ChatScreen(GenerationScreen):
+    """A transcript, an input box, the coloured answer stream, statistics and the inspector."""
+
+    BINDINGS = [
+        Binding("ctrl+s", "save", "Save"),
+        Binding("ctrl+o", "open", "Open"),
+        Binding("ctrl+n", "new_chat", "New"),
+        Binding("f6", "retry", "Retry"),
+        Binding("f7", "prev_round", "◀Round"),
+        Binding("f8", "next_round", "Round▶"),
+    ]
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.messages: list[dict] = []  # role, content, and for answers segments/stats/rounds
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="body"):
+            with Vertical(id="main"):
+                yield LoadBar()
+                yield VerticalScroll(id="transcript")
+                yield Legend()
+                yield Input(placeholder="Ask something; Enter sends, Esc stops the answer", id="prompt")
+            yield from side_panel()
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = "chat"
+        self.refresh_stats()
+        self.query_one("#prompt", Input).focus()
+
+    def answer_scroll(self) -> VerticalScroll:
+        return self.query_one("#transcript", VerticalScroll)
+
+    # -- sending ----------------------------------------------------------------------
+    @on(Input.Submitted, "#prompt")
+    def _submit(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        if not text:
+            return
+        if not self.app.can_generate():
+            return
+        event.input.value = ""
+        self.messages.append({"role": "user", "content": text})
+        self.answer_scroll().mount(UserMessage(text, classes="user-msg"))
+        self._ask()
+
+    def _ask(self) -> None:
+        app = self.app
+        self.current = AssistantMessage(classes="assistant-msg")
+        self.answer_scroll().mount(self.current)
+        self.answer_scroll().scroll_end(animate=False)
+        self.query_one(RoundInspector).set_rounds([])
+        self.query_one(StatsPanel).show(LiveStats(), mode=self.mode_label())
+        chat = [{"role": m["role"], "content": m["content"]} for m in self.messages]
+        settings = app.settings
+        drafting = app.effective_drafting(settings.drafting)
+        engine = app.engine
+
+        def make_gen():
+            return engine.generate(engine.chat_tokens(chat), settings.sampling, drafting, settings.generation)
+
+        self.tag = new_tag("chat")
+        app.start_job(self, self.tag, engine, make_gen)
+
+    def generation_done(self, msg: GenerationFinished) -> None:
+        cur = self.current
+        self.messages.append({"role": "assistant", "content": msg.text, "segments": list(cur.stream.pieces),
+                              "stats": msg.stats, "rounds": cur.rounds})
+
+    def generation_failed(self, msg: GenerationFailed) -> None:
+        # keep the question; drop the empty answer so a retry asks again
+        if self.current is not None and not self.current.stream.pieces:
+            self.current.remove()
+            self.current = None
+
+    def action_retry(self) -> None:
+        if not self.app.can_generate():
+            return
+        if self.messages and self.messages[-1]["role"] == "assistant":
+            self.messages.pop()
+            answers = self.query(AssistantMessage)
+            if answers:
+                answers.last().remove()
+        if not self.messages or self.messages[-1]["role"] != "user":
+            self.notify("nothing to retry: ask something first")
+            return
+        self._ask()
+
+    def action_new_chat(self) -> None:
+        if self.app.busy:
+            self.notify("an answer is running; Esc stops it", severity="warning")
+            return
+        self.messages.clear()
+        self.current = None
+        self.answer_scroll().remove_children()
+        self.query_one(RoundInspector).set_rounds([])
+        self.query_one(StatsPanel).show(LiveStats())
+
+    # -- conversations ----------------------------------------------------------------
+    def conversation(self) -> Conversation:
+        msgs = []
+        for m in self.messages:
+            if m["role"] == "assistant":
+                msgs.append(Message(role="assistant", content=m["content"],
+                                    segments=[(t, k) for t, k, _r in m["segments"]],
+                                    stats=m["stats"].as_dict(), rounds=[r.as_dict() for r in m["rounds"]]))
+            else:
+                msgs.append(Message(role=m["role"], content=m["content"]))
+        return Conversation(settings=self.app.settings.model_dump(mode="json"), messages=msgs)
+
+    def action_save(self) -> None:
+        if not self.messages:
+            self.notify("nothing to save yet")
+            return
+        default = f"conversation-{time.strftime('%Y%m%d-%H%M%S')}.json"
+
+        def done(path: str | None) -> None:
+            if path:
+                try:
+                    p = save_conversation(self.conversation(), path)
+                    self.notify(f"saved {p}")
+                except LocalspecError as e:
+                    self.app.notify_error(e.message, e.hint)
+
+        self.app.push_screen(PathPrompt("Save conversation as (.json or .md)", default), done)
+
+    def action_open(self) -> None:
+        if self.app.busy:
+            self.notify("an answer is running; Esc stops it", severity="warning")
+            return
+
+        def done(path: str | None) -> None:
+            if path:
+                try:
+                    self.show_conversation(load_conversation(path))
+                    self.notify(f"opened {path}")
+                except LocalspecError as e:
+                    self.app.notify_error(e.message, e.hint)
+
+        self.app.push_screen(PathPrompt("Open conversation (.json or .md)", ""), done)
+
+    def show_conversation(self, conv: Conversation) -> None:
+        self.action_new_chat()
+        scroll = self.answer_scroll()
+        last = None
+        for m in conv.messages:
+            if m.role == "assistant":
+                rounds = [RoundView.from_dict(r) for r in (m.rounds or [])]
+                segs = m.segments if m.segments is not None else [(m.content, "target")]
+                pieces = [(t, k, -1) for t, k in segs]
+                stats = LiveStats.from_dict(m.stats) if m.stats else LiveStats(final=True)
+                last = AssistantMessage(pieces, stats, rounds, classes="assistant-msg")
+                scroll.mount(last)
+                self.messages.append({"role": "assistant", "content": m.content, "segments": pieces,
+                                      "stats": stats, "rounds": rounds})
+            else:
+                scroll.mount(UserMessage(m.content, classes="user-msg"))
+                self.messages.append({"role": m.role, "content": m.content})
+        self.current = last
+        if last is not None:
+            self.query_one(StatsPanel).show(last.stats)
+            self.query_one(RoundInspector).set_rounds(last.rounds)
+        scroll.scroll_end(animate=False)
+
+
+# -- code edit ----------------------------------------------------------------------------
+EDIT_PROMPT = """Rewrite the file below according to the instruction. Output the whole rewritten file \
+in one fenced code block, and nothing else.
+
+Instruction: {instruction}
+
+File `{name}`:
+```{lang}
+{content}
+```"""
+
+_LANGS = {".py": "python", ".js": "javascript", ".ts": "typescript", ".rs": "rust", ".go": "go", ".c": "c",
+          ".h": "c", ".cpp": "cpp", ".java": "java", ".sh": "bash", ".md": "markdown", ".toml": "toml",
+          ".json": "json", ".yaml": "yaml", ".yml": "yaml", ".rb": "ruby", ".html": "html", ".css": "css"}
+
+
+def edit_prompt(path: Path, content: str, instruction: str) -> str:
+    """The chat message of code-edit mode: the file and the instruction, asking for one code block."""
+    return EDIT_PROMPT.format(instruction=instruction.strip(), name=path.name,
+                              lang=_LANGS.get(path.suffix.lower(), ""), content=content.rstrip("\n"))
+
+
+_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n`]*\n", re.M)
+
+
+def extract_code(answer: str, original: str = "") -> str:
+    """The first fenced code block of ``answer`` (an unclosed one runs to the end);
+    the whole answer when it has no fence. Keeps ``original``'s final newline."""
+    m = _FENCE.search(answer)
+    if m is None:
+        code = answer.strip("\n")
+    else:
+        fence = m.group(1)
+        rest = answer[m.end():]
+        close = re.search(rf"^[ \t]*{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$", rest, re.M)
+        code = rest[: close.start()] if close else rest
+        code = code.rstrip("\n")
+    if original.endswith("\n") or not original:
+        code += "\n"
+    return code
+
+
+def unified_diff(original: str, new: str, name: str) -> str:
+    return "".join(difflib.unified_diff(original.splitlines(keepends=True), new.splitlines(keepends=True),
+                                        fromfile=f"a/{name}", tofile=f"b/{name}"))
+
+
+class DiffView(Static):
+    """A unified diff, coloured by CSS component classes."""
+
+    COMPONENT_CLASSES = {"diff--add", "diff--del", "diff--hunk", "diff--head"}
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.diff = ""
+
+    def set_diff(self, diff: str) -> None:
+        self.diff = diff
+        out = Text()
+        style = {c: self.get_component_rich_style(c, partial=True) for c in self.COMPONENT_CLASSES}
+        if not diff:
+            out.append("no changes")
+        for line in diff.splitlines(keepends=True):
+            if line.startswith(("+++", "---")):
+                out.append(line, style["diff--head"])
+            elif line.startswith("@@"):
+                out.append(line, style["diff--hunk"])
+            elif line.startswith("+"):
+                out.append(line, style["diff--add"])
+            elif line.startswith("-"):
+                out.append(line, style["diff--del"])
+            else:
+                out.append(line)
+        self.update(out)
+
+
+def edited_path(path: Path) -> Path:
+    """``name.edited.py``, or ``name.edited-2.py`` ... when taken."""
+    cand = path.with_name(f"{path.stem}.edited{path.suffix}")
+    n = 2
+    while cand.exists():
+        cand = path.with_name(f"{path.stem}.edited-{n}{path.suffix}")
+        n += 1
+    return cand
+
+
+class EditScreen(GenerationScreen):
+    """Code-edit mode: the model rewrites a file; prompt lookup drafts from the file itself."""
+
+    BINDINGS = [
+        Binding("ctrl+o", "open_file", "Open file"),
+        Binding("ctrl+d", "toggle_diff", "Diff/stream"),
+        Binding("ctrl+s", "save_new", "Save new file"),
+        Binding("ctrl+r", "replace", "Replace original"),
+        Binding("f7", "prev_round", "◀Round"),
+        Binding("f8", "next_round", "Round▶"),
+    ]
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.path: Path | None = None
+        self.original = ""
+        self.result: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="body"):
+            with Vertical(id="main"):
+                yield LoadBar()
+                yield Static("no file open: Ctrl+O opens one", id="edit-file")
+                yield Input(placeholder="Instruction, e.g. 'add type hints'; Enter runs, Esc stops",
+                            id="edit-instruction")
+                with ContentSwitcher(initial="edit-stream-scroll", id="edit-switcher"):
+                    with VerticalScroll(id="edit-stream-scroll"):
+                        yield AssistantMessage(classes="assistant-msg", id="edit-answer")
+                    with VerticalScroll(id="edit-diff-scroll"):
+                        yield DiffView(id="edit-diff")
+                yield Legend()
+            yield from side_panel()
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = "code edit (prompt lookup)"
+        self.current = self.query_one("#edit-answer", AssistantMessage)
+        self.refresh_stats()
+        pending = self.app.pending_edit_file
+        self.app.pending_edit_file = None
+        if pending:
+            self.open_file(pending)
+        else:
+            self.query_one("#edit-instruction", Input).focus()
+
+    def mode_label(self) -> str:
+        d = self.drafting()
+        return f"{d.mode}, draft length {d.draft_max}"
+
+    def drafting(self) -> DraftParams:
+        base = self.app.settings.drafting
+        return base.model_copy(update={"mode": "lookup", "draft_max": max(base.draft_max, 16),
+                                       "draft_min": min(base.draft_min, 16)})
+
+    def answer_scroll(self) -> VerticalScroll:
+        return self.query_one("#edit-stream-scroll", VerticalScroll)
+
+    def open_file(self, path: str) -> bool:
+        try:
+            content = read_text_file(path)
+        except LocalspecError as e:
+            self.app.notify_error(e.message, e.hint)
+            return False
+        self.path = Path(path).expanduser()
+        self.original = content
+        self.result = None
+        n = content.count("\n") + (0 if content.endswith("\n") or not content else 1)
+        self.query_one("#edit-file", Static).update(f"{self.path}  ({n} lines)")
+        self.current.stream.set_pieces([])
+        self.query_one(DiffView).set_diff("")
+        self.query_one("#edit-switcher", ContentSwitcher).current = "edit-stream-scroll"
+        self.query_one("#edit-instruction", Input).focus()
+        return True
+
+    def action_open_file(self) -> None:
+        if self.app.busy:
+            self.notify("an answer is running; Esc stops it", severity="warning")
+            return
+        self.app.push_screen(FilePicker("."), lambda p: p and self.open_file(p))
+
+    @on(Input.Submitted, "#edit-instruction")
+    def _run(self, event: Input.Submitted) -> None:
+        instruction = event.value.strip()
+        if self.path is None:
+            self.notify("open a file first (Ctrl+O)", severity="warning")
+            return
+        if not instruction or not self.app.can_generate():
+            return
+        app = self.app
+        engine = app.engine
+        settings = app.settings
+        drafting = self.drafting()
+        chat = [{"role": "user", "content": edit_prompt(self.path, self.original, instruction)}]
+        self.result = None
+        self.current.stream.set_pieces([])
+        self.current.rounds = []
+        self.current.border_subtitle = ""
+        self.query_one(RoundInspector).set_rounds([])
+        self.query_one(StatsPanel).show(LiveStats(), mode=self.mode_label())
+        self.query_one("#edit-switcher", ContentSwitcher).current = "edit-stream-scroll"
+
+        def make_gen():
+            prompt = engine.chat_tokens(chat)
+            # room for the whole file twice over, within the context window
+            want = max(settings.generation.max_tokens, 2 * len(prompt) + 256)
+            room = max(1, getattr(engine, "n_ctx", 1 << 20) - len(prompt) - 1)
+            gen = settings.generation.model_copy(update={"max_tokens": max(1, min(want, room))})
+            return engine.generate(prompt, settings.sampling, drafting, gen)
+
+        self.tag = new_tag("edit")
+        app.start_job(self, self.tag, engine, make_gen)
+
+    def generation_done(self, msg: GenerationFinished) -> None:
+        self.result = extract_code(msg.text, self.original)
+        diff = unified_diff(self.original, self.result, self.path.name if self.path else "file")
+        self.query_one(DiffView).set_diff(diff)
+        self.query_one("#edit-switcher", ContentSwitcher).current = "edit-diff-scroll"
+        added = sum(1 for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++"))
+        removed = sum(1 for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---"))
+        self.notify(f"diff: +{added} -{removed} lines; Ctrl+S saves a new file, Ctrl+R replaces the original",
+                    timeout=6)
+
+    def action_toggle_diff(self) -> None:
+        sw = self.query_one("#edit-switcher", ContentSwitcher)
+        sw.current = "edit-diff-scroll" if sw.current == "edit-stream-scroll" else "edit-stream-scroll"
+
+    def action_save_new(self) -> None:
+        if self.result is None or self.path is None:
+            self.notify("nothing to save yet: run an instruction first")
+            return
+        try:
+            p = atomic_write_text(edited_path(self.path), self.result)
+            self.notify(f"saved {p}")
+        except LocalspecError as e:
+            self.app.notify_error(e.message, e.hint)
+
+    def action_replace(self) -> None:
+        if self.result is None or self.path is None:
+            self.notify("nothing to save yet: run an instruction first")
+            return
+        path, result = self.path, self.result
+
+        def done(yes: bool | None) -> None:
+            if not yes:
+                return
+            try:
+                backup = replace_with_backup(path, result)
+                self.original = result
+                self.notify(f"replaced {path}; backup kept at {backup}")
+            except LocalspecError as e:
+                self.app.notify_error(e.message, e.hint)
+
+        self.app.push_screen(Confirm(f"Replace {path} with the rewritten file? A backup is kept."), done)
+
+
+# -- race -----------------------------------------------------------------------------------
+class RacePane(Vertical):
+    def __init__(self, title: str, **kw) -> None:
+        super().__init__(**kw)
+        self.title_text = title
+        self.stream = TokenStream()
+        self.stats = LiveStats()
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(classes="race-scroll"):
+            yield self.stream
+        yield Static("", classes="race-line")
+
+    def on_mount(self) -> None:
+        self.border_title = self.title_text
+        self.show_stats(self.stats)
+
+    def reset(self) -> None:
+        self.stream.set_pieces([])
+        self.stats = LiveStats()
+        self.border_subtitle = ""
+        self.show_stats(self.stats)
+
+    def show_stats(self, s: LiveStats, done: bool = False) -> None:
+        self.stats = s
+        rate = s.acceptance_rate
+        line = (f"{s.tokens} tokens  {s.seconds:.2f} s  {fmt_rate(s.tokens / s.seconds if s.seconds else None)} tok/s"
+                f"  accept {fmt_rate(None if rate is None else rate * 100, '%', 0)}")
+        if done:
+            self.border_subtitle = f"finished in {s.seconds:.2f} s"
+        self.query_one(".race-line", Static).update(line)
+        self.query_one(".race-scroll", VerticalScroll).scroll_end(animate=False)
+
+
+class RaceScreen(Screen):
+    """One prompt through target-only and speculative decoding, side by side, live."""
+
+    BINDINGS = [Binding("f5", "app.cycle_mode", "Mode")]
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.tag: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Vertical(id="race-body"):
+            yield LoadBar()
+            yield Input(placeholder="One prompt for both runs; Enter races, Esc stops", id="race-prompt")
+            with Horizontal(id="race-panes"):
+                yield RacePane("target only", id="race-target")
+                yield RacePane("speculative", id="race-spec")
+            yield Static("", id="race-result")
+            yield Legend()
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = "race: target-only vs speculative"
+        self._titles()
+        self.query_one("#race-result", Static).update(
+            "Both runs alternate round by round in one thread; each is timed over its own rounds only.")
+        self.query_one("#race-prompt", Input).focus()
+
+    def on_screen_resume(self) -> None:
+        self._titles()
+
+    def _titles(self) -> None:
+        d = self.app.race_drafting()
+        self.query_one("#race-spec", RacePane).border_title = f"speculative ({d.mode}, draft length {d.draft_max})"
+        self.query_one("#race-target", RacePane).border_title = "target only"
+
+    @on(Input.Submitted, "#race-prompt")
+    def _go(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        if not text or not self.app.can_generate():
+            return
+        self._titles()
+        for pane in self.query(RacePane):
+            pane.reset()
+        self.query_one("#race-result", Static).update("racing…")
+        self.tag = new_tag("race")
+        self.app.start_race(self, self.tag, text)
+
+    @on(TokensEmitted)
+    def _tokens(self, msg: TokensEmitted) -> None:
+        if not msg.tag.startswith(f"{self.tag}:"):
+            return
+        side = msg.tag.split(":", 1)[1]
+        pane = self.query_one(f"#race-{side}", RacePane)
+        pane.stream.add(msg.pieces)
+        if msg.stats is not None:
+            pane.show_stats(msg.stats)
+
+    @on(RaceFinished)
+    def _done(self, msg: RaceFinished) -> None:
+        t, s = msg.results["target"], msg.results["spec"]
+        self.query_one("#race-target", RacePane).show_stats(t, done=True)
+        self.query_one("#race-spec", RacePane).show_stats(s, done=True)
+        sp = race_speedup(t, s)
+        result = self.query_one("#race-result", Static)
+        if sp is None:
+            result.update("no result: a side produced no tokens")
+            return
+        self.app.last_speedup = sp
+        ttps, stps = t.tokens / t.seconds, s.tokens / s.seconds
+        verdict = "faster" if sp >= 1 else "slower"
+        result.update(Text.assemble(
+            ("speedup ", "bold"), (f"{sp:.2f}x", "bold reverse"),
+            f"  speculative {stps:.1f} tok/s vs target-only {ttps:.1f} tok/s "
+            f"({s.tokens} vs {t.tokens} tokens; finished in {s.seconds:.2f} s vs {t.seconds:.2f} s): "
+            f"speculation was {verdict}" + (" (stopped early)" if msg.cancelled else "")))
+
+    @on(GenerationFailed)
+    def _failed(self, msg: GenerationFailed) -> None:
+        if msg.tag == self.tag:
+            self.app.notify_error(msg.message, msg.hint)
+            self.query_one("#race-result", Static).update(f"failed: {msg.message}")

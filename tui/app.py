@@ -59,7 +59,7 @@ class LocalspecApp(App):
         Binding("f1", "switch_mode('chat')", "Chat"),
         Binding("f2", "switch_mode('edit')", "Edit"),
         Binding("f3", "switch_mode('race')", "Race"),
-        Binding("f4", "settings", "Settings"),
+        Binding("f4", "settings", "Set"),
         Binding("f5", "cycle_mode", "Mode"),
     ]
 

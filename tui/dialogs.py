@@ -99,11 +99,11 @@ class SettingsScreen(ModalScreen[Settings | None]):
                     with Horizontal(classes="field-row"):
                         yield Label(label, classes="field-label")
                         if kind == "mode":
-                            yield Select(MODES, value=value, allow_blank=False, id=field_id(path))
+                            yield Select(MODES, value=value, allow_blank=False, id=field_id(path), compact=True)
                         else:
                             text = "" if value is None else str(value)
                             sugg = SuggestFromList(presets, case_sensitive=False) if kind == "model" else None
-                            yield Input(text, id=field_id(path), suggester=sugg)
+                            yield Input(text, id=field_id(path), suggester=sugg, compact=True)
                     yield Static("", id=field_id(path) + "-error", classes="field-error")
             yield Static("", id="settings-error", classes="field-error")
             with Horizontal(classes="dialog-buttons"):
@@ -123,7 +123,6 @@ class SettingsScreen(ModalScreen[Settings | None]):
             msg = errors.get(path, "")
             err = self.query_one("#" + field_id(path) + "-error", Static)
             err.update(msg)
-            err.display = bool(msg)
             self.query_one("#" + field_id(path)).set_class(bool(msg), "invalid")
         general = self.query_one("#settings-error", Static)
         general.update(errors.get("", ""))

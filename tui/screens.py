@@ -101,7 +101,7 @@ class GenerationScreen(Screen):
         panel = self.query_one(StatsPanel)
         sp = self.app.last_speedup
         panel.show(mode=self.mode_label(), speedup=sp,
-                   note="run race mode (F3) to measure" if sp is None else None)
+                   note="n/a (race: F3)" if sp is None else None)
 
     def answer_scroll(self) -> VerticalScroll:
         raise NotImplementedError
@@ -172,8 +172,8 @@ class ChatScreen(GenerationScreen):
         Binding("ctrl+o", "open", "Open"),
         Binding("ctrl+n", "new_chat", "New"),
         Binding("f6", "retry", "Retry"),
-        Binding("f7", "prev_round", "◀Round"),
-        Binding("f8", "next_round", "Round▶"),
+        Binding("f7", "prev_round", "◀Rnd"),
+        Binding("f8", "next_round", "Rnd▶"),
     ]
 
     def __init__(self, **kw) -> None:
@@ -189,7 +189,7 @@ class ChatScreen(GenerationScreen):
                 yield Legend()
                 yield Input(placeholder="Ask something; Enter sends, Esc stops the answer", id="prompt")
             yield from side_panel()
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.sub_title = "chat"
@@ -421,12 +421,12 @@ class EditScreen(GenerationScreen):
     """Code-edit mode: the model rewrites a file; prompt lookup drafts from the file itself."""
 
     BINDINGS = [
-        Binding("ctrl+o", "open_file", "Open file"),
-        Binding("ctrl+d", "toggle_diff", "Diff/stream"),
-        Binding("ctrl+s", "save_new", "Save new file"),
-        Binding("ctrl+r", "replace", "Replace original"),
-        Binding("f7", "prev_round", "◀Round"),
-        Binding("f8", "next_round", "Round▶"),
+        Binding("ctrl+o", "open_file", "Open"),
+        Binding("ctrl+d", "toggle_diff", "Diff"),
+        Binding("ctrl+s", "save_new", "Save new"),
+        Binding("ctrl+r", "replace", "Replace"),
+        Binding("f7", "prev_round", "◀Rnd"),
+        Binding("f8", "next_round", "Rnd▶"),
     ]
 
     def __init__(self, **kw) -> None:
@@ -450,7 +450,7 @@ class EditScreen(GenerationScreen):
                         yield DiffView(id="edit-diff")
                 yield Legend()
             yield from side_panel()
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.sub_title = "code edit (prompt lookup)"
@@ -626,7 +626,7 @@ class RaceScreen(Screen):
                 yield RacePane("speculative", id="race-spec")
             yield Static("", id="race-result")
             yield Legend()
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.sub_title = "race: target-only vs speculative"

@@ -104,7 +104,7 @@ class StatsPanel(Vertical):
         self.stats = LiveStats()
         self.mode = ""
         self.speedup: float | None = None
-        self.speedup_note = "run race mode (F3) to measure"
+        self.speedup_note = "n/a (race: F3)"
 
     def compose(self):
         yield Static(id="stats-table", classes="stats-table")

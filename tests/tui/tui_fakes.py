@@ -16,7 +16,7 @@ from localspec.events import EndReason, GenerationStats, RoundStats, TokenEvent,
 
 REPLY = ("Here is a function that reverses a string:\n\n```python\ndef reverse(s: str) -> str:\n"
          "    return s[::-1]\n```\n\nSlicing with a step of -1 walks the string backwards.")
-ACCEPT_PATTERN = (2, 4, 0, 3, 1, 4)
+ACCEPT_PATTERN = (2, 4, 0, None, 3, 1, 4)  # None: nothing drafted (a target-only round)
 WRONG = ["foo", " bar", " baz", "qux", " spam", " eggs"]
 
 
@@ -81,11 +81,12 @@ class FakeGeneration:
                 if eng.round_delay:
                     eng.started.set()
                     time.sleep(eng.round_delay)
-                if mode == "none":
+                planned = ACCEPT_PATTERN[rnd % len(ACCEPT_PATTERN)]
+                if mode == "none" or planned is None:
                     g, k = 0, 0
                 else:
                     g = min(self.drafting.draft_max, 4, max(limit - pos - 1, 0))
-                    k = min(ACCEPT_PATTERN[rnd % len(ACCEPT_PATTERN)], g)
+                    k = min(planned, g)
                 n_commit = min(k + 1, limit - pos)
                 good = [eng.token_id(w) for w in words[pos:pos + g + 1]]
                 draft = good[:k] + [eng.token_id(WRONG[(rnd + i) % len(WRONG)]) for i in range(g - k)]

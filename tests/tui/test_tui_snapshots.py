@@ -1,0 +1,104 @@
+"""Snapshots at a fixed terminal size, driven by the scripted fake engine (fixed timings)."""
+
+from __future__ import annotations
+
+from tui_fakes import FakeClock, FakeEngine
+from tui_helpers import build
+
+SIZE = (120, 40)
+
+
+async def _idle(pilot):
+    app = pilot.app
+    for _ in range(500):
+        await pilot.pause(0.02)
+        if app.busy is None and app.engine_state != "loading":
+            break
+    await pilot.pause()
+
+
+async def _ask(pilot, text="reverse a string in python"):
+    await _idle(pilot)
+    prompt = pilot.app.screen.query_one("#prompt")
+    prompt.value = text
+    await prompt.action_submit()
+    await _idle(pilot)
+
+
+async def _settle(pilot):
+    pilot.app.clear_notifications()
+    await pilot.pause()
+
+
+def test_chat_stream_stats_legend(snap_compare):
+    """All four token kinds in the stream, the legend, the statistics panel, the inspector."""
+
+    async def run_before(pilot):
+        await _ask(pilot)
+        await _settle(pilot)
+
+    assert snap_compare(build(FakeEngine(FakeClock()), remember=False), run_before=run_before, terminal_size=SIZE)
+
+
+def test_round_inspector_rejection(snap_compare):
+    """Stepping back to a round with a rejection: draft row, target row, verdicts; its tokens highlighted."""
+
+    async def run_before(pilot):
+        await _ask(pilot)
+        for _ in range(4):
+            await pilot.press("f7")
+        await _settle(pilot)
+
+    assert snap_compare(build(FakeEngine(FakeClock()), remember=False), run_before=run_before, terminal_size=SIZE)
+
+
+def test_race_mode(snap_compare):
+    """Target-only and speculative side by side, finish times and the measured speedup."""
+    clock = FakeClock()
+    spec, only = FakeEngine(clock), FakeEngine(clock)
+
+    async def run_before(pilot):
+        await _idle(pilot)
+        prompt = pilot.app.screen.query_one("#race-prompt")
+        prompt.value = "reverse a string in python"
+        await prompt.action_submit()
+        await _idle(pilot)
+        await _settle(pilot)
+
+    app = build(spec, engines=(only,), race=True, remember=False)
+    assert snap_compare(app, run_before=run_before, terminal_size=SIZE)
+
+
+def test_settings_invalid_value(snap_compare):
+    """The settings dialog refusing an invalid draft length in place, with pydantic's reason."""
+
+    async def run_before(pilot):
+        await _idle(pilot)
+        await pilot.press("f4")
+        await pilot.pause()
+        field = pilot.app.screen.query_one("#f-drafting-draft_max")
+        field.value = "100"
+        await pilot.pause()
+        await _settle(pilot)
+
+    assert snap_compare(build(FakeEngine(FakeClock()), remember=False), run_before=run_before, terminal_size=SIZE)
+
+
+def test_code_edit_diff(snap_compare, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    """Code-edit mode after a rewrite: the diff of the extracted code block."""
+    src = tmp_path / "greet.py"
+    src.write_text("def greet(name):\n    print('hello ' + name)\n\n\ngreet('world')\n")
+    reply = ("```python\ndef greet(name: str) -> None:\n    print('hello ' + name)\n\n\ngreet('world')\n```")
+    eng = FakeEngine(FakeClock(), reply=reply)
+
+    async def run_before(pilot):
+        await _idle(pilot)
+        box = pilot.app.screen.query_one("#edit-instruction")
+        box.value = "add type hints"
+        await box.action_submit()
+        await _idle(pilot)
+        await _settle(pilot)
+
+    app = build(eng, edit_file="greet.py", remember=False)
+    assert snap_compare(app, run_before=run_before, terminal_size=SIZE)

@@ -40,7 +40,7 @@ async def test_send_prompt_streams_coloured_text(fake):
         answer = app.screen.query(AssistantMessage).last()
         assert answer.stream.text == REPLY
         kinds = {k for _t, k, _r in answer.stream.pieces}
-        assert kinds == {"accepted", "resampled", "bonus"}
+        assert kinds == {"accepted", "resampled", "bonus", "target"}
         assert fake.calls[-1]["messages"] == [{"role": "user", "content": "reverse a string in python"}]
         # statistics come from the engine's final numbers
         st = answer.stats

@@ -245,6 +245,7 @@ class ModelCosts:
     repeats: int = 0
     measured: bool = True
     created: float = 0.0
+    load: float = -1.0  #: 1-minute load average when measured (-1 unknown)
 
     def t(self, b: int) -> float:
         return verify_cost(self.seconds, b)
@@ -255,12 +256,13 @@ class ModelCosts:
 
     def to_json(self) -> dict:
         return {"key": self.key, "seconds": self.seconds, "repeats": self.repeats,
-                "measured": self.measured, "created": self.created}
+                "measured": self.measured, "created": self.created, "load": self.load}
 
     @classmethod
     def from_json(cls, d: dict) -> "ModelCosts":
         return cls(seconds=[float(x) for x in d["seconds"]], key=d.get("key", {}), repeats=int(d.get("repeats", 0)),
-                   measured=bool(d.get("measured", True)), created=float(d.get("created", 0.0)))
+                   measured=bool(d.get("measured", True)), created=float(d.get("created", 0.0)),
+                   load=float(d.get("load", -1.0)))
 
 
 def _filler_tokens(model, n: int, seed: int = 0) -> list[int]:
@@ -304,8 +306,17 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 3, context: int =
                 model.truncate(base)
     finally:
         model.truncate(n0)
-    return ModelCosts(seconds=[float(np.median(s)) for s in samples], key=model_cost_key(model),
-                      repeats=max(1, repeats), measured=True, created=time.time())
+    # a decode of more tokens never costs less: keep the curve non-decreasing (noise on a shared machine)
+    seconds = np.maximum.accumulate([float(np.median(s)) for s in samples]).tolist()
+    return ModelCosts(seconds=seconds, key=model_cost_key(model), repeats=max(1, repeats), measured=True,
+                      created=time.time(), load=_load1())
+
+
+def _load1() -> float:
+    try:
+        return float(os.getloadavg()[0])
+    except (OSError, AttributeError):  # pragma: no cover - not on every platform
+        return -1.0
 
 
 def load_costs(model, max_batch: int) -> ModelCosts | None:
@@ -361,8 +372,13 @@ def default_curve(t1: float, max_batch: int, ratios: dict[int, float] = DEFAULT_
 class EngineCosts:
     """The costs an engine's adaptive policy uses, shared by its generations.
 
-    ``verify`` starts from the measured target curve and is refined from observed
-    verification times (``observe_verify``); ``draft_token`` likewise from draft rounds.
+    ``verify[b-1]`` is the predicted seconds of a verification pass over b tokens. It
+    starts from the measured curve and follows observed verification times: a batch
+    size observed at least ``min_obs`` times uses its own exponentially weighted
+    average; the others use the measured curve times an exponentially weighted scale
+    (observed / measured over all batch sizes), so a machine that got busier or
+    quieter since calibration moves the whole curve. ``draft_token`` likewise follows
+    the drafting rounds.
     """
 
     verify: list[float]
@@ -371,10 +387,27 @@ class EngineCosts:
     draft: ModelCosts | None
     weight: float = 0.1
     overhead: float = 0.0
+    min_obs: int = 3
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        self._base = list(self.verify)
+        self._own = list(self.verify)
+        self._n = [0] * len(self.verify)
 
     def observe_verify(self, b: int, seconds: float) -> None:
-        if 1 <= b <= len(self.verify) and seconds > 0:
-            self.verify[b - 1] += self.weight * (seconds - self.verify[b - 1])
+        if not (1 <= b <= len(self.verify)) or seconds <= 0:
+            return
+        i = b - 1
+        w = self.weight
+        self.scale += w * (seconds / self._base[i] - self.scale)
+        self._n[i] += 1
+        self._own[i] = seconds if self._n[i] == 1 else self._own[i] + w * (seconds - self._own[i])
+        for j in range(len(self.verify)):
+            self.verify[j] = self._own[j] if self._n[j] >= self.min_obs else self._base[j] * self.scale
+        # a pass over more tokens never costs less
+        for j in range(1, len(self.verify)):
+            self.verify[j] = max(self.verify[j], self.verify[j - 1])
 
     def observe_draft(self, drafted: int, seconds: float) -> None:
         if drafted > 0 and seconds > 0 and self.draft_token is not None:

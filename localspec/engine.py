@@ -169,14 +169,13 @@ class Generation:
                 t_verify = time.perf_counter() - t0
                 new = [*draft.tokens[:k], verdict.token]
                 kinds = [TokenKind.ACCEPTED] * k + [verdict.kind]
-                n_committed_round = 0
+                n_before = len(committed)
                 for tok, kind in zip(new, kinds):
                     if target.is_eog(tok):
                         end = EndReason.EOG
                         break
                     position = len(committed) - n_prompt
                     committed.append(tok)
-                    n_committed_round += 1
                     pending.append(_Pending(tok, kind, round_idx, position))
                     assembler.push(target.token_bytes(tok))
                     if assembler.stop_at is not None:
@@ -190,6 +189,7 @@ class Generation:
                     assembler.truncate_tokens(keep)
                     del committed[n_prompt + keep :]
                     del pending[keep:]
+                n_committed_round = max(len(committed) - n_before, 0)
                 # the target holds every committed token but the newest
                 target.truncate(len(committed) - 1)
                 eng.drafter_rollback(committed)
@@ -208,7 +208,7 @@ class Generation:
                     reason=choice.reason,
                 )
                 self.policy.observe(rs.drafter, rs.drafted, k, t_draft, t_verify)
-                self._account(rs, kinds[:n_committed_round])
+                self._account(rs)
                 self.rounds.append(rs)
                 round_idx += 1
                 if end is not None and end is not EndReason.STOP:
@@ -233,10 +233,13 @@ class Generation:
             target.truncate(n_keep)
             eng.drafter_rollback(committed)
             stats.tokens = len(self.token_ids)
+            stats.kinds = {}
+            for p in pending[: stats.tokens]:
+                stats.kinds[p.kind.value] = stats.kinds.get(p.kind.value, 0) + 1
             stats.end_reason = end
             stats.elapsed_seconds = time.perf_counter() - t_start
 
-    def _account(self, rs: RoundStats, kinds: list[TokenKind]) -> None:
+    def _account(self, rs: RoundStats) -> None:
         s = self.stats
         s.rounds += 1
         s.target_passes += 1
@@ -246,8 +249,6 @@ class Generation:
             s.drafting_rounds += 1
         s.draft_seconds += rs.draft_seconds
         s.verify_seconds += rs.verify_seconds
-        for kd in kinds:
-            s.kinds[kd.value] = s.kinds.get(kd.value, 0) + 1
 
 
 class SpeculativeEngine:

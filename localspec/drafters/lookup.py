@@ -20,14 +20,16 @@ def find_candidate(
     """Find a continuation of ``tokens`` by n-gram lookup in ``tokens`` itself.
 
     The last n tokens, n from ``max_ngram`` down to ``min_ngram``, are searched for in
-    the earlier tokens (prompt and output alike). The first n that matches anywhere is
-    used. Among its matches the continuation is as long as any match allows, capped at
-    ``draft_max``, and the most recent match giving that length wins.
+    the earlier tokens (prompt and output alike); the first n that matches anywhere is
+    used, and its most recent match wins. The proposal copies what followed that match;
+    where the copy reaches the end of ``tokens`` it continues with the period of the
+    match (a repetition such as "ha ha ha" keeps repeating), so it is always
+    ``draft_max`` tokens long.
 
     Args:
         tokens: shape (L,) integer token ids.
         max_ngram, min_ngram: n-gram lengths tried, longest first (1 <= min <= max).
-        draft_max: most tokens returned.
+        draft_max: tokens proposed.
 
     Returns:
         (proposed ids, matched n-gram length); ``([], 0)`` when nothing matches.
@@ -48,10 +50,12 @@ def find_candidate(
         starts = np.flatnonzero(mask)
         if starts.size == 0:
             continue
-        available = L - starts - n  # continuation length of each match, decreasing in s
-        cap = min(draft_max, int(available[0]))
-        s = int(starts[np.flatnonzero(available >= cap)[-1]])
-        return t[s + n : s + n + cap].tolist(), n
+        s = int(starts[-1])
+        period = L - n - s  # >= 1: the match repeats the text every ``period`` tokens
+        copied = t[s + n : s + n + draft_max].tolist()
+        while len(copied) < draft_max:
+            copied.append(copied[len(copied) - period])
+        return copied, n
     return [], 0
 
 

@@ -20,21 +20,21 @@ def test_no_match_gives_empty():
     assert find_candidate([5], 3, 1, 5) == ([], 0)
 
 
-def test_prefers_most_recent_match_with_full_continuation():
+def test_prefers_most_recent_match():
     tokens = [1, 2, 10, 11, 1, 2, 20, 21, 1, 2]
     assert find_candidate(tokens, 2, 1, 2) == ([20, 21], 2)
 
 
-def test_continuation_capped_by_what_exists():
+def test_continuation_repeats_with_the_period_of_the_match():
     tokens = [1, 2, 3, 1, 2]
-    # match at 0 is followed by 3, 1, 2 (draft_max 8 caps to what exists)
-    assert find_candidate(tokens, 2, 2, 8) == ([3, 1, 2], 2)
+    # match at 0, period 3: 3, 1, 2, 3, 1, 2, ...
+    assert find_candidate(tokens, 2, 2, 8) == ([3, 1, 2, 3, 1, 2, 3, 1], 2)
 
 
-def test_repetition_uses_earliest_match_for_longest_draft():
-    tokens = [5] * 10
+def test_repetition_from_most_recent_match():
+    tokens = [9, 9, 9, 7, 7, 7, 7]
     cand, n = find_candidate(tokens, 3, 1, 4)
-    assert cand == [5, 5, 5, 5] and n == 3
+    assert cand == [7, 7, 7, 7] and n == 3
 
 
 def test_draft_max_zero():

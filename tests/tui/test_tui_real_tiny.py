@@ -1,0 +1,79 @@
+"""End to end against the real SmolLM2-135M (drafting for itself): load, stream, stop, retry."""
+
+from __future__ import annotations
+
+import pytest
+
+from localspec.config import DraftParams, GenerationParams, ModelSettings, SamplingParams, Settings
+
+pytestmark = [pytest.mark.tiny, pytest.mark.asyncio]
+
+
+def tiny_settings() -> Settings:
+    m = ModelSettings(model="smollm2-135m", n_ctx=1024, n_batch=256, n_threads=2)
+    return Settings(target=m, draft=m, sampling=SamplingParams(temperature=0.0, seed=7),
+                    drafting=DraftParams(mode="draft", draft_max=4), generation=GenerationParams(max_tokens=40))
+
+
+@pytest.fixture(scope="module")
+def tiny_available():
+    from localspec.errors import LocalspecError
+    from localspec.models import resolve_model
+
+    try:
+        resolve_model("smollm2-135m")
+    except LocalspecError as e:
+        pytest.skip(f"tiny model unavailable: {e.message}")
+
+
+async def idle(pilot, timeout=60.0):
+    app = pilot.app
+    for _ in range(int(timeout / 0.05)):
+        await pilot.pause(0.05)
+        if app.busy is None and app.engine_state != "loading":
+            await pilot.pause()
+            return
+    raise AssertionError(f"still busy: {app.busy}")
+
+
+async def test_real_tiny_model_end_to_end(tiny_available):
+    from localspec.loader import load_engine
+    from tui.app import make_app
+    from tui.screens import AssistantMessage
+
+    settings = tiny_settings()
+    app = make_app(settings, remember=False)
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await idle(pilot)
+            assert app.engine_state == "ready", [n.message for n in app._notifications]
+            box = app.screen.query_one("#prompt")
+            box.value = "Write a Python function that adds two numbers."
+            await box.action_submit()
+            await idle(pilot)
+            first = app.screen.query(AssistantMessage).last()
+            assert first.stats.final and first.stats.tokens > 0
+            assert first.stream.text.strip()
+            kinds = {k for _t, k, _r in first.stream.pieces}
+            assert kinds <= {"accepted", "resampled", "bonus", "target"} and "accepted" in kinds
+            assert 0.0 <= first.stats.acceptance_rate <= 1.0
+            assert first.rounds and first.rounds[0].target_texts
+            # Esc during the answer, then ask again: same answer as a fresh start
+            box.value = "Now explain it in one sentence."
+            await box.action_submit()
+            await pilot.press("escape")
+            await idle(pilot)
+            await pilot.press("f6")
+            await idle(pilot)
+            again = app.screen.query(AssistantMessage).last()
+            history = [{"role": m["role"], "content": m["content"]} for m in app.screen.messages[:-1]]
+            retried = again.stream.text
+    finally:
+        app.close_engines()
+    fresh_engine = load_engine(settings)
+    try:
+        gen = fresh_engine.generate(fresh_engine.chat_tokens(history), settings.sampling, settings.drafting,
+                                    settings.generation).run()
+    finally:
+        fresh_engine.close()
+    assert retried == gen.text

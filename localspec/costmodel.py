@@ -287,6 +287,7 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 3, context: int =
     Raises:
         ContextOverflowError: the model's context cannot hold ``context + max_batch`` tokens.
     """
+    load = _load1()
     n0 = model.n_cached
     base = n0
     if n0 < context:
@@ -309,7 +310,7 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 3, context: int =
     # a decode of more tokens never costs less: keep the curve non-decreasing (noise on a shared machine)
     seconds = np.maximum.accumulate([float(np.median(s)) for s in samples]).tolist()
     return ModelCosts(seconds=seconds, key=model_cost_key(model), repeats=max(1, repeats), measured=True,
-                      created=time.time(), load=_load1())
+                      created=time.time(), load=load)
 
 
 def _load1() -> float:
@@ -394,15 +395,22 @@ class EngineCosts:
         self._base = list(self.verify)
         self._own = list(self.verify)
         self._n = [0] * len(self.verify)
+        self._n_all = 0
+        self._n_draft = 0
+
+    def _w(self, n: int) -> float:
+        # the first observations are averaged (weight 1/n), later ones weighted exponentially:
+        # a calibration taken on a busy machine is corrected within a few rounds
+        return max(self.weight, 1.0 / n)
 
     def observe_verify(self, b: int, seconds: float) -> None:
         if not (1 <= b <= len(self.verify)) or seconds <= 0:
             return
         i = b - 1
-        w = self.weight
-        self.scale += w * (seconds / self._base[i] - self.scale)
+        self._n_all += 1
+        self.scale += self._w(self._n_all + 1) * (seconds / self._base[i] - self.scale)
         self._n[i] += 1
-        self._own[i] = seconds if self._n[i] == 1 else self._own[i] + w * (seconds - self._own[i])
+        self._own[i] += self._w(self._n[i]) * (seconds - self._own[i])
         for j in range(len(self.verify)):
             self.verify[j] = self._own[j] if self._n[j] >= self.min_obs else self._base[j] * self.scale
         # a pass over more tokens never costs less
@@ -411,7 +419,8 @@ class EngineCosts:
 
     def observe_draft(self, drafted: int, seconds: float) -> None:
         if drafted > 0 and seconds > 0 and self.draft_token is not None:
-            self.draft_token += self.weight * (seconds / drafted - self.draft_token)
+            self._n_draft += 1
+            self.draft_token += self._w(self._n_draft) * (seconds / drafted - self.draft_token)
 
     def observe_overhead(self, seconds: float) -> None:
         if seconds >= 0:
@@ -645,6 +654,9 @@ def cli_calibrate(argv: list[str]) -> int:
         print(json.dumps({k: v.to_json() for k, v in out.items()}, indent=1))
         return 0
     tc = out["target"]
+    if tc.load > 0.5 * (os.cpu_count() or 1) and time.time() - tc.created < 120:
+        print(f"warning: load average {tc.load:.2f} on {os.cpu_count()} CPUs while measuring; other processes "
+              "distort these numbers (rerun with --remeasure on an idle machine)", file=sys.stderr)
     src = "measured now" if time.time() - tc.created < 120 else "cached " + time.strftime(
         "%Y-%m-%d %H:%M", time.localtime(tc.created))
     print(format_curve(tc, f"target {settings.target.model} ({src}, {tc.key.get('n_threads')} threads, "

@@ -274,9 +274,13 @@ class LocalspecApp(App):
         return True
 
     def action_stop(self) -> None:
+        """Esc: end the current generation after its current round (both KV caches stay consistent)."""
         self._stop_requested = True
-        for g in list(self.current_gens):
+        gens = list(self.current_gens)
+        for g in gens:
             g.cancel()
+        if gens:
+            self.notify("stopping after the current round…", timeout=2)
 
     def start_job(self, screen, tag: str, engine, make_gen: Callable[[], object]) -> None:
         """Run ``make_gen()`` and stream it to ``screen`` in the engine worker."""

@@ -130,6 +130,8 @@ class SettingsScreen(ModalScreen[Settings | None]):
         return settings
 
     def on_mount(self) -> None:
+        self.query_one("#settings-form").can_focus = False
+        self.query_one("#" + field_id(SETTINGS_FIELDS[0][0])).focus()
         self.validate_form()
 
     @on(Input.Changed)

@@ -537,23 +537,33 @@ class AdaptivePolicy:
 
     # -- learning ---------------------------------------------------------------------
     def see_lookup(self, committed: Sequence[int], proposal: Sequence[int]) -> None:
-        """Score last round's lookup proposal against what was committed since; keep this one.
+        """Score prompt-lookup proposals against the tokens the target committed; free of model passes.
 
-        Called by the engine each round with the committed tokens and the prompt-lookup
-        proposal for the next position (possibly empty).
+        Called by the engine every round with the committed tokens and this round's
+        prompt-lookup proposal (possibly empty). A proposal is kept until the committed
+        tokens that follow it decide its fate (first mismatch, or every proposed token
+        matched), then scored as if it had been drafted: positions before the first
+        mismatch accepted, the mismatch rejected. Proposals made while one is pending
+        fall inside it and are skipped, so each committed token is scored once, as in
+        rounds that draft back to back. Comparing with the committed tokens is the
+        acceptance rule of a point-mass draft (exact in greedy and sampled modes).
         """
         pend = self._pending_lookup
         if pend is not None:
             start, prop = pend
             new = committed[start : start + len(prop)]
-            n = min(len(prop), len(new))
-            if n > 0:
-                accepted = 0
-                while accepted < n and prop[accepted] == new[accepted]:
-                    accepted += 1
-                # a proposal scored only partly (fewer new tokens) counts up to what is known
-                self.lookup_est.update(n if accepted == n else accepted + 1, accepted)
-        self._pending_lookup = (len(committed), tuple(proposal)) if proposal else None
+            k = 0
+            while k < len(new) and prop[k] == new[k]:
+                k += 1
+            if k < len(new):  # first mismatch at k
+                self.lookup_est.update(k + 1, k)
+                pend = None
+            elif len(new) == len(prop):  # every proposed token matched
+                self.lookup_est.update(len(prop), len(prop))
+                pend = None
+        if pend is None and proposal:
+            pend = (len(committed), tuple(proposal))
+        self._pending_lookup = pend
 
     def observe(self, drafter: str, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
         c = self.costs

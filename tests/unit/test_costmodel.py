@@ -235,3 +235,21 @@ def test_measure_restores_cache_and_round_trips(tmp_path, monkeypatch):
     assert load_costs(m, 5) is None  # does not cover b = 5
     m.n_threads = 1  # other settings: another cache entry
     assert load_costs(m, 4) is None
+
+
+def test_see_lookup_scores_deep_positions_without_speculating():
+    # one token committed per round (no speculation): the proposal is scored once its fate is known
+    pol = AdaptivePolicy(_costs(CPU_CURVE), 4, has_draft=False, weight=0.5)
+    committed = [1, 2, 3]
+    pol.see_lookup(committed, [10, 11, 12, 13])
+    for tok, prop in ((10, [99]), (11, [98]), (12, [97])):
+        committed.append(tok)
+        pol.see_lookup(committed, prop)  # still pending: new proposals inside it are skipped
+        assert pol.lookup_est.counts == [0, 0, 0, 0]
+    committed.append(13)
+    pol.see_lookup(committed, [20, 21])  # all four matched -> scored; [20, 21] now pending
+    assert pol.lookup_est.values == pytest.approx([0.75] * 4)
+    committed.extend([20, 5])
+    pol.see_lookup(committed, [])  # mismatch at position 1
+    assert pol.lookup_est.values == pytest.approx([0.875, 0.375, 0.75, 0.75])
+    assert pol.lookup_est.counts == [2, 2, 1, 1]

@@ -585,7 +585,7 @@ def cli_bench(argv: list[str]) -> int:
     p.add_argument("--repeats", type=int, default=3, help="repetitions of each mode (median; default 3)")
     p.add_argument("--max-tokens", type=int, default=128, help="tokens generated per run (default 128)")
     p.add_argument("--draft-lengths", type=_ints, default=[1, 2, 4], help="fixed draft lengths of draft mode")
-    p.add_argument("--lookup-lengths", type=_ints, default=[3, 8], help="fixed draft lengths of our prompt lookup")
+    p.add_argument("--lookup-lengths", type=_ints, default=[2, 4, 8], help="fixed draft lengths of our prompt lookup")
     p.add_argument("--peer-lookup", type=_ints, default=[2, 10],
                    help="num_pred_tokens of llama-cpp-python's LlamaPromptLookupDecoding")
     p.add_argument("--no-peers", action="store_true", help="skip llama-cpp-python's own runs")

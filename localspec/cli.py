@@ -136,8 +136,8 @@ def _read_prompt(ns: argparse.Namespace) -> tuple[str | None, list[dict] | None]
         except (OSError, ValueError) as e:
             raise ConfigError(f"cannot read chat messages from {ns.messages}: {e}",
                               'write a JSON list like [{"role": "user", "content": "..."}]') from e
-        if not (isinstance(messages, list) and all(isinstance(m, dict) and "role" in m and "content" in m
-                                                   for m in messages)):
+        if not (isinstance(messages, list) and all(isinstance(m, dict) and m.get("role") in ("system", "user", "assistant")
+                                                   and isinstance(m.get("content"), str) for m in messages)):
             raise ConfigError(f"{ns.messages} is not a list of {{role, content}} messages",
                               'write a JSON list like [{"role": "user", "content": "..."}]')
         if text:
@@ -145,13 +145,19 @@ def _read_prompt(ns: argparse.Namespace) -> tuple[str | None, list[dict] | None]
         return None, messages
     if text is None:
         raise ConfigError("no prompt given", 'localspec generate "your question" (or - to read stdin)')
+    if not text.strip():
+        raise ConfigError("the prompt is empty", 'localspec generate "your question" (or - to read stdin)')
     if ns.file:
         try:
-            body = Path(ns.file).read_bytes().decode("utf-8")
+            data = Path(ns.file).read_bytes()
+            if b"\x00" in data:
+                raise ConfigError(f"{ns.file} looks like a binary file (it contains NUL bytes)", "pass a text file")
+            body = data.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise ConfigError(f"{ns.file} is not UTF-8 text", "pass a text file") from e
+            raise ConfigError(f"{ns.file} is not UTF-8 text (byte {e.start}: {data[e.start:e.start + 1]!r})",
+                              "pass a text file, or convert it to UTF-8 first") from e
         except OSError as e:
-            raise ConfigError(f"cannot read {ns.file}: {e.strerror}", "check the path") from e
+            raise ConfigError(f"cannot read {ns.file}: {e.strerror or e}", "check the path") from e
         text = f"{text}\n\n```\n{body}\n```"
     if ns.raw:
         return text, None
@@ -176,8 +182,18 @@ def cmd_generate(ns: argparse.Namespace) -> int:
                   + "[/dim]")
     engine = load_engine(settings, progress=None if ns.json else _progress_printer(sys.stderr))
     try:
-        prompt = engine.tokenize(raw) if raw is not None else engine.chat_tokens(messages)
-        gen = engine.generate(prompt, settings.sampling, settings.drafting, settings.generation)
+        if raw is not None:
+            prompt = engine.tokenize(raw)
+            gen = engine.generate(prompt, settings.sampling, settings.drafting, settings.generation)
+        else:
+            # chat: the oldest turns are dropped to fit the context (localspec.chat)
+            from .chat import ChatSession
+
+            session = ChatSession(engine, settings, messages=messages)
+            gen = session.answer().generation
+            if session.last_prompt.dropped and not ns.json:
+                err.print(f"[yellow]note: left out the {session.last_prompt.dropped} oldest messages "
+                          f"to fit the context window of {engine.n_ctx}[/yellow]")
         if not ns.json:
             legend = Text("legend: ")
             for kind, label in LEGEND:

@@ -30,7 +30,14 @@ def token_text_fn(engine) -> Callable[[int], str]:
         return f
     target = getattr(engine, "target", None)
     if target is not None and hasattr(target, "token_bytes"):
-        return lambda t: target.token_bytes(int(t)).decode("utf-8", errors="replace")
+        def text(t: int) -> str:
+            try:  # special tokens (<|im_end|>) as their text, not as nothing
+                raw = target.token_bytes(int(t), special=True)
+            except TypeError:
+                raw = target.token_bytes(int(t))
+            return raw.decode("utf-8", errors="replace")
+
+        return text
     return lambda t: f"#{t}"
 
 

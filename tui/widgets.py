@@ -205,9 +205,9 @@ class RoundInspector(Static):
         head = Text.assemble((f"round {rs.round + 1}/{len(self.rounds)}", "bold"),
                              f"  {rs.drafter}: drafted {rs.drafted}, accepted {rs.accepted}")
         t = Table(box=None, padding=(0, 1), show_edge=False, expand=False)
-        t.add_column("#", justify="right", no_wrap=True)
-        t.add_column("draft", no_wrap=True, max_width=12, overflow="ellipsis")
-        t.add_column("target", no_wrap=True, max_width=12, overflow="ellipsis")
+        t.add_column("#", justify="right", no_wrap=True, min_width=2)
+        t.add_column("draft", no_wrap=True, min_width=6, max_width=12, overflow="ellipsis")
+        t.add_column("target", no_wrap=True, min_width=6, max_width=12, overflow="ellipsis")
         t.add_column("verdict", no_wrap=True)
         n = max(rs.drafted, len(rs.target_tokens))
         for i in range(n):
@@ -221,18 +221,19 @@ class RoundInspector(Static):
                 ttext.stylize(st["accepted"])
             elif i == rs.accepted and tt is not None:
                 if d is None and rs.drafted == 0:
-                    verdict = Text("target only", st["target"])
+                    verdict = Text("= target", st["target"])
                     ttext.stylize(st["target"])
                 elif d is None:
                     verdict = Text("+ bonus", st["bonus"])
                     ttext.stylize(st["bonus"])
                 else:
-                    verdict = Text("✗ rejected → resampled", rej)
+                    verdict = Text("✗ rejected", rej)
                     dtext.stylize(rej)
                     ttext.stylize(st["resampled"])
             else:
                 verdict = Text("discarded", dis)
                 dtext.stylize(dis)
             t.add_row(str(i + 1), dtext, ttext, verdict)
-        foot = Text(f"verify {rs.verify_seconds * 1000:.0f} ms, draft {rs.draft_seconds * 1000:.0f} ms", "dim")
+        foot = Text("target row: the token committed there (resampled at a rejection)\n", "dim")
+        foot += Text(f"verify {rs.verify_seconds * 1000:.0f} ms, draft {rs.draft_seconds * 1000:.0f} ms", "dim")
         self.update(Group(head, t, foot))

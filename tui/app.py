@@ -83,7 +83,8 @@ class LocalspecApp(App):
         self.busy: str | None = None
         self.current_gens: list = []
         self._stop_requested = False
-        self.last_speedup: float | None = None
+        self.last_speedup: float | None = None  # measured by the latest race
+        self.last_speedup_mode = ""
 
     # -- lifecycle ------------------------------------------------------------------------
     def on_mount(self) -> None:

@@ -100,8 +100,8 @@ class GenerationScreen(Screen):
     def refresh_stats(self) -> None:
         panel = self.query_one(StatsPanel)
         sp = self.app.last_speedup
-        panel.show(mode=self.mode_label(), speedup=sp,
-                   note="n/a (race: F3)" if sp is None else None)
+        panel.show(mode=self.mode_label(), speedup=sp, note="n/a (race: F3)" if sp is None
+                   else f"(race, {self.app.last_speedup_mode})")
 
     def answer_scroll(self) -> VerticalScroll:
         raise NotImplementedError
@@ -676,13 +676,16 @@ class RaceScreen(Screen):
             result.update("no result: a side produced no tokens")
             return
         self.app.last_speedup = sp
+        self.app.last_speedup_mode = self.app.race_drafting().mode
         ttps, stps = t.tokens / t.seconds, s.tokens / s.seconds
         verdict = "faster" if sp >= 1 else "slower"
         result.update(Text.assemble(
             ("speedup ", "bold"), (f"{sp:.2f}x", "bold reverse"),
             f"  speculative {stps:.1f} tok/s vs target-only {ttps:.1f} tok/s "
             f"({s.tokens} vs {t.tokens} tokens; finished in {s.seconds:.2f} s vs {t.seconds:.2f} s): "
-            f"speculation was {verdict}" + (" (stopped early)" if msg.cancelled else "")))
+            f"speculation was {verdict}" + (" (stopped early)" if msg.cancelled else ""),
+            ("\nthe speculative side drafted nothing (mode auto judged that speculation does not pay here), "
+             "so both sides decoded target-only: the difference is measurement noise" if s.drafted == 0 else "")))
 
     @on(GenerationFailed)
     def _failed(self, msg: GenerationFailed) -> None:

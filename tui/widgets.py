@@ -143,7 +143,7 @@ class StatsPanel(Vertical):
         dl = "-" if s.draft_len is None else f"{s.draft_len}" + (f" ({s.draft_reason})" if s.draft_reason else "")
         t.add_row("draft length", dl)
         t.add_row("TTFT", fmt_rate(s.time_to_first_token, " s", 2))
-        sp = f"{self.speedup:.2f}x" if self.speedup is not None else self.speedup_note
+        sp = f"{self.speedup:.2f}x {self.speedup_note}" if self.speedup is not None else self.speedup_note
         t.add_row("speedup", sp)
         t.add_row("tokens", f"{s.tokens} in {s.rounds} rounds" + (f", {s.end_reason}" if s.end_reason else ""))
         self.query_one("#stats-table", Static).update(t)

@@ -83,6 +83,7 @@ class LocalspecApp(App):
         self.busy: str | None = None
         self.current_gens: list = []
         self._stop_requested = False
+        self._reload_pending = False
         self.last_speedup: float | None = None  # measured by the latest race
         self.last_speedup_mode = ""
 
@@ -208,11 +209,13 @@ class LocalspecApp(App):
         self.busy = None
         self.engine_state = "ready"
         self.notify(f"loaded {msg.description}", timeout=3)
+        self._maybe_reload()
 
     def on_load_failed(self, msg: LoadFailed) -> None:
         self.busy = None
         self.engine_state = "failed"
         self.notify_error(msg.message, msg.hint or "change the models in Settings (F4)")
+        self._maybe_reload()
 
     # -- settings ---------------------------------------------------------------------------
     def action_settings(self) -> None:
@@ -250,7 +253,11 @@ class LocalspecApp(App):
         needs_draft = (new.drafting.mode in ("draft", "auto") and self.engine is not None
                        and getattr(self.engine, "drafter", None) is None)
         if models_changed or needs_draft or self.engine_state == "failed":
-            self.load()
+            if self.busy:
+                self._reload_pending = True
+                self.notify("the models reload when the current work ends", timeout=4)
+            else:
+                self.load()
 
     def effective_drafting(self, drafting: DraftParams) -> DraftParams:
         if drafting.mode == "auto" and not costmodel_available():
@@ -318,6 +325,13 @@ class LocalspecApp(App):
     def _job_done(self, tag: str) -> None:
         if self.busy == tag:
             self.busy = None
+            self._maybe_reload()
+
+    def _maybe_reload(self) -> None:
+        """Settings changed the models while the engine was busy: load them now."""
+        if self._reload_pending and not self.busy:
+            self._reload_pending = False
+            self.load()
 
     def start_race(self, screen, tag: str, prompt_text: str) -> None:
         self.busy = tag

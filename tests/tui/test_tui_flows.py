@@ -263,3 +263,26 @@ async def test_command_palette_lists_actions(fake):
         for want in ("Race mode", "Code-edit mode", "Settings", "Save conversation", "Open conversation",
                      "Stop the answer"):
             assert want in titles
+
+
+async def test_model_change_during_answer_reloads_after_it(clock):
+    import asyncio
+
+    first = FakeEngine(clock, reply="word " * 200, round_delay=0.01)
+    second = FakeEngine(clock)
+    app = build(first, engines=(second,), remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await idle(pilot)
+        box = app.screen.query_one("#prompt")
+        box.value = "talk"
+        await box.action_submit()
+        await asyncio.to_thread(first.started.wait, 5)
+        new = app.settings.model_copy(update={"target": app.settings.target.model_copy(update={"model": "other"})})
+        app.apply_settings(new)
+        assert app.engine is first and not first.closed  # never swapped under a running answer
+        await idle(pilot)
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if app.engine is second:
+                break
+        assert first.closed and app.engine is second

@@ -150,8 +150,11 @@ class LlamaModel:
             self._model = None
             raise BackendError(f"could not create a llama.cpp context for {self.path} (n_ctx={n_ctx})",
                                "lower n_ctx or n_batch")
-        self.n_ctx = int(lc.llama_n_ctx(self._ctx))
-        self.n_batch = n_batch
+        # llama.cpp pads n_ctx up (to a multiple of 256) but clamps n_batch/n_ubatch to the
+        # n_ctx asked for; a decode call longer than its n_batch aborts the process
+        # (GGML_ASSERT), so keep to the smaller of what was asked and what it set.
+        self.n_ctx = min(n_ctx, int(lc.llama_n_ctx(self._ctx)))
+        self.n_batch = max(1, min(n_batch, int(lc.llama_n_batch(self._ctx)), int(lc.llama_n_ubatch(self._ctx))))
         self.n_threads = threads
         self.n_gpu_layers = n_gpu_layers
         self._mem = lc.llama_get_memory(self._ctx)

@@ -25,6 +25,22 @@ log = logging.getLogger(__name__)
 
 ReportFn = Callable[[str], None]
 
+#: problems found by :func:`load_settings` calls without a ``report`` callback, kept for
+#: the TUI to show as notifications once it is up (see :func:`take_reports`)
+_pending_reports: list[str] = []
+
+
+def _default_report(message: str) -> None:
+    log.warning("%s", message)
+    _pending_reports.append(message)
+
+
+def take_reports() -> list[str]:
+    """Return and forget the problems reported by earlier :func:`load_settings` calls."""
+    out = list(_pending_reports)
+    _pending_reports.clear()
+    return out
+
 
 def config_path() -> Path:
     """Where the user's settings live (the file may not exist)."""
@@ -52,7 +68,7 @@ def _set_aside(path: Path, why: str, report: ReportFn) -> None:
 
 def load_settings(path: str | os.PathLike | None = None, report: ReportFn | None = None) -> Settings:
     """Read the user's settings; defaults when the file is missing or corrupt (never raises)."""
-    report = report or log.warning
+    report = report or _default_report
     p = Path(path).expanduser() if path is not None else config_path()
     try:
         raw = p.read_text(encoding="utf-8")

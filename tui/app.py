@@ -89,6 +89,10 @@ class LocalspecApp(App):
 
     # -- lifecycle ------------------------------------------------------------------------
     def on_mount(self) -> None:
+        from localspec.userconfig import take_reports
+
+        for problem in take_reports():  # e.g. a corrupt settings file set aside by the CLI
+            self.notify(problem, title="settings", severity="warning", timeout=10)
         if self.settings.drafting.mode == "auto" and not costmodel_available():
             self.settings = self._auto_fallback(self.settings)
         if self.start_race_mode:

@@ -117,12 +117,16 @@ class Generation:
         released = 0  # chars of assembler.text already yielded
         n_ctx = eng.n_ctx
         end: EndReason | None = None
+        completed = False  # set when the loop ran to its end (not stopped by the consumer or an error)
         round_idx = 0
 
-        def release(upto: int, final: bool) -> list[TokenEvent]:
-            """Events for pending tokens whose text ends by ``upto`` (all of them if final)."""
+        def release(upto: int, final: bool) -> Iterator[TokenEvent]:
+            """Events for pending tokens whose text ends by ``upto`` (all of them if final).
+
+            Counts a token as released only as it is yielded, so a consumer that stops in
+            the middle of a round keeps exactly the tokens it was given.
+            """
             nonlocal released, n_released
-            out = []
             ends = assembler.token_ends
             while n_released < len(pending):
                 p = pending[n_released]
@@ -132,11 +136,10 @@ class Generation:
                 piece_end = min(tok_end, upto)
                 piece = assembler.text[released:piece_end] if piece_end > released else ""
                 released = max(released, piece_end)
-                out.append(TokenEvent(p.token, piece, p.kind, p.round, p.position))
                 n_released += 1
-            if stats.time_to_first_token is None and out:
-                stats.time_to_first_token = time.perf_counter() - t_start
-            return out
+                if stats.time_to_first_token is None:
+                    stats.time_to_first_token = time.perf_counter() - t_start
+                yield TokenEvent(p.token, piece, p.kind, p.round, p.position)
 
         try:
             # prefill: the target caches every prompt token but the last
@@ -218,8 +221,9 @@ class Generation:
             if end is EndReason.CONTEXT:
                 assembler.finish()
                 yield from release(assembler.safe_end(), True)
+            completed = True
         finally:
-            if end is None:
+            if end is None or (not completed and n_released < len(pending)):
                 # the consumer stopped early (or an error): keep only the tokens it was given
                 end = EndReason.CANCELLED
                 del committed[n_prompt + n_released :]

@@ -18,8 +18,8 @@ def tiny_path():
 @pytest.fixture(scope="module")
 def tiny_engine(tiny_path):
     """SmolLM2 drafting for itself, small context so overflow is cheap to reach."""
-    target = LlamaModel(tiny_path, n_ctx=512, n_batch=128)
-    draft = LlamaModel(tiny_path, n_ctx=512, n_batch=128)
+    target = LlamaModel(tiny_path, n_ctx=512, n_batch=128, n_threads=1)
+    draft = LlamaModel(tiny_path, n_ctx=512, n_batch=128, n_threads=1)
     engine = SpeculativeEngine(target, draft)
     yield engine
     engine.close()

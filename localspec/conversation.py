@@ -24,13 +24,13 @@ FORMAT_VERSION = 1
 
 
 class Message(BaseModel):
-    """One turn. ``segments`` are (text, token kind) pairs whose texts join to ``content``."""
+    """One turn. ``segments`` are (text, token kind[, round]) whose texts join to ``content``."""
 
     model_config = ConfigDict(extra="forbid")
 
     role: Literal["system", "user", "assistant"]
     content: str
-    segments: list[tuple[str, str]] | None = None
+    segments: list[tuple[str, str, int] | tuple[str, str]] | None = None
     stats: dict | None = None
     rounds: list[dict] | None = None
 

@@ -89,7 +89,8 @@ class GenerationScreen(Screen):
     """What chat and code-edit share: the stats panel, the inspector and the streaming handlers."""
 
     tag: str | None = None
-    current: AssistantMessage | None = None
+    current: AssistantMessage | None = None  #: the answer being streamed (or the latest)
+    inspected: AssistantMessage | None = None  #: the answer whose rounds the inspector shows
 
     def mode_label(self) -> str:
         return self.app.mode_label()
@@ -115,7 +116,8 @@ class GenerationScreen(Screen):
         if msg.stats is not None:
             self.current.stats = msg.stats
             self.query_one(StatsPanel).show(msg.stats)
-        self.query_one(RoundInspector).set_rounds(self.current.rounds)
+        if self.inspected in (None, self.current):
+            self.query_one(RoundInspector).set_rounds(self.current.rounds)
         self.answer_scroll().scroll_end(animate=False)
 
     @on(GenerationFinished)
@@ -127,7 +129,8 @@ class GenerationScreen(Screen):
         cur.rounds = list(msg.rounds)
         cur.finished = True
         self.query_one(StatsPanel).show(msg.stats)
-        self.query_one(RoundInspector).set_rounds(cur.rounds)
+        if self.inspected in (None, cur):
+            self.query_one(RoundInspector).set_rounds(cur.rounds)
         if msg.stats.end_reason == "cancelled":
             cur.border_subtitle = "stopped"
             self.notify("stopped; the KV caches are consistent", timeout=3)
@@ -149,6 +152,21 @@ class GenerationScreen(Screen):
     def generation_failed(self, msg: GenerationFailed) -> None:
         pass
 
+    @on(TokenStream.RoundClicked)
+    def _round_clicked(self, msg: TokenStream.RoundClicked) -> None:
+        """A click on a token opens its round in the inspector."""
+        answer = msg.stream.parent
+        if not isinstance(answer, AssistantMessage):
+            return
+        for other in self.query(AssistantMessage):
+            if other is not answer:
+                other.stream.selected_round = None
+        self.inspected = answer
+        insp = self.query_one(RoundInspector)
+        insp.set_rounds(answer.rounds)
+        if insp.show_round(msg.round):
+            answer.stream.selected_round = msg.round
+
     def action_prev_round(self) -> None:
         self._step_round(-1)
 
@@ -156,12 +174,14 @@ class GenerationScreen(Screen):
         self._step_round(+1)
 
     def _step_round(self, delta: int) -> None:
+        answer = self.inspected or self.current
+        if answer is None:
+            return
         insp = self.query_one(RoundInspector)
-        if self.current is not None and insp.rounds is not self.current.rounds:
-            insp.set_rounds(self.current.rounds)
+        if insp.rounds != answer.rounds:
+            insp.set_rounds(answer.rounds)
         rnd = insp.step(delta)
-        if self.current is not None:
-            self.current.stream.selected_round = rnd
+        answer.stream.selected_round = rnd
 
 
 class ChatScreen(GenerationScreen):
@@ -214,6 +234,9 @@ class ChatScreen(GenerationScreen):
 
     def _ask(self) -> None:
         app = self.app
+        if self.inspected is not None:
+            self.inspected.stream.selected_round = None
+        self.inspected = None
         self.current = AssistantMessage(classes="assistant-msg")
         self.answer_scroll().mount(self.current)
         self.answer_scroll().scroll_end(animate=False)
@@ -259,7 +282,7 @@ class ChatScreen(GenerationScreen):
             self.notify("an answer is running; Esc stops it", severity="warning")
             return
         self.messages.clear()
-        self.current = None
+        self.current = self.inspected = None
         self.answer_scroll().remove_children()
         self.query_one(RoundInspector).set_rounds([])
         self.query_one(StatsPanel).show(LiveStats())
@@ -270,7 +293,7 @@ class ChatScreen(GenerationScreen):
         for m in self.messages:
             if m["role"] == "assistant":
                 msgs.append(Message(role="assistant", content=m["content"],
-                                    segments=[(t, k) for t, k, _r in m["segments"]],
+                                    segments=[(t, k, r) for t, k, r in m["segments"]],
                                     stats=m["stats"].as_dict(), rounds=[r.as_dict() for r in m["rounds"]]))
             else:
                 msgs.append(Message(role=m["role"], content=m["content"]))
@@ -315,7 +338,7 @@ class ChatScreen(GenerationScreen):
             if m.role == "assistant":
                 rounds = [RoundView.from_dict(r) for r in (m.rounds or [])]
                 segs = m.segments if m.segments is not None else [(m.content, "target")]
-                pieces = [(t, k, -1) for t, k in segs]
+                pieces = [(seg[0], seg[1], seg[2] if len(seg) > 2 else -1) for seg in segs]
                 stats = LiveStats.from_dict(m.stats) if m.stats else LiveStats(final=True)
                 last = AssistantMessage(pieces, stats, rounds, classes="assistant-msg")
                 scroll.mount(last)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from rich.console import Group
 from rich.table import Table
+from rich.style import Style
 from rich.text import Text
+from textual.message import Message
 from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.widget import Widget
@@ -55,12 +57,13 @@ class TokenStream(Widget):
         styles = {k: self.get_component_rich_style(f"tok--{k}", partial=True) for k in KINDS}
         sel = self.get_component_rich_style("tok--selected", partial=True)
         out = Text(no_wrap=False, overflow="fold")
-        # merge runs of the same style so long answers stay cheap to render
+        # merge runs of one kind within one round, so long answers stay cheap to render;
+        # each run carries a click action that opens its round in the inspector
         run, run_key = [], None
         for text, kind, rnd in self.pieces:
             if not text:
                 continue
-            key = (kind, rnd == self.selected_round)
+            key = (kind, rnd)
             if key != run_key and run:
                 out.append("".join(run), self._style(run_key, styles, sel))
                 run = []
@@ -70,11 +73,31 @@ class TokenStream(Widget):
             out.append("".join(run), self._style(run_key, styles, sel))
         return out
 
-    @staticmethod
-    def _style(key, styles, sel):
-        kind, selected = key
+    def _style(self, key, styles, sel) -> Style:
+        kind, rnd = key
         st = styles.get(kind, styles["target"])
-        return st + sel if selected else st
+        if rnd == self.selected_round:
+            st = st + sel
+        if rnd is not None and rnd >= 0:
+            st = st + Style(meta={"@click": f"select_round({rnd})"})
+        return st
+
+    @property
+    def link_style(self) -> Style:
+        return Style()  # token colours stay as the CSS says; clicking is an extra
+
+    @property
+    def link_style_hover(self) -> Style:
+        return Style(underline=True)
+
+    class RoundClicked(Message):
+        def __init__(self, stream: "TokenStream", round: int) -> None:
+            super().__init__()
+            self.stream = stream
+            self.round = round
+
+    def action_select_round(self, rnd: int) -> None:
+        self.post_message(self.RoundClicked(self, rnd))
 
     def watch_selected_round(self, _old, _new) -> None:
         self.refresh()
@@ -183,6 +206,14 @@ class RoundInspector(Static):
             index = len(self.rounds) - 1 if self.rounds else None
         self.index = index
         self._redraw()
+
+    def show_round(self, rnd: int) -> bool:
+        for i, rs in enumerate(self.rounds):
+            if rs.round == rnd:
+                self.index = i
+                self._redraw()
+                return True
+        return False
 
     def step(self, delta: int) -> int | None:
         if not self.rounds:

@@ -95,3 +95,23 @@ async def test_escape_stops_generation_cleanly(clock):
         slow.round_delay = 0
         await ask(pilot, app, "again")
         assert app.screen.query(AssistantMessage).last().stats.end_reason == "eog"
+
+
+async def test_click_token_opens_its_round_and_keys_step(fake):
+    app = build(fake, remember=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_idle(pilot, app)
+        await ask(pilot, app, "reverse a string")
+        from tui.screens import AssistantMessage
+        from tui.widgets import RoundInspector, TokenStream
+
+        ans = app.screen.query(AssistantMessage).last()
+        insp = app.screen.query_one(RoundInspector)
+        assert insp.index == len(ans.rounds) - 1  # follows the latest round
+        await pilot.click(TokenStream, offset=(1, 0))  # the first token: round 0
+        await pilot.pause()
+        assert insp.index == 0 and ans.stream.selected_round == 0
+        await pilot.press("f8")
+        assert insp.index == 1 and ans.stream.selected_round == 1
+        await pilot.press("f7", "f7")
+        assert insp.index == 0

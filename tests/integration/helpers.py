@@ -23,10 +23,11 @@ PROMPTS = [
 ]
 
 
-def run(engine, prompt, mode, max_tokens, draft_max=6, temperature=0.0, seed=0, stop=(), drafter=None,
+def run(engine, prompt, mode, max_tokens, draft_max=6, temperature=0.0, seed=0, stop=(), sampling=None,
         check_invariant=True):
     """Generate; after every round assert the cache invariant. Returns (Generation, events)."""
-    gen = engine.generate(prompt, SamplingParams(temperature=temperature, seed=seed),
+    sampling = sampling or SamplingParams(temperature=temperature, seed=seed)
+    gen = engine.generate(prompt, sampling,
                           DraftParams(mode=mode, draft_max=draft_max),
                           GenerationParams(max_tokens=max_tokens, stop=tuple(stop)))
     events = []

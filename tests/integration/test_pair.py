@@ -115,7 +115,9 @@ def test_sampled_first_token_follows_target_c6(pair_engine):
     counts = {int(k): 0 for k in support}
     N = 240
     for seed in range(N):
-        gen, _ = run(pair_engine, prompt, "draft", 2, draft_max=1, temperature=1.0, seed=seed, check_invariant=False)
+        sampling = params.model_copy(update={"seed": seed})
+        gen, _ = run(pair_engine, prompt, "draft", 2, draft_max=1, sampling=sampling, check_invariant=False)
+        assert gen.rounds[0].drafted == 1
         first = gen.token_ids[0]
         assert first in counts, "sampled a token outside the target's top-k"
         counts[first] += 1

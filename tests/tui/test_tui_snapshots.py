@@ -102,3 +102,14 @@ def test_code_edit_diff(snap_compare, tmp_path, monkeypatch):
 
     app = build(eng, edit_file="greet.py", remember=False)
     assert snap_compare(app, run_before=run_before, terminal_size=SIZE)
+
+
+def test_chat_stream_light_theme(snap_compare):
+    """The token colours on a light theme (they are theme-relative CSS, not fixed colours)."""
+
+    async def run_before(pilot):
+        pilot.app.theme = "textual-light"
+        await _ask(pilot)
+        await _settle(pilot)
+
+    assert snap_compare(build(FakeEngine(FakeClock()), remember=False), run_before=run_before, terminal_size=SIZE)

@@ -23,8 +23,8 @@ from localspec.errors import LocalspecError
 
 from .dialogs import SettingsScreen
 from .driver import RaceSide, drive, race
-from .messages import (EngineReady, GenerationFailed, GenerationFinished, LoadFailed, LoadProgress, LoadStage,
-                       RaceFinished, TokensEmitted)
+from .messages import (EngineReady, GenerationFailed, GenerationFinished, JobDone, LoadFailed, LoadProgress,
+                       LoadStage, RaceFinished, TokensEmitted)
 from .screens import ChatScreen, EditScreen, RaceScreen
 
 #: engine_factory(settings, progress, stage) -> engine (default: localspec.loader.load_engine)
@@ -324,7 +324,10 @@ class LocalspecApp(App):
         finally:
             if gen in self.current_gens:
                 self.current_gens.remove(gen)
-            self.call_from_thread(self._job_done, tag)
+            self.post_message(JobDone(tag))
+
+    def on_job_done(self, msg: JobDone) -> None:
+        self._job_done(msg.tag)
 
     def _job_done(self, tag: str) -> None:
         if self.busy == tag:
@@ -380,7 +383,7 @@ class LocalspecApp(App):
                                                          "this looks like a bug in localspec; please report it"))
         finally:
             self.current_gens.clear()
-            self.call_from_thread(self._job_done, tag)
+            self.post_message(JobDone(tag))
 
 
 def make_app(settings: Settings | None = None, engine_factory: EngineFactory | None = None, *,

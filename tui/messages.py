@@ -63,6 +63,13 @@ class GenerationFailed(Message):
     hint: str = ""
 
 
+@dataclass
+class JobDone(Message):
+    """A worker left the engine (posted to the app, never blocking the worker)."""
+
+    tag: str
+
+
 # -- race -----------------------------------------------------------------------------
 @dataclass
 class RaceFinished(Message):

@@ -242,6 +242,62 @@ class _DecodeTimer:
             pass
 
 
+class CpuMeter:
+    """CPU time used by *other* processes (Linux ``/proc``): the machine's busy time minus ours.
+
+    ``other_fraction()`` is the share of all CPUs other processes used since the last
+    ``start()``; None where ``/proc`` is not available.
+    """
+
+    def __init__(self) -> None:
+        self._t0 = self._state()
+
+    @staticmethod
+    def _state():
+        try:
+            with open("/proc/stat") as f:
+                parts = f.readline().split()[1:]
+            vals = [int(x) for x in parts[:8]]
+            busy = sum(vals) - vals[3] - vals[4]  # minus idle and iowait
+            with open("/proc/self/stat") as f:
+                st = f.read().rsplit(")", 1)[1].split()
+            mine = int(st[11]) + int(st[12])  # utime + stime of every thread, clock ticks
+            return busy, mine, time.monotonic()
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def start(self) -> None:
+        self._t0 = self._state()
+
+    def other_fraction(self) -> float | None:
+        t1 = self._state()
+        if t1 is None or self._t0 is None:
+            return None
+        busy, mine, wall = (a - b for a, b in zip(t1, self._t0))
+        hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        total = wall * hz * (os.cpu_count() or 1)
+        return max(0.0, (busy - mine) / total) if total > 0 else None
+
+
+def wait_for_idle(max_seconds: float, threshold: float = 0.1, log: Callable[[str], None] = print) -> bool:
+    """Wait until other processes use under ``threshold`` of the CPUs over 3 s; False on timeout."""
+    meter = CpuMeter()
+    deadline = time.monotonic() + max_seconds
+    said = False
+    while True:
+        meter.start()
+        time.sleep(3.0)
+        f = meter.other_fraction()
+        if f is None or f < threshold:
+            return True
+        if time.monotonic() >= deadline:
+            log(f"  machine still busy ({f:.0%} of the CPUs used by other processes); going on")
+            return False
+        if not said:
+            log(f"  waiting for other processes to finish ({f:.0%} of the CPUs busy)...")
+            said = True
+
+
 def _predicted(rounds: Sequence[tuple[int, int]], accept: Sequence[float], verify: Sequence[float],
                draft_token: float) -> float | None:
     """Speedup the cost model predicts for these rounds: sum E[tokens] / sum T, over 1 / T(1)."""
@@ -268,8 +324,15 @@ def _top2_gap(target, seq: Sequence[int]) -> float | None:
 
 def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: int, max_tokens: int,
               target_path: Path, n_ctx: int, n_threads: int, n_gpu_layers: int = 0,
+              wait_idle: float = 0.0, busy_threshold: float = 0.15, max_retries: int = 2,
               log: Callable[[str], None] = print) -> dict:
-    """Run every (task, mode) ``repeats`` times side by side; return the JSON-able result."""
+    """Run every (task, mode) ``repeats`` times side by side; return the JSON-able result.
+
+    With ``wait_idle`` > 0, each repetition waits (up to that many seconds) for other
+    processes to leave the CPUs, and a repetition during which other processes used more
+    than ``busy_threshold`` of the CPUs is run again (at most ``max_retries`` times); the
+    share of the CPUs others used is kept with every repetition either way.
+    """
     from .backend import close_llama_cpp_peers, run_llama_cpp_peer
 
     sampling = SamplingParams(temperature=0.0)
@@ -280,6 +343,7 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
     draft_token = ec.draft_token or 0.0
     runs: list[Run] = []
     mismatches: list[dict] = []
+    busy_reps: list[dict] = []
     draft_max_auto = 8
 
     def ours(task_tokens, mode: Mode, n: int) -> tuple[list[int], float, object]:
@@ -293,6 +357,36 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
         g = engine.generate(task_tokens, sampling, dp, GenerationParams(max_tokens=n)).run()
         return g.token_ids, time.perf_counter() - t0, g
 
+    def one_run(task: Task, tokens: list[int], m: Mode, rep: int) -> Run:
+        if not m.ours:
+            ids, _text, secs = run_llama_cpp_peer(
+                target_path, tokens, max_tokens, n_ctx=n_ctx, n_threads=n_threads,
+                lookup_num_pred_tokens=m.g if m.family == "peer-lookup" else None, n_gpu_layers=n_gpu_layers)
+            return Run(task.name, m.name, rep, len(ids), secs, list(ids))
+        timers = [_DecodeTimer(engine.target)]
+        if engine.draft_model is not None and engine.draft_model is not engine.target:
+            timers.append(_DecodeTimer(engine.draft_model))
+        try:
+            ids, secs, g = ours(tokens, m, max_tokens)
+        finally:
+            for tm in timers:
+                tm.close()
+        rounds = [(r.drafted, r.accepted) for r in g.rounds]
+        drafters: dict[str, int] = {}
+        reasons: dict[str, int] = {}
+        for r in g.rounds:
+            drafters[r.drafter] = drafters.get(r.drafter, 0) + 1
+            key = r.reason.split(":")[0] if r.reason else ""
+            reasons[key] = reasons.get(key, 0) + 1
+        dec = sum(tm.seconds for tm in timers)
+        run = Run(task.name, m.name, rep, len(ids), secs, list(ids), g.stats.as_dict(), rounds, drafters, reasons,
+                  dec, (secs - dec) / max(g.stats.rounds, 1))
+        gm = max([d for d, _ in rounds] + [1])
+        acc = [a if a is not None else 0.0 for a in acceptance_by_position(rounds, gm)]
+        run.predicted = _predicted(rounds, acc, verify, draft_token if m.family == "draft" else 0.0)
+        return run
+
+    meter = CpuMeter()
     try:
         for task in tasks:
             tokens = engine.chat_tokens(task.messages)
@@ -306,39 +400,17 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
                                        n_gpu_layers=n_gpu_layers)
             for rep in range(repeats):
                 order = list(modes) if rep % 2 == 0 else list(reversed(modes))
-                rep_runs: dict[str, Run] = {}
-                for m in order:
-                    if m.ours:
-                        timers = [_DecodeTimer(engine.target)]
-                        if engine.draft_model is not None and engine.draft_model is not engine.target:
-                            timers.append(_DecodeTimer(engine.draft_model))
-                        try:
-                            ids, secs, g = ours(tokens, m, max_tokens)
-                        finally:
-                            for tm in timers:
-                                tm.close()
-                        rounds = [(r.drafted, r.accepted) for r in g.rounds]
-                        drafters: dict[str, int] = {}
-                        reasons: dict[str, int] = {}
-                        for r in g.rounds:
-                            drafters[r.drafter] = drafters.get(r.drafter, 0) + 1
-                            key = r.reason.split(":")[0] if r.reason else ""
-                            reasons[key] = reasons.get(key, 0) + 1
-                        dec = sum(tm.seconds for tm in timers)
-                        run = Run(task.name, m.name, rep, len(ids), secs, list(ids), g.stats.as_dict(), rounds,
-                                  drafters, reasons, dec,
-                                  (secs - dec) / max(g.stats.rounds, 1))
-                        gm = max([d for d, _ in rounds] + [1])
-                        acc = [a if a is not None else 0.0 for a in acceptance_by_position(rounds, gm)]
-                        run.predicted = _predicted(rounds, acc, verify, draft_token if m.family == "draft" else 0.0)
-                    else:
-                        ids, _text, secs = run_llama_cpp_peer(
-                            target_path, tokens, max_tokens, n_ctx=n_ctx, n_threads=n_threads,
-                            lookup_num_pred_tokens=m.g if m.family == "peer-lookup" else None,
-                            n_gpu_layers=n_gpu_layers)
-                        run = Run(task.name, m.name, rep, len(ids), secs, list(ids))
-                    rep_runs[m.name] = run
-                    runs.append(run)
+                for attempt in range(max_retries + 1):
+                    if wait_idle > 0:
+                        wait_for_idle(wait_idle, log=log)
+                    meter.start()
+                    rep_runs = {m.name: one_run(task, tokens, m, rep) for m in order}
+                    busy = meter.other_fraction()
+                    if wait_idle <= 0 or busy is None or busy < busy_threshold or attempt == max_retries:
+                        break
+                    log(f"  repeat {rep + 1}: other processes used {busy:.0%} of the CPUs; running it again")
+                busy_reps.append({"task": task.name, "repeat": rep, "other_cpu": busy, "attempts": attempt + 1})
+                runs.extend(rep_runs[m.name] for m in order)
                 base = rep_runs["target"]
                 for m in modes:
                     r = rep_runs[m.name]
@@ -350,10 +422,13 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
                                            "ours": r.token_ids[pos:pos + 1], "target": base.token_ids[pos:pos + 1],
                                            "top2_gap": _top2_gap(engine.target, tokens + base.token_ids[:pos])})
                 log(f"  repeat {rep + 1}/{repeats}: " + ", ".join(
-                    f"{m.name} {rep_runs[m.name].rate:.1f}" for m in modes) + " tok/s")
+                    f"{m.name} {rep_runs[m.name].rate:.1f}" for m in modes) + " tok/s"
+                    + (f" (others used {busy:.0%} of the CPUs)" if busy is not None else ""))
     finally:
         close_llama_cpp_peers()
-    return summarise(tasks, modes, runs, mismatches, verify, draft_token, t1, repeats, max_tokens, ec)
+    result = summarise(tasks, modes, runs, mismatches, verify, draft_token, t1, repeats, max_tokens, ec)
+    result["repeats"] = busy_reps
+    return result
 
 
 def _median(xs):
@@ -493,6 +568,10 @@ def format_table(result: dict) -> str:
                  f"; one target token {c['target_seconds'][0] * 1e3:.1f} ms" +
                  (f"; draft token {c['draft_token_seconds'] * 1e3:.1f} ms = {c['draft_ratio']:.2f} of a target pass"
                   if c["draft_token_seconds"] else ""))
+    busy = [r["other_cpu"] for r in result.get("repeats", []) if r.get("other_cpu") is not None]
+    if busy:
+        lines.append(f"CPU share used by other processes during a repetition: median {statistics.median(busy):.0%}, "
+                     f"max {max(busy):.0%} (over 15% means the timings are disturbed)")
     for r in result["rows"]:
         if r["family"] == "auto":
             lines.append(f"auto on {r['task']}: rounds by drafter {r['auto_drafters']}; choices {r['auto_choices']}")
@@ -591,6 +670,9 @@ def cli_bench(argv: list[str]) -> int:
     p.add_argument("--no-peers", action="store_true", help="skip llama-cpp-python's own runs")
     p.add_argument("--no-draft", action="store_true", help="no draft model (auto then chooses lookup or none)")
     p.add_argument("--no-plot", action="store_true", help="do not write the PNG")
+    p.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
+                   help="before each repetition wait up to SECONDS for other processes to leave the CPUs, and "
+                        "run a repetition again when others used over 15%% of the CPUs during it (shared machines)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: tasks code-edit and chat, 1 repeat, 24 tokens, one length per drafter")
     args = p.parse_args(argv)
@@ -634,7 +716,7 @@ def cli_bench(argv: list[str]) -> int:
         result = run_bench(engine, tasks, modes, repeats=args.repeats, max_tokens=args.max_tokens,
                            target_path=resolve_model(settings.target.model), n_ctx=settings.target.n_ctx,
                            n_threads=settings.target.n_threads, n_gpu_layers=settings.target.n_gpu_layers,
-                           log=lambda s: print(s, file=sys.stderr))
+                           wait_idle=args.wait_idle, log=lambda s: print(s, file=sys.stderr))
     finally:
         engine.close()
     result["settings"].update({"target": settings.target.model_dump(), "draft": settings.draft.model_dump(),

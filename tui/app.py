@@ -24,7 +24,7 @@ from localspec.errors import LocalspecError
 from .dialogs import SettingsScreen
 from .driver import RaceSide, drive, race
 from .messages import (EngineReady, GenerationFailed, GenerationFinished, JobDone, LoadFailed, LoadProgress,
-                       LoadStage, RaceFinished, TokensEmitted)
+                       LoadStage, Notice, RaceFinished, TokensEmitted)
 from .screens import ChatScreen, EditScreen, RaceScreen
 
 #: engine_factory(settings, progress, stage) -> engine (default: localspec.loader.load_engine)
@@ -325,6 +325,9 @@ class LocalspecApp(App):
             if gen in self.current_gens:
                 self.current_gens.remove(gen)
             self.post_message(JobDone(tag))
+
+    def on_notice(self, msg: Notice) -> None:
+        self.notify(msg.text, severity=msg.severity, timeout=6)
 
     def on_job_done(self, msg: JobDone) -> None:
         self._job_done(msg.tag)

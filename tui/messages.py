@@ -64,6 +64,14 @@ class GenerationFailed(Message):
 
 
 @dataclass
+class Notice(Message):
+    """Something a worker wants the user to know (shown as a notification)."""
+
+    text: str
+    severity: str = "information"
+
+
+@dataclass
 class JobDone(Message):
     """A worker left the engine (posted to the app, never blocking the worker)."""
 

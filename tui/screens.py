@@ -17,13 +17,14 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import ContentSwitcher, Footer, Header, Input, ProgressBar, Static
 
-from localspec.config import DraftParams, GenerationParams
+from localspec.chat import fit_messages
+from localspec.config import DraftParams
 from localspec.conversation import Conversation, Message, load_conversation, save_conversation
 from localspec.errors import LocalspecError
 from localspec.fileio import atomic_write_text, read_text_file, replace_with_backup
 
 from .dialogs import Confirm, FilePicker, PathPrompt
-from .messages import GenerationFailed, GenerationFinished, RaceFinished, TokensEmitted
+from .messages import GenerationFailed, GenerationFinished, Notice, RaceFinished, TokensEmitted
 from .stats import LiveStats, RoundView, fmt_rate, race_speedup
 from .widgets import Legend, RoundInspector, StatsPanel, TokenStream
 
@@ -248,7 +249,12 @@ class ChatScreen(GenerationScreen):
         engine = app.engine
 
         def make_gen():
-            return engine.generate(engine.chat_tokens(chat), settings.sampling, drafting, settings.generation)
+            # the engine's overflow policy: drop the oldest turns that do not fit
+            fitted = fit_messages(engine, chat, settings.generation.max_tokens)
+            if fitted.dropped:
+                app.post_message(Notice(f"the context window is full: the oldest {fitted.dropped} message(s) "
+                                        "were left out of this prompt (they stay in the transcript)", "warning"))
+            return engine.generate(fitted.tokens, settings.sampling, drafting, settings.generation)
 
         self.tag = new_tag("chat")
         app.start_job(self, self.tag, engine, make_gen)

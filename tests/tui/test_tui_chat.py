@@ -115,3 +115,18 @@ async def test_click_token_opens_its_round_and_keys_step(fake):
         assert insp.index == 1 and ans.stream.selected_round == 1
         await pilot.press("f7", "f7")
         assert insp.index == 0
+
+
+async def test_long_history_drops_oldest_turns(fake):
+    fake.n_ctx = 700  # the fake's tokens are words: a few long turns overflow it
+    app = build(fake, remember=False, settings=Settings().model_copy(update={
+        "generation": Settings().generation.model_copy(update={"max_tokens": 100})}))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_idle(pilot, app)
+        for i in range(6):
+            await ask(pilot, app, f"question {i} " + "blah " * 60)
+        sent = fake.calls[-1]["messages"]
+        assert len(fake.calls[-1]["prompt"]) <= 600
+        assert len(app.screen.messages) == 12  # the transcript keeps everything
+        assert any("oldest" in n.message for n in app._notifications)
+        assert sent[-1]["content"].startswith("question 5")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -325,6 +326,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # a bug: still one clear message; the traceback on request
+        if os.environ.get("LOCALSPEC_DEBUG"):
+            raise
+        print(f"error: unexpected {type(e).__name__}: {e}", file=sys.stderr)
+        print("hint: this is a bug in localspec; rerun with LOCALSPEC_DEBUG=1 to see the traceback, and report it",
+              file=sys.stderr)
+        return 70
 
 
 if __name__ == "__main__":

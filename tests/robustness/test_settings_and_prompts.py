@@ -207,3 +207,20 @@ def test_small_n_ctx_keeps_n_batch_within_it(tiny_path):
         prompt = m.tokenize("one two three four five six seven eight nine ten " * 3)[:40]
         gen = eng.generate(prompt, drafting=DraftParams(mode="lookup"), generation=GenerationParams(max_tokens=20)).run()
         assert len(prompt) + len(gen.token_ids) <= 48 and gen.stats.end_reason in (EndReason.CONTEXT, EndReason.EOG)
+
+
+def test_unexpected_error_is_one_message_not_a_traceback(capsys, isolated_env, monkeypatch):
+    """A bug (here: a loader that raises something unexpected) still gives error/hint lines and exit 70;
+    LOCALSPEC_DEBUG=1 shows the traceback."""
+    import localspec.loader
+
+    def broken(*a, **k):
+        raise RuntimeError("something nobody expected")
+
+    monkeypatch.setattr(localspec.loader, "load_engine", broken)
+    code, err = run_cli(capsys, "generate", "--mode", "none", "hi")
+    assert code == 70 and "error: unexpected RuntimeError: something nobody expected" in err
+    assert "LOCALSPEC_DEBUG=1" in err
+    monkeypatch.setenv("LOCALSPEC_DEBUG", "1")
+    with pytest.raises(RuntimeError):
+        cli.main(["generate", "--mode", "none", "hi"])

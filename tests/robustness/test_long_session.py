@@ -82,3 +82,24 @@ def test_fifty_turns_flat_memory_and_overflow_policy(engine, mode):
     print(f"\nmode {mode}: RSS after turn {WARMUP} {base:.1f} MB, peak {max(rss):.1f} MB, "
           f"growth {growth:+.1f} MB over turns {WARMUP + 1}-{N_TURNS}; oldest messages dropped at the end: {dropped[-1]}")
     assert growth < BOUND_MB, rss
+
+
+def test_cli_messages_file_drops_oldest_turns(tmp_path, capsys, monkeypatch):
+    """``generate --messages`` applies the same policy and says how many messages it left out."""
+    import json
+
+    from localspec import cli
+
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(tmp_path / "settings.json"))
+    msgs = [{"role": "system", "content": "Be terse."}]
+    for i in range(12):
+        msgs += [{"role": "user", "content": f"What is {i} plus {i + 1}?"},
+                 {"role": "assistant", "content": f"{2 * i + 1}."}]
+    msgs.append({"role": "user", "content": "And 2 plus 2?"})
+    f = tmp_path / "chat.json"
+    f.write_text(json.dumps(msgs))
+    code = cli.main(["generate", "--target", "smollm2-135m", "--mode", "lookup", "--n-threads", "1", "--n-ctx", "128",
+                     "--max-tokens", "8", "--no-color", "--messages", str(f)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "note: left out the" in err and "oldest messages" in err and "end:" in err

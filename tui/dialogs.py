@@ -27,8 +27,10 @@ SETTINGS_FIELDS: list[tuple[str, str, str]] = [
     ("generation.max_tokens", "max tokens", "int"),
     ("target.model", "target model", "model"),
     ("target.n_gpu_layers", "target GPU layers", "int"),
+    ("target.n_threads", "target CPU threads", "int"),
     ("draft.model", "draft model", "model"),
     ("draft.n_gpu_layers", "draft GPU layers", "int"),
+    ("draft.n_threads", "draft CPU threads", "int"),
 ]
 MODES = [("draft model", "draft"), ("prompt lookup", "lookup"), ("none (target only)", "none"), ("auto", "auto")]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from localspec.config import ModelSettings, Settings
 from tui_fakes import FakeClock, FakeEngine
 from tui_helpers import build
 
@@ -14,6 +15,7 @@ async def _idle(pilot):
         await pilot.pause(0.02)
         if app.busy is None and app.engine_state != "loading":
             break
+    app.clear_notifications()
     await pilot.pause()
 
 
@@ -81,7 +83,11 @@ def test_settings_invalid_value(snap_compare):
         await pilot.pause()
         await _settle(pilot)
 
-    assert snap_compare(build(FakeEngine(FakeClock()), remember=False), run_before=run_before, terminal_size=SIZE)
+    # thread counts default to this machine's CPU count: pin them so the snapshot is portable
+    settings = Settings(target=ModelSettings(model="qwen2.5-coder-1.5b", n_threads=4),
+                        draft=ModelSettings(model="qwen2.5-coder-0.5b", n_threads=4))
+    app = build(FakeEngine(FakeClock()), settings=settings, remember=False)
+    assert snap_compare(app, run_before=run_before, terminal_size=SIZE)
 
 
 def test_code_edit_diff(snap_compare, tmp_path, monkeypatch):

@@ -77,11 +77,23 @@ def fit_messages(engine, messages: Sequence[dict], max_tokens: int) -> FittedPro
     if candidates[-1] != len(messages) - 1:
         candidates.append(len(messages) - 1)
     budget = n_ctx - max_tokens
-    tokens: list[int] = []
-    for first in candidates:
-        tokens = engine.chat_tokens(system + list(messages[first:]))
-        if len(tokens) <= budget:
-            return FittedPrompt(tokens, first, first - lo)
+
+    def render(k: int) -> list[int]:
+        return engine.chat_tokens(system + list(messages[candidates[k]:]))
+
+    # fewer turns never take more tokens: binary search for the longest window that fits
+    tokens = render(len(candidates) - 1)
+    if len(tokens) <= budget:
+        fits, fit_tokens = len(candidates) - 1, tokens
+        a, b = 0, len(candidates) - 1  # candidates[b] fits; find the smallest k that fits
+        while a < b:
+            mid = (a + b) // 2
+            t = render(mid)
+            if len(t) <= budget:
+                b, fits, fit_tokens = mid, mid, t
+            else:
+                a = mid + 1
+        return FittedPrompt(fit_tokens, candidates[fits], candidates[fits] - lo)
     need = len(tokens) + max_tokens
     room = n_ctx - len(tokens)
     hint = "shorten the message"

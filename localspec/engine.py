@@ -337,6 +337,11 @@ class SpeculativeEngine:
             draft = Draft(lookup_draft.tokens[:g], None, "lookup", lookup_draft.match_length)
         elif g > 0 and choice.drafter == "draft" and self.drafter is not None:
             draft = self.drafter.draft(committed, g, sampling, drafting, rng)
+        # nothing after an end-of-generation token can be committed: never verify past one
+        eog_at = next((i for i, t in enumerate(draft.tokens) if self.target.is_eog(t)), None)
+        if eog_at is not None and eog_at + 1 < len(draft.tokens):
+            probs = draft.probs[: eog_at + 1] if draft.probs is not None else None
+            draft = Draft(draft.tokens[: eog_at + 1], probs, draft.source, draft.match_length)
         if len(draft.tokens) < drafting.draft_min:
             draft = _EMPTY_DRAFT
         return draft, choice

@@ -219,3 +219,18 @@ def test_chosen_draft_length_reported():
     rounds = [e for e in gen if isinstance(e, RoundStats)]
     assert all(r.draft_len_chosen <= 2 and r.reason == "test policy" for r in rounds)
     assert gen.token_ids == greedy_reference(PROMPT, 10)
+
+
+def test_draft_is_cut_after_an_end_of_generation_token():
+    """Draft tokens after an EOG can never be committed, so they are never verified or counted."""
+
+    class EogDrafter(PlantingDrafter):
+        def draft(self, context, max_tokens, sampling, drafting, rng):
+            return Draft((EOG, 3, 4, 5)[:max_tokens], None, "draft")
+
+    eng = SpeculativeEngine(FakeModel(eog_after=7), FakeModel())
+    eng.drafter = EogDrafter()
+    gen, events = run(eng, mode="draft", draft_max=4)
+    rounds = [e for e in events if isinstance(e, RoundStats)]
+    assert all(r.drafted <= 1 for r in rounds)
+    assert rounds[-1].accepted == 1 and gen.stats.end_reason == EndReason.EOG

@@ -71,14 +71,14 @@ def load_settings(path: str | os.PathLike | None = None, report: ReportFn | None
     report = report or _default_report
     p = Path(path).expanduser() if path is not None else config_path()
     try:
-        raw = p.read_text(encoding="utf-8")
+        raw = p.read_bytes()
     except FileNotFoundError:
         return Settings()
     except OSError as e:
         report(f"cannot read {p}: {e.strerror or e}; using default settings")
         return Settings()
     try:
-        data = json.loads(raw)
+        data = json.loads(raw.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         _set_aside(p, f"not JSON: {e}", report)
         return Settings()

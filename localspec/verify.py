@@ -116,7 +116,8 @@ def verify_sampled(
             q = draft_probs[i]
             p_x, q_x = target_probs[x], q[x]
             u = rng.random()
-            if not (q_x > 0.0 and u < min(1.0, p_x / q_x)):
+            # accept with probability min(1, p_x / q_x), written without the division
+            if not (q_x > 0.0 and u * q_x < p_x):
                 t = sample(residual_distribution(target_probs, q[: target_probs.shape[0]]), rng)
                 target_tokens.append(t)
                 return Verdict(i, t, TokenKind.RESAMPLED, tuple(target_tokens))

@@ -140,10 +140,7 @@ def test_corrupt_conversation_is_a_clear_error(tmp_path, content):
 @pytest.mark.parametrize("content", [
     b"{not json",
     b"",
-    pytest.param(b"\xff\xfe\x00binary", marks=pytest.mark.xfail(
-        strict=True, raises=UnicodeDecodeError,
-        reason="bug in userconfig.load_settings (UI engineer's file): read_text raises UnicodeDecodeError "
-               "outside the try that sets a corrupt file aside, so a non-UTF-8 config is fatal")),
+    b"\xff\xfe\x00binary",
     b"[1, 2, 3]",
     json.dumps({"sampling": {"temperature": -1}}).encode(),
     json.dumps({"sampling": {"top_p": 0}, "unknown": 1}).encode(),

@@ -325,7 +325,7 @@ def _top2_gap(target, seq: Sequence[int]) -> float | None:
 def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: int, max_tokens: int,
               target_path: Path, n_ctx: int, n_threads: int, n_gpu_layers: int = 0,
               wait_idle: float = 0.0, busy_threshold: float = 0.15, max_retries: int = 2,
-              log: Callable[[str], None] = print) -> dict:
+              log: Callable[[str], None] = print, checkpoint: Callable[[dict], None] | None = None) -> dict:
     """Run every (task, mode) ``repeats`` times side by side; return the JSON-able result.
 
     With ``wait_idle`` > 0, each repetition waits (up to that many seconds) for other
@@ -415,15 +415,21 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
                 for m in modes:
                     r = rep_runs[m.name]
                     r.stats["speedup"] = r.rate / base.rate if base.rate > 0 else None
-                    if m.ours and m.name != "target" and r.token_ids != base.token_ids:
+                    if m.name != "target" and r.token_ids != base.token_ids:
                         pos = next((i for i, (a, b) in enumerate(zip(r.token_ids, base.token_ids)) if a != b),
                                    min(len(r.token_ids), len(base.token_ids)))
-                        mismatches.append({"task": task.name, "mode": m.name, "repeat": rep, "position": pos,
+                        mismatches.append({"task": task.name, "mode": m.name, "peer": not m.ours, "repeat": rep,
+                                           "position": pos,
                                            "ours": r.token_ids[pos:pos + 1], "target": base.token_ids[pos:pos + 1],
                                            "top2_gap": _top2_gap(engine.target, tokens + base.token_ids[:pos])})
                 log(f"  repeat {rep + 1}/{repeats}: " + ", ".join(
                     f"{m.name} {rep_runs[m.name].rate:.1f}" for m in modes) + " tok/s"
                     + (f" (others used {busy:.0%} of the CPUs)" if busy is not None else ""))
+            if checkpoint is not None:  # results so far, so a long run that is stopped is not lost
+                done = [t for t in tasks if any(r.task == t.name for r in runs)]
+                part = summarise(done, modes, runs, mismatches, verify, draft_token, t1, repeats, max_tokens, ec)
+                part["repeats"] = busy_reps
+                checkpoint(part)
     finally:
         close_llama_cpp_peers()
     result = summarise(tasks, modes, runs, mismatches, verify, draft_token, t1, repeats, max_tokens, ec)
@@ -467,8 +473,7 @@ def summarise(tasks, modes, runs, mismatches, verify, draft_token, t1, repeats, 
                 "textbook": (textbook_speedup(a, m.g, draft_token / t1 if m.family == "draft" else 0.0)
                              if a is not None and m.family in ("lookup", "draft") else None),
                 "overhead_ms_per_round": (_median([r.overhead_per_round for r in rs]) or 0.0) * 1e3 if m.ours else None,
-                "identical": (all(not (mm["task"] == task.name and mm["mode"] == m.name) for mm in mismatches)
-                              if m.ours else None),
+                "identical": all(not (mm["task"] == task.name and mm["mode"] == m.name) for mm in mismatches),
                 "target_rate_median": _median(base_rates),
             }
             if m.family == "auto":
@@ -556,7 +561,7 @@ def format_table(result: dict) -> str:
         if last is not None and r["task"] != last:
             lines.append("")
         last = r["task"]
-        same = "" if r["identical"] is None else ("yes" if r["identical"] else "NO")
+        same = "" if r["identical"] is None or r["mode"] == "target" else ("yes" if r["identical"] else "NO")
         lines.append(f"{r['task']:<16} {r['mode']:<16} {_f(r['tok_s'], '{:.1f}'):>6} {_f(r['speedup']):>7} "
                      f"{_f(r['acceptance_rate']):>7} {_f(r['drafted'], '{:d}', ''):>7} "
                      f"{_f(r['mean_accepted_length']):>8} {_f(r['tokens_per_pass']):>8} {_f(r['predicted'], none=''):>5} "
@@ -577,7 +582,8 @@ def format_table(result: dict) -> str:
             lines.append(f"auto on {r['task']}: rounds by drafter {r['auto_drafters']}; choices {r['auto_choices']}")
     if result["mismatches"]:
         lines.append("")
-        lines.append("greedy mismatches against target-only (position, top-2 logit gap of the target there):")
+        lines.append("greedy outputs that differ from ours target-only (first position, top-2 logit gap of the "
+                     "target there; peers are llama-cpp-python):")
         for mm in result["mismatches"]:
             lines.append(f"  {mm['task']} {mm['mode']} repeat {mm['repeat']}: position {mm['position']}, "
                          f"ours {mm['ours']} vs target {mm['target']}, gap {_f(mm['top2_gap'], '{:.4f}')}")
@@ -716,7 +722,8 @@ def cli_bench(argv: list[str]) -> int:
         result = run_bench(engine, tasks, modes, repeats=args.repeats, max_tokens=args.max_tokens,
                            target_path=resolve_model(settings.target.model), n_ctx=settings.target.n_ctx,
                            n_threads=settings.target.n_threads, n_gpu_layers=settings.target.n_gpu_layers,
-                           wait_idle=args.wait_idle, log=lambda s: print(s, file=sys.stderr))
+                           wait_idle=args.wait_idle, log=lambda s: print(s, file=sys.stderr),
+                           checkpoint=lambda part: (out / "bench.partial.json").write_text(json.dumps(part, indent=1)))
     finally:
         engine.close()
     result["settings"].update({"target": settings.target.model_dump(), "draft": settings.draft.model_dump(),

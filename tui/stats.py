@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+
+from localspec.events import RoundStats
 
 
 @dataclass
@@ -101,6 +104,51 @@ class LiveStats:
             "tokens_per_target_pass": self.tokens_per_target_pass, "end_reason": self.end_reason,
             "kinds": dict(self.kinds), "accepted_lengths": list(self.accepted_lengths),
         }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LiveStats":
+        s = cls(final=True)
+        for k in ("tokens", "rounds", "target_passes", "drafted", "accepted", "drafting_rounds", "seconds",
+                  "prefill_seconds", "time_to_first_token", "end_reason"):
+            if k in d:
+                setattr(s, k, d[k])
+        s.kinds = dict(d.get("kinds") or {})
+        s.accepted_lengths = list(d.get("accepted_lengths") or [])
+        s._tps = d.get("tokens_per_second")
+        return s
+
+
+def fmt_rate(x: float | None, unit: str = "", digits: int = 1) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}{unit}"
+
+
+def race_speedup(target: LiveStats, spec: LiveStats) -> float | None:
+    """Speculative tokens/s over target-only tokens/s (each over its own measured time)."""
+    if not target.seconds or not spec.seconds or not target.tokens or not spec.tokens:
+        return None
+    return (spec.tokens / spec.seconds) / (target.tokens / target.seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class RoundView(RoundStats):
+    """A :class:`localspec.events.RoundStats` with the text of each token, for the inspector.
+
+    Texts are looked up in the worker thread (the engine is not thread-safe), and are
+    saved with conversations so a reopened round needs no model.
+    """
+
+    draft_texts: tuple[str, ...] = ()
+    target_texts: tuple[str, ...] = ()
+
+    @classmethod
+    def from_stats(cls, rs: RoundStats, token_text) -> "RoundView":
+        return cls(**{f.name: getattr(rs, f.name) for f in dataclasses.fields(RoundStats)},
+                   draft_texts=tuple(token_text(t) for t in rs.draft_tokens),
+                   target_texts=tuple(token_text(t) for t in rs.target_tokens))
+
+    def as_dict(self) -> dict:
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
+                for f in dataclasses.fields(self)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "LiveStats":

@@ -13,6 +13,9 @@ import numpy as np
 from ..config import DraftParams, SamplingParams
 from . import Draft
 
+#: how many tokens before an n-gram match are compared to rank matches
+MAX_CONTEXT = 64
+
 
 def find_candidate(
     tokens: np.ndarray | Sequence[int], max_ngram: int, min_ngram: int, draft_max: int
@@ -21,10 +24,12 @@ def find_candidate(
 
     The last n tokens, n from ``max_ngram`` down to ``min_ngram``, are searched for in
     the earlier tokens (prompt and output alike); the first n that matches anywhere is
-    used, and its most recent match wins. The proposal copies what followed that match;
-    where the copy reaches the end of ``tokens`` it continues with the period of the
-    match (a repetition such as "ha ha ha" keeps repeating), so it is always
-    ``draft_max`` tokens long.
+    used. Among its matches, the one whose preceding tokens agree longest with what
+    precedes the last n tokens wins (up to ``MAX_CONTEXT`` tokens: in a code edit that
+    is the place in the file being copied, not an earlier copy of a common n-gram), and
+    of those the most recent. The proposal copies what followed that match; where the
+    copy reaches the end of ``tokens`` it continues with the period of the match (a
+    repetition such as "ha ha ha" keeps repeating), so it is always ``draft_max`` long.
 
     Args:
         tokens: shape (L,) integer token ids.
@@ -50,6 +55,16 @@ def find_candidate(
         starts = np.flatnonzero(mask)
         if starts.size == 0:
             continue
+        # keep the matches whose earlier context agrees longest with the current one
+        k = 1
+        while starts.size > 1 and k <= MAX_CONTEXT and L - n - k >= 0:
+            before = starts - k
+            ok = before >= 0
+            ok[ok] = t[before[ok]] == t[L - n - k]
+            if not ok.any():
+                break
+            starts = starts[ok]
+            k += 1
         s = int(starts[-1])
         period = L - n - s  # >= 1: the match repeats the text every ``period`` tokens
         copied = t[s + n : s + n + draft_max].tolist()

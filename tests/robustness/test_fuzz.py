@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from localspec.config import SamplingParams
-from localspec.drafters.lookup import find_candidate
+from localspec.drafters.lookup import MAX_CONTEXT, find_candidate
 from localspec.events import TokenKind
 from localspec.sampling import logits_to_probs
 from localspec.streaming import TextAssembler
@@ -20,7 +20,8 @@ FUZZ = settings(derandomize=True, max_examples=200, deadline=None,
 
 # -- prompt lookup ------------------------------------------------------------------------------
 def lookup_reference(tokens, max_ngram, min_ngram, draft_max):
-    """Brute force: longest n first, most recent earlier match, copy continuing the sequence."""
+    """Brute force: longest n first; the match with the longest agreeing earlier context
+    (capped at MAX_CONTEXT), the most recent of those; copy continuing the sequence."""
     t = list(tokens)
     L = len(t)
     if draft_max <= 0:
@@ -31,7 +32,14 @@ def lookup_reference(tokens, max_ngram, min_ngram, draft_max):
         starts = [s for s in range(L - n) if t[s : s + n] == t[L - n :]]
         if not starts:
             continue
-        s = starts[-1]
+        def context(s):
+            k = 0
+            while k < MAX_CONTEXT and s - k - 1 >= 0 and t[s - k - 1] == t[L - n - k - 1]:
+                k += 1
+            return k
+
+        best = max(context(s) for s in starts)
+        s = [s for s in starts if context(s) == best][-1]
         seq = list(t)
         for j in range(draft_max):
             seq.append(seq[s + n + j])

@@ -39,3 +39,17 @@ def test_repetition_from_most_recent_match():
 
 def test_draft_max_zero():
     assert find_candidate([1, 2, 1, 2], 2, 1, 0) == ([], 0)
+
+
+def test_prefers_the_match_with_the_longest_agreeing_context():
+    # the 1-gram 2 occurs at 1 (after 1) and at 5 (after 9); the text ends "... 1 2":
+    # the copy continues from the match whose earlier token also agrees
+    tokens = [1, 2, 3, 4, 9, 2, 7, 8, 1, 2]
+    assert find_candidate(tokens, 1, 1, 2) == ([3, 4], 1)
+
+
+def test_code_edit_copies_from_the_file_not_an_earlier_common_ngram():
+    file = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
+    # the output has copied 10..13, and the n-gram (12, 13) also occurred earlier followed by 99
+    tokens = [12, 13, 99] + file + [50] + [10, 11, 12, 13]
+    assert find_candidate(tokens, 2, 1, 3) == ([14, 15, 16], 2)

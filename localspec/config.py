@@ -39,7 +39,7 @@ class SamplingParams(_Strict):
 class DraftParams(_Strict):
     """How tokens are drafted each round."""
 
-    mode: DraftMode = Field("draft", description="auto | draft (draft model) | lookup (prompt lookup) | none")
+    mode: DraftMode = Field("auto", description="auto (measured choice per round) | draft (draft model) | lookup (prompt lookup) | none")
     draft_max: int = Field(8, ge=1, le=64, description="most tokens drafted per round (gamma)")
     draft_min: int = Field(0, ge=0, le=64, description="fewest tokens worth verifying; shorter drafts are dropped")
     draft_p_min: float = Field(0.0, ge=0.0, le=1.0, description="draft model stops when its top-1 probability is below this")

@@ -63,6 +63,7 @@ async def test_change_setting_is_applied_and_remembered(fake):
 
 async def test_invalid_setting_refused_in_place(fake):
     app = build(fake)
+    before = app.settings
     async with app.run_test(size=SIZE) as pilot:
         await idle(pilot)
         await pilot.press("f4")
@@ -78,7 +79,7 @@ async def test_invalid_setting_refused_in_place(fake):
         assert scr.query_one("#f-drafting-draft_max").has_class("invalid")
         await pilot.press("escape")
         await pilot.pause()
-        assert app.settings == Settings()
+        assert app.settings == before  # unchanged
     assert not config_path().exists()
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from localspec.config import ModelSettings, Settings
+from localspec.config import DraftParams, ModelSettings, Settings
 from tui_fakes import FakeClock, FakeEngine
 from tui_helpers import build
 
@@ -85,7 +85,8 @@ def test_settings_invalid_value(snap_compare):
 
     # thread counts default to this machine's CPU count: pin them so the snapshot is portable
     settings = Settings(target=ModelSettings(model="qwen2.5-coder-1.5b", n_threads=4),
-                        draft=ModelSettings(model="qwen2.5-coder-0.5b", n_threads=4))
+                        draft=ModelSettings(model="qwen2.5-coder-0.5b", n_threads=4),
+                        drafting=DraftParams(mode="draft"))
     app = build(FakeEngine(FakeClock()), settings=settings, remember=False)
     assert snap_compare(app, run_before=run_before, terminal_size=SIZE)
 

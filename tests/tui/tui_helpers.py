@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from localspec.config import Settings
+from localspec.config import DraftParams, Settings
 
 from tui_fakes import FakeClock, FakeEngine, factory_for
 
@@ -13,7 +13,9 @@ def build(fake=None, *, settings=None, clock=None, engines=(), **kw):
 
     fake = fake or FakeEngine(clock or FakeClock())
     factory = factory_for(fake, *engines)
-    app = make_app(settings or Settings(), factory, clock=fake.clock, **kw)
+    # the scripted fake drafts like a draft model: pin that mode (the product default is auto)
+    settings = settings or Settings(drafting=DraftParams(mode="draft"))
+    app = make_app(settings, factory, clock=fake.clock, **kw)
     app.factory = factory
     return app
 

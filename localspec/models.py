@@ -193,8 +193,10 @@ def _hub_download(repo: str, pattern: str, progress: ProgressFn | None = None) -
     """Download one file from the hub; ``pattern`` may be a glob matching exactly one file."""
     try:
         import huggingface_hub
+        from huggingface_hub.utils import logging as hf_logging
     except ImportError as e:  # pragma: no cover
         raise ModelError("huggingface-hub is not installed", "pip install huggingface-hub") from e
+    hf_logging.set_verbosity_error()  # no retry chatter: a failure becomes one ModelError below
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         raise ModelError(
             f"{repo}/{pattern} is not cached and HF_HUB_OFFLINE is set",

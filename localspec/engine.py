@@ -46,6 +46,14 @@ class _Pending:
     position: int
 
 
+def _through_first_eog(tokens: tuple[int, ...], is_eog) -> tuple[int, ...]:
+    """``tokens`` up to and including the first end-of-generation token (nothing after it is committed)."""
+    for i, t in enumerate(tokens):
+        if is_eog(t):
+            return tokens[: i + 1]
+    return tokens
+
+
 class Generation:
     """One running generation: iterate it for events; read the results afterwards.
 
@@ -201,7 +209,7 @@ class Generation:
                     round=round_idx,
                     drafter=draft.source if draft.tokens else "none",
                     draft_tokens=tuple(draft.tokens),
-                    target_tokens=verdict.target_tokens,
+                    target_tokens=_through_first_eog(verdict.target_tokens, target.is_eog),
                     drafted=len(draft.tokens),
                     accepted=k,
                     committed=n_committed_round,

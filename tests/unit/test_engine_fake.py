@@ -234,3 +234,4 @@ def test_draft_is_cut_after_an_end_of_generation_token():
     rounds = [e for e in events if isinstance(e, RoundStats)]
     assert all(r.drafted <= 1 for r in rounds)
     assert rounds[-1].accepted == 1 and gen.stats.end_reason == EndReason.EOG
+    assert rounds[-1].target_tokens == (EOG,)  # no bonus shown after the end-of-generation token

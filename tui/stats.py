@@ -151,61 +151,6 @@ class RoundView(RoundStats):
                 for f in dataclasses.fields(self)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "LiveStats":
-        s = cls(final=True)
-        for k in ("tokens", "rounds", "target_passes", "drafted", "accepted", "drafting_rounds", "seconds",
-                  "prefill_seconds", "time_to_first_token", "end_reason"):
-            if k in d:
-                setattr(s, k, d[k])
-        s.kinds = dict(d.get("kinds") or {})
-        s.accepted_lengths = list(d.get("accepted_lengths") or [])
-        s._tps = d.get("tokens_per_second")
-        return s
-
-
-def fmt_rate(x: float | None, unit: str = "", digits: int = 1) -> str:
-    return "n/a" if x is None else f"{x:.{digits}f}{unit}"
-
-
-def race_speedup(target: LiveStats, spec: LiveStats) -> float | None:
-    """Speculative tokens/s over target-only tokens/s (each over its own measured time)."""
-    if not target.seconds or not spec.seconds or not target.tokens or not spec.tokens:
-        return None
-    return (spec.tokens / spec.seconds) / (target.tokens / target.seconds)
-
-
-@dataclass
-class RoundView:
-    """A :class:`localspec.events.RoundStats` with the text of each token, for the inspector.
-
-    Texts are looked up in the worker thread (the engine is not thread-safe), and are
-    saved with conversations so a reopened round needs no model.
-    """
-
-    round: int
-    drafter: str
-    draft_tokens: tuple[int, ...]
-    target_tokens: tuple[int, ...]
-    drafted: int
-    accepted: int
-    committed: int
-    draft_seconds: float
-    verify_seconds: float
-    draft_len_chosen: int = 0
-    reason: str = ""
-    draft_texts: tuple[str, ...] = ()
-    target_texts: tuple[str, ...] = ()
-
-    @classmethod
-    def from_stats(cls, rs, token_text) -> "RoundView":
-        return cls(rs.round, rs.drafter, tuple(rs.draft_tokens), tuple(rs.target_tokens), rs.drafted, rs.accepted,
-                   rs.committed, rs.draft_seconds, rs.verify_seconds, rs.draft_len_chosen, rs.reason,
-                   tuple(token_text(t) for t in rs.draft_tokens), tuple(token_text(t) for t in rs.target_tokens))
-
-    def as_dict(self) -> dict:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
-
-    @classmethod
     def from_dict(cls, d: dict) -> "RoundView":
         fields = cls.__dataclass_fields__
         return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in fields})

@@ -59,9 +59,10 @@ def test_unknown_preset(capsys, isolated_env):
 
 def test_settings_edges_are_accepted():
     """The documented edges: top_p 1 and top_k 0 are 'off', draft length 1 and 64, max_tokens 1."""
-    Settings(sampling=SamplingParams(top_p=1.0, top_k=0, temperature=0.0),
-             drafting=DraftParams(draft_max=1), generation=GenerationParams(max_tokens=1))
-    DraftParams(draft_max=64)
+    s = Settings(sampling=SamplingParams(top_p=1.0, top_k=0, temperature=0.0),
+                 drafting=DraftParams(draft_max=1), generation=GenerationParams(max_tokens=1))
+    assert (s.sampling.top_p, s.sampling.top_k, s.drafting.draft_max, s.generation.max_tokens) == (1.0, 0, 1, 1)
+    assert DraftParams(draft_max=64).draft_max == 64
 
 
 def test_n_ctx_smaller_than_the_prompt(capsys, isolated_env):

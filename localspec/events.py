@@ -85,8 +85,32 @@ class RoundStats:
     reason: str = ""
 
 
+class SpeculationRates:
+    """The ratios every statistics record derives from its counters.
+
+    Needs ``accepted``, ``drafted``, ``drafting_rounds``, ``tokens`` and ``target_passes``.
+    Each ratio is ``None`` when its denominator is 0 (shown as "n/a", never as 100%).
+    """
+
+    __slots__ = ()
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """accepted / drafted, in [0, 1]."""
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def mean_accepted_length(self) -> float | None:
+        """Mean number of accepted draft tokens per round that drafted."""
+        return self.accepted / self.drafting_rounds if self.drafting_rounds else None
+
+    @property
+    def tokens_per_target_pass(self) -> float | None:
+        return self.tokens / self.target_passes if self.target_passes else None
+
+
 @dataclass(slots=True)
-class GenerationStats:
+class GenerationStats(SpeculationRates):
     """Statistics of one generation.
 
     ``acceptance_rate`` is accepted / drafted and lies in [0, 1]; it is ``None``
@@ -109,23 +133,10 @@ class GenerationStats:
     kinds: dict[str, int] = field(default_factory=dict)
 
     @property
-    def acceptance_rate(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
-
-    @property
-    def mean_accepted_length(self) -> float | None:
-        """Mean number of accepted draft tokens per round that drafted."""
-        return self.accepted / self.drafting_rounds if self.drafting_rounds else None
-
-    @property
     def tokens_per_second(self) -> float:
         """Generated tokens per second of decode time (prefill excluded)."""
         decode = self.elapsed_seconds - self.prefill_seconds
         return self.tokens / decode if decode > 0 else 0.0
-
-    @property
-    def tokens_per_target_pass(self) -> float | None:
-        return self.tokens / self.target_passes if self.target_passes else None
 
     def as_dict(self) -> dict:
         return {

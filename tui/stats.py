@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from localspec.events import RoundStats
+from localspec.events import RoundStats, SpeculationRates
 
 
 @dataclass
-class LiveStats:
+class LiveStats(SpeculationRates):
     """What the statistics panel shows. Times in seconds.
 
     ``acceptance_rate`` is accepted / drafted in [0, 1], ``None`` when nothing was
@@ -51,18 +51,6 @@ class LiveStats:
     def add_token(self, kind: str) -> None:
         self.tokens += 1
         self.kinds[kind] = self.kinds.get(kind, 0) + 1
-
-    @property
-    def acceptance_rate(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
-
-    @property
-    def mean_accepted_length(self) -> float | None:
-        return self.accepted / self.drafting_rounds if self.drafting_rounds else None
-
-    @property
-    def tokens_per_target_pass(self) -> float | None:
-        return self.tokens / self.target_passes if self.target_passes else None
 
     @property
     def tokens_per_second(self) -> float | None:

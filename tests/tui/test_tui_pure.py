@@ -1,32 +1,11 @@
-"""Pure helpers of the TUI: code-block extraction, diffs, live statistics, the race driver."""
+"""Pure helpers of the TUI: live statistics, the race driver (code edit: tests/unit/test_codeedit.py)."""
 
 from __future__ import annotations
 
 from localspec.config import DraftParams, GenerationParams, SamplingParams
 from tui.driver import RaceSide, drive, race
-from tui.screens import edit_prompt, edited_path, extract_code, unified_diff
 from tui.stats import LiveStats, RoundView, race_speedup
 from tui_fakes import REPLY, FakeClock, FakeEngine
-
-
-def test_extract_code_variants():
-    assert extract_code("Sure:\n```python\nx = 1\n```\nbye", "a\n") == "x = 1\n"
-    assert extract_code("```\nx = 1\ny = 2", "") == "x = 1\ny = 2\n"  # unclosed: runs to the end
-    assert extract_code("x = 1", "a") == "x = 1"  # no fence: the answer; keeps the missing final newline
-    assert extract_code("````md\n```py\ninner\n```\n````\n", "") == "```py\ninner\n```\n"
-
-
-def test_edit_prompt_and_paths(tmp_path):
-    from pathlib import Path
-
-    p = edit_prompt(Path("a/b.py"), "x = 1\n", " rename x ")
-    assert "Instruction: rename x" in p and "```python\nx = 1\n```" in p and "one fenced code block" in p
-    f = tmp_path / "m.py"
-    assert edited_path(f).name == "m.edited.py"
-    (tmp_path / "m.edited.py").write_text("")
-    assert edited_path(f).name == "m.edited-2.py"
-    d = unified_diff("a\nb\n", "a\nc\n", "m.py")
-    assert "-b\n" in d and "+c\n" in d and d.startswith("--- a/m.py")
 
 
 def _gen(eng, mode="draft", max_tokens=512):

@@ -24,6 +24,13 @@ class FileError(LocalspecError):
 MAX_EDIT_BYTES = 256 * 1024
 
 
+def expand_path(path: str | os.PathLike) -> Path:
+    """A path the user gave, with ``~`` and environment variables (``$VAR``, ``${VAR}``)
+    expanded, as a shell would have done (it did not for a config file, an environment
+    variable, a quoted argument or a path typed in the UI)."""
+    return Path(os.path.expanduser(os.path.expandvars(os.fspath(path))))
+
+
 def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
     """Write ``text`` to ``path`` atomically (temp file in the same folder + ``os.replace``).
 
@@ -32,7 +39,7 @@ def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8
     Raises:
         FileError: the folder cannot be created or written.
     """
-    path = Path(path).expanduser()
+    path = expand_path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -61,7 +68,7 @@ def read_text_file(path: str | os.PathLike, max_bytes: int = MAX_EDIT_BYTES) -> 
         FileError: the file is missing, a folder, too large, binary (has NUL bytes),
             or not valid UTF-8.
     """
-    path = Path(path).expanduser()
+    path = expand_path(path)
     try:
         data = path.read_bytes()
     except FileNotFoundError as e:
@@ -106,7 +113,7 @@ def replace_with_backup(path: str | os.PathLike, new_text: str) -> Path:
         FileError: the original is missing, or the backup or the write fails (the
             original is then untouched).
     """
-    path = Path(path).expanduser()
+    path = expand_path(path)
     if not path.is_file():
         raise FileError(f"no such file: {path}", "save it as a new file instead")
     backup = backup_path_for(path)

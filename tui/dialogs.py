@@ -233,3 +233,42 @@ class Confirm(ModalScreen[bool]):
     @on(Button.Pressed, "#no")
     def action_no(self) -> None:
         self.dismiss(False)
+
+
+class Choose(ModalScreen[str | None]):
+    """A question with a few answers: one button and one key each; dismissed with the
+    chosen answer's id (None on Esc).
+
+    Args:
+        question: the text shown.
+        choices: (id, button label, key) per answer; the key "escape" marks the one Esc picks.
+    """
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, question: str, choices: list[tuple[str, str, str]]) -> None:
+        super().__init__()
+        self.question = question
+        self.choices = choices
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog small-dialog"):
+            yield Static(self.question, classes="dialog-title", id="choose-question")
+            with Horizontal(classes="dialog-buttons"):
+                for i, (cid, label, _key) in enumerate(self.choices):
+                    yield Button(label, variant="primary" if i == 0 else "default", id=f"choose-{cid}")
+
+    def on_key(self, event) -> None:
+        for cid, _label, key in self.choices:
+            if key != "escape" and event.key == key:
+                event.stop()
+                self.dismiss(cid)
+                return
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        cid = (event.button.id or "").removeprefix("choose-")
+        self.dismiss(None if any(c == cid and k == "escape" for c, _l, k in self.choices) else cid)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

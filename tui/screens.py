@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import difflib
 import itertools
-import re
 import time
 from pathlib import Path
 
@@ -18,12 +16,15 @@ from textual.widget import Widget
 from textual.widgets import ContentSwitcher, Footer, Header, Input, ProgressBar, Static
 
 from localspec.chat import fit_messages
+from localspec.codeedit import (EditResult, apply_answer, continuation_prefix, diff_counts, edit_max_tokens, edit_prompt, file_form,
+                                replace_file, save_new)
 from localspec.config import DraftParams
 from localspec.conversation import Conversation, Message, load_conversation, save_conversation
 from localspec.errors import LocalspecError
-from localspec.fileio import atomic_write_text, read_text_file, replace_with_backup
+from localspec.events import TokenEvent
+from localspec.fileio import expand_path, read_text_file
 
-from .dialogs import Confirm, FilePicker, PathPrompt
+from .dialogs import Choose, Confirm, FilePicker, PathPrompt
 from .messages import GenerationFailed, GenerationFinished, Notice, RaceFinished, TokensEmitted
 from .stats import LiveStats, RoundView, fmt_rate, race_speedup
 from .widgets import Legend, RoundInspector, StatsPanel, TokenStream
@@ -361,52 +362,6 @@ class ChatScreen(GenerationScreen):
 
 
 # -- code edit ----------------------------------------------------------------------------
-EDIT_PROMPT = """Rewrite the file below according to the instruction. Output the whole rewritten file \
-in one fenced code block, and nothing else.
-
-Instruction: {instruction}
-
-File `{name}`:
-```{lang}
-{content}
-```"""
-
-_LANGS = {".py": "python", ".js": "javascript", ".ts": "typescript", ".rs": "rust", ".go": "go", ".c": "c",
-          ".h": "c", ".cpp": "cpp", ".java": "java", ".sh": "bash", ".md": "markdown", ".toml": "toml",
-          ".json": "json", ".yaml": "yaml", ".yml": "yaml", ".rb": "ruby", ".html": "html", ".css": "css"}
-
-
-def edit_prompt(path: Path, content: str, instruction: str) -> str:
-    """The chat message of code-edit mode: the file and the instruction, asking for one code block."""
-    return EDIT_PROMPT.format(instruction=instruction.strip(), name=path.name,
-                              lang=_LANGS.get(path.suffix.lower(), ""), content=content.rstrip("\n"))
-
-
-_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n`]*\n", re.M)
-
-
-def extract_code(answer: str, original: str = "") -> str:
-    """The first fenced code block of ``answer`` (an unclosed one runs to the end);
-    the whole answer when it has no fence. Keeps ``original``'s final newline."""
-    m = _FENCE.search(answer)
-    if m is None:
-        code = answer.strip("\n")
-    else:
-        fence = m.group(1)
-        rest = answer[m.end():]
-        close = re.search(rf"^[ \t]*{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$", rest, re.M)
-        code = rest[: close.start()] if close else rest
-        code = code.rstrip("\n")
-    if original.endswith("\n") or not original:
-        code += "\n"
-    return code
-
-
-def unified_diff(original: str, new: str, name: str) -> str:
-    return "".join(difflib.unified_diff(original.splitlines(keepends=True), new.splitlines(keepends=True),
-                                        fromfile=f"a/{name}", tofile=f"b/{name}"))
-
-
 class DiffView(Static):
     """A unified diff, coloured by CSS component classes."""
 
@@ -423,6 +378,7 @@ class DiffView(Static):
         if not diff:
             out.append("no changes")
         for line in diff.splitlines(keepends=True):
+            line = line.rstrip("\r\n") + "\n"  # a CRLF line shows as a line
             if line.startswith(("+++", "---")):
                 out.append(line, style["diff--head"])
             elif line.startswith("@@"):
@@ -436,24 +392,41 @@ class DiffView(Static):
         self.update(out)
 
 
-def edited_path(path: Path) -> Path:
-    """``name.edited.py``, or ``name.edited-2.py`` ... when taken."""
-    cand = path.with_name(f"{path.stem}.edited{path.suffix}")
-    n = 2
-    while cand.exists():
-        cand = path.with_name(f"{path.stem}.edited-{n}{path.suffix}")
-        n += 1
-    return cand
+class _Recorded:
+    """A generation whose token events are kept: a continuation starts from them
+    (:func:`localspec.codeedit.continuation_prefix`). Everything else passes through."""
+
+    def __init__(self, gen) -> None:
+        self._gen = gen
+        self.events: list[TokenEvent] = []
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        ev = next(self._gen)
+        if isinstance(ev, TokenEvent):
+            self.events.append(ev)
+        return ev
+
+    def __getattr__(self, name):
+        return getattr(self._gen, name)
 
 
 class EditScreen(GenerationScreen):
-    """Code-edit mode: the model rewrites a file; prompt lookup drafts from the file itself."""
+    """Code-edit mode: the model rewrites a file; prompt lookup drafts from the file itself.
+
+    The logic (prompt, extraction, file form, checks, saving) is :mod:`localspec.codeedit`;
+    this screen shows the answer and the diff, says why an answer is not a whole file,
+    and asks before anything is written over the original.
+    """
 
     BINDINGS = [
         Binding("ctrl+o", "open_file", "Open"),
         Binding("ctrl+d", "toggle_diff", "Diff"),
         Binding("ctrl+s", "save_new", "Save new"),
         Binding("ctrl+r", "replace", "Replace"),
+        Binding("f9", "continue_answer", "Continue", show=False),  # offered when an answer is cut
         Binding("f7", "prev_round", "◀Rnd"),
         Binding("f8", "next_round", "Rnd▶"),
     ]
@@ -462,7 +435,12 @@ class EditScreen(GenerationScreen):
         super().__init__(**kw)
         self.path: Path | None = None
         self.original = ""
-        self.result: str | None = None
+        self.result: EditResult | None = None
+        self._chat: list[dict] = []
+        self._prompt_ids: list[int] = []  #: the edit prompt's token ids
+        self._answer_ids: list[int] = []  #: the answer's token ids so far (all parts)
+        self._answer_text = ""  #: the answer's text so far (all parts)
+        self._gen = None  #: the running generation (set in the worker, read once it finished)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -506,16 +484,18 @@ class EditScreen(GenerationScreen):
 
     def open_file(self, path: str) -> bool:
         try:
-            content = read_text_file(path)
+            content = read_text_file(expand_path(path))
         except LocalspecError as e:
             self.app.notify_error(e.message, e.hint)
             return False
-        self.path = Path(path).expanduser()
+        self.path = expand_path(path)
         self.original = content
         self.result = None
-        n = content.count("\n") + (0 if content.endswith("\n") or not content else 1)
+        self._answer_text, self._answer_ids = "", []
+        n = len(file_form(content).endings)
         self.query_one("#edit-file", Static).update(f"{self.path}  ({n} lines)")
         self.current.stream.set_pieces([])
+        self.current.border_subtitle = ""
         self.query_one(DiffView).set_diff("")
         self.query_one("#edit-switcher", ContentSwitcher).current = "edit-stream-scroll"
         self.query_one("#edit-instruction", Input).focus()
@@ -535,39 +515,86 @@ class EditScreen(GenerationScreen):
             return
         if not instruction or not self.app.can_generate():
             return
+        self._chat = [{"role": "user", "content": edit_prompt(self.path, self.original, instruction)}]
+        self._answer_text, self._answer_ids, self._prompt_ids = "", [], []
+        self.current.stream.set_pieces([])
+        self._start(continuing=False)
+
+    def action_continue_answer(self) -> None:
+        """Generate more of an answer that was cut by max_tokens or stopped."""
+        if self.result is None or not self.result.can_continue or not self._prompt_ids:
+            self.notify("nothing to continue: the answer is whole, or cannot be continued")
+            return
+        if not self.app.can_generate():
+            return
+        self._start(continuing=True)
+
+    def _start(self, continuing: bool) -> None:
         app = self.app
         engine = app.engine
         settings = app.settings
         drafting = self.drafting()
-        chat = [{"role": "user", "content": edit_prompt(self.path, self.original, instruction)}]
+        chat = self._chat
+        answer_ids = list(self._answer_ids)
         self.result = None
-        self.current.stream.set_pieces([])
+        self._gen = None
         self.current.rounds = []
-        self.current.border_subtitle = ""
+        self.current.border_subtitle = "continuing" if continuing else ""
         self.query_one(RoundInspector).set_rounds([])
         self.query_one(StatsPanel).show(LiveStats(), mode=self.mode_label())
         self.query_one("#edit-switcher", ContentSwitcher).current = "edit-stream-scroll"
 
         def make_gen():
-            prompt = engine.chat_tokens(chat)
-            # room for the whole file twice over, within the context window
-            want = max(settings.generation.max_tokens, 2 * len(prompt) + 256)
-            room = max(1, getattr(engine, "n_ctx", 1 << 20) - len(prompt) - 1)
-            gen = settings.generation.model_copy(update={"max_tokens": max(1, min(want, room))})
-            return engine.generate(prompt, settings.sampling, drafting, gen)
+            if not self._prompt_ids:
+                self._prompt_ids = list(engine.chat_tokens(chat))
+            # a continuation extends the same token sequence: the KV cache holds most of it
+            prompt = self._prompt_ids + answer_ids
+            gen = settings.generation.model_copy(update={"max_tokens": edit_max_tokens(
+                len(prompt) - len(answer_ids), settings.generation.max_tokens)})
+            self._gen = _Recorded(engine.generate(prompt, settings.sampling, drafting, gen))
+            return self._gen
 
         self.tag = new_tag("edit")
         app.start_job(self, self.tag, engine, make_gen)
 
     def generation_done(self, msg: GenerationFinished) -> None:
-        self.result = extract_code(msg.text, self.original)
-        diff = unified_diff(self.original, self.result, self.path.name if self.path else "file")
-        self.query_one(DiffView).set_diff(diff)
+        self._answer_text += msg.text
+        if self._gen is not None:
+            # a character cut at the end was never shown: the continuation generates it again
+            self._answer_ids += continuation_prefix(self._gen.events)
+        name = self.path.name if self.path else "file"
+        result = self.result = apply_answer(
+            self.original, self._answer_text, name=name, end_reason=msg.stats.end_reason,
+            tokens=len(self._answer_ids) or msg.stats.tokens, n_ctx=getattr(self.app.engine, "n_ctx", None))
+        self.query_one(DiffView).set_diff(result.diff)
         self.query_one("#edit-switcher", ContentSwitcher).current = "edit-diff-scroll"
-        added = sum(1 for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++"))
-        removed = sum(1 for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---"))
-        self.notify(f"diff: +{added} -{removed} lines; Ctrl+S saves a new file, Ctrl+R replaces the original",
-                    timeout=6)
+        added, removed = diff_counts(result.diff)
+        if result.incomplete:
+            self.current.border_subtitle = "incomplete: " + result.incomplete[0]
+            self._ask_incomplete(result)
+            return
+        if not result.changed:
+            self.notify("the answer leaves the file unchanged", timeout=6)
+            return
+        note = ("; check: " + "; ".join(result.warnings)) if result.warnings else ""
+        self.notify(f"diff: +{added} -{removed} lines; Ctrl+S saves a new file, Ctrl+R replaces the original{note}",
+                    severity="warning" if result.warnings else "information", timeout=8)
+
+    def _ask_incomplete(self, result: EditResult) -> None:
+        why = "; ".join(result.incomplete)
+        choices = [("continue", "Continue (c)", "c")] if result.can_continue else []
+        choices += [("new", "Keep as new file (k)", "k"), ("close", "Look first (Esc)", "escape")]
+        question = (f"The answer is not a whole file: {why}.\nThe original was not changed. "
+                    + ("Continue the answer, keep it as a new file, or look at it first?" if result.can_continue
+                       else "Keep it as a new file, or look at it first?"))
+
+        def done(choice: str | None) -> None:
+            if choice == "continue":
+                self.action_continue_answer()
+            elif choice == "new":
+                self.action_save_new()
+
+        self.app.push_screen(Choose(question, choices), done)
 
     def action_toggle_diff(self) -> None:
         sw = self.query_one("#edit-switcher", ContentSwitcher)
@@ -578,8 +605,8 @@ class EditScreen(GenerationScreen):
             self.notify("nothing to save yet: run an instruction first")
             return
         try:
-            p = atomic_write_text(edited_path(self.path), self.result)
-            self.notify(f"saved {p}")
+            p = save_new(self.path, self.result)
+            self.notify(f"saved {p}" + (" (an incomplete answer)" if self.result.incomplete else ""))
         except LocalspecError as e:
             self.app.notify_error(e.message, e.hint)
 
@@ -587,19 +614,30 @@ class EditScreen(GenerationScreen):
         if self.result is None or self.path is None:
             self.notify("nothing to save yet: run an instruction first")
             return
-        path, result = self.path, self.result
+        result, path, original = self.result, self.path, self.original
+        if result.incomplete:
+            self.app.notify_error(f"not replacing {path.name}: {'; '.join(result.incomplete)}",
+                                  "Ctrl+S keeps the answer as a new file" +
+                                  (", F9 continues it" if result.can_continue else ""))
+            return
+        if not result.changed:
+            self.notify("nothing to replace: the result equals the original")
+            return
+        question = f"Replace {path} with the rewritten file? A backup is kept."
+        if result.warnings:
+            question += "\nCheck first: " + "; ".join(result.warnings) + "."
 
         def done(yes: bool | None) -> None:
             if not yes:
                 return
             try:
-                backup = replace_with_backup(path, result)
-                self.original = result
+                backup = replace_file(path, original, result)
+                self.original = result.text
                 self.notify(f"replaced {path}; backup kept at {backup}")
             except LocalspecError as e:
                 self.app.notify_error(e.message, e.hint)
 
-        self.app.push_screen(Confirm(f"Replace {path} with the rewritten file? A backup is kept."), done)
+        self.app.push_screen(Confirm(question), done)
 
 
 # -- race -----------------------------------------------------------------------------------

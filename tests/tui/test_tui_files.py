@@ -33,7 +33,7 @@ def test_missing_config_gives_defaults(tmp_path):
     assert load_settings(tmp_path / "none.json") == Settings()
 
 
-@pytest.mark.parametrize("content", ["{not json", '{"sampling": {"temperature": -1}}', '{"bogus": 1}'])
+@pytest.mark.parametrize("content", ["{not json", '"just a string"'])
 def test_corrupt_config_set_aside(tmp_path, content):
     p = tmp_path / "settings.json"
     p.write_text(content)

@@ -204,11 +204,11 @@ async def test_code_edit_save_new_and_replace(clock, tmp_path, monkeypatch):
         prompt = call["messages"][0]["content"]
         assert "add type hints" in prompt and original.strip() in prompt and "fenced code block" in prompt
         scr = app.screen
-        assert scr.result == "def f(x: int) -> int:\n    return x + 1\n"
+        assert scr.result.text == "def f(x: int) -> int:\n    return x + 1\n" and scr.result.complete
         assert "+def f(x: int) -> int:" in scr.query_one("#edit-diff").diff
         await pilot.press("ctrl+s")
         await pilot.pause()
-        assert (tmp_path / "mod.edited.py").read_text() == scr.result
+        assert (tmp_path / "mod.edited.py").read_text() == scr.result.text
         assert src.read_text() == original
         await pilot.press("ctrl+r")
         await pilot.pause()
@@ -219,7 +219,7 @@ async def test_code_edit_save_new_and_replace(clock, tmp_path, monkeypatch):
         await pilot.pause()
         await pilot.press("y")
         await pilot.pause()
-        assert src.read_text() == scr.result
+        assert src.read_text() == scr.result.text
         assert (tmp_path / "mod.py.bak").read_text() == original
 
 

@@ -66,6 +66,9 @@ class FakeGeneration:
         clock = eng.clock
         reply = eng.reply_for(self.prompt, self.drafting)
         words = split_tokens(reply)
+        chat = getattr(eng, "last_prompt", None)
+        if chat and len(self.prompt) > len(chat) and self.prompt[:len(chat)] == chat:
+            words = words[len(self.prompt) - len(chat):]  # a continuation: the answer so far is in the prompt
         limit = min(len(words), self.generation.max_tokens)
         mode = self.drafting.mode
         t0 = clock()
@@ -160,7 +163,8 @@ class FakeEngine:
 
     def chat_tokens(self, messages) -> list[int]:
         self.last_messages = [dict(m) for m in messages]
-        return self.tokenize("".join(f"<{m['role']}>{m['content']}" for m in messages))
+        self.last_prompt = self.tokenize("".join(f"<{m['role']}>{m['content']}" for m in messages))
+        return list(self.last_prompt)
 
     def reply_for(self, prompt, drafting) -> str:
         last = self.last_messages[-1]["content"] if getattr(self, "last_messages", None) else ""

@@ -1,0 +1,144 @@
+"""Pilot tests of the code-edit screen on inputs people really have (issue 9, A1-A4):
+the screen only shows and asks; the logic is localspec.codeedit (tests/unit/test_codeedit.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tui.dialogs import Choose, Confirm
+from tui.screens import EditScreen
+from tui_fakes import FakeEngine
+from tui_helpers import build
+
+pytestmark = pytest.mark.asyncio
+SIZE = (120, 40)
+
+README = "# Title\n\nBuild it with:\n\n```sh\nmake all\n```\n\nThen run `./app`.\n"
+README_NEW = README.replace("# Title", "# Project")
+
+
+async def idle(pilot, timeout=10.0):
+    app = pilot.app
+    for _ in range(int(timeout / 0.02)):
+        await pilot.pause(0.02)
+        if app.busy is None and app.engine_state != "loading":
+            await pilot.pause()
+            return
+    raise AssertionError(f"still busy: {app.busy}")
+
+
+async def run_instruction(pilot, text):
+    box = pilot.app.screen.query_one("#edit-instruction")
+    box.value = text
+    await box.action_submit()
+    await idle(pilot)
+
+
+def edit_screen(app):
+    return next(s for s in app.screen_stack if isinstance(s, EditScreen))
+
+
+def notes(app):
+    return [n.message for n in app._notifications]
+
+
+async def test_markdown_with_inner_fence_and_crlf_replaced_whole(clock, tmp_path, monkeypatch):
+    """A1 + A2: a CRLF Markdown file holding a ```sh block; the model answers LF in a ``` fence."""
+    monkeypatch.chdir(tmp_path)
+    src = tmp_path / "README.md"
+    src.write_bytes(README.replace("\n", "\r\n").encode())
+    eng = FakeEngine(clock, reply="```markdown\n" + README_NEW + "```\n")
+    app = build(eng, edit_file="README.md", remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await idle(pilot)
+        await run_instruction(pilot, "Change the heading Title to Project.")
+        scr = app.screen
+        prompt = eng.calls[-1]["messages"][0]["content"]
+        assert "````markdown\n" + README + "````" in prompt  # LF, in a fence longer than the file's
+        assert scr.result.complete and scr.result.text == README_NEW.replace("\n", "\r\n")
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert isinstance(app.screen, Confirm)
+        await pilot.press("y")
+        await pilot.pause()
+    assert src.read_bytes() == README_NEW.replace("\n", "\r\n").encode()
+    assert (tmp_path / "README.md.bak").read_bytes() == README.replace("\n", "\r\n").encode()
+
+
+async def test_answer_cut_at_max_tokens_says_why_and_continues(clock, tmp_path, monkeypatch):
+    """A4: cut by max_tokens -> the screen says why, refuses to replace, and F9/'c' continues
+    the same answer to a whole file."""
+    monkeypatch.chdir(tmp_path)
+    original = "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(6))
+    new = original.replace("def f0(x)", "def f0(x: int)")
+    (tmp_path / "m.py").write_text(original)
+    eng = FakeEngine(clock, reply="```python\n" + new + "```\n")
+    # a budget the answer does not fit in: it needs two parts
+    monkeypatch.setattr("tui.screens.edit_max_tokens", lambda n_prompt, max_tokens: 60)
+    app = build(eng, edit_file="m.py", remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await idle(pilot)
+        await run_instruction(pilot, "add a type hint")
+        scr = edit_screen(app)
+        assert scr.result is not None and not scr.result.complete
+        assert "ended at max_tokens" in scr.result.incomplete[0]
+        assert "incomplete" in scr.current.border_subtitle
+        dialog = app.screen
+        assert isinstance(dialog, Choose) and "not a whole file" in dialog.question
+        assert "ended at max_tokens" in dialog.question and "original was not changed" in dialog.question
+        await pilot.press("escape")  # look first
+        await pilot.pause()
+        await pilot.press("ctrl+r")  # refused: nothing written, the reason shown
+        await pilot.pause()
+        assert (tmp_path / "m.py").read_text() == original
+        assert any("not replacing m.py" in m and "max_tokens" in m for m in notes(app))
+        assert not isinstance(app.screen, Confirm)
+        n_calls = len(eng.calls)
+        await pilot.press("f9")
+        await idle(pilot)
+        # the continuation extends the same token sequence (prompt + answer so far)
+        first, cont = eng.calls[n_calls - 1], eng.calls[n_calls]
+        assert cont["prompt"][:len(first["prompt"])] == first["prompt"] and len(cont["prompt"]) > len(first["prompt"])
+        assert scr.result.complete and scr.result.text == new
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+    assert (tmp_path / "m.py").read_text() == new
+
+
+async def test_incomplete_answer_kept_as_new_file(clock, tmp_path, monkeypatch):
+    """A4: no closing fence -> 'keep as new file' writes name.edited.py, the original stays."""
+    monkeypatch.chdir(tmp_path)
+    original = "x = 1\ny = 2\n"
+    (tmp_path / "a.py").write_text(original)
+    eng = FakeEngine(clock, reply="```python\nx = 10\ny = 2\n")
+    app = build(eng, edit_file="a.py", remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await idle(pilot)
+        await run_instruction(pilot, "x is ten")
+        dialog = app.screen
+        assert isinstance(dialog, Choose) and "no closing fence" in dialog.question
+        assert [c[0] for c in dialog.choices] == ["new", "close"]  # nothing to continue: it ended itself
+        await pilot.press("k")
+        await pilot.pause()
+    assert (tmp_path / "a.py").read_text() == original
+    assert (tmp_path / "a.edited.py").read_text() == "x = 10\ny = 2\n"
+
+
+async def test_python_regression_is_named_before_replacing(clock, tmp_path, monkeypatch):
+    """A4: the original parses, the result does not: the confirmation says so."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.py").write_text("def f(x):\n    return x\n")
+    eng = FakeEngine(clock, reply="```python\ndef f(x:\n    return x\n```")
+    app = build(eng, edit_file="a.py", remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await idle(pilot)
+        await run_instruction(pilot, "hint")
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert isinstance(app.screen, Confirm)
+        assert "parses as Python but the result does not" in app.screen.question
+        await pilot.press("n")
+        await pilot.pause()
+    assert (tmp_path / "a.py").read_text() == "def f(x):\n    return x\n"

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import BackendError, CacheRollbackError, ContextOverflowError, ModelError
+from .errors import BackendError, CacheRollbackError, ConfigError, ContextOverflowError, ModelError
 
 _init_lock = threading.Lock()
 _initialized = False
@@ -221,6 +221,9 @@ class LlamaModel:
 
         Raises:
             ModelError: the GGUF has no chat template.
+            ConfigError: the template refuses the messages (a Jinja ``raise_exception``,
+                e.g. "System role not supported" from a Gemma-style template) or fails
+                to render; the message carries the template's own words.
         """
         template = self.chat_template()
         if not template:
@@ -232,8 +235,17 @@ class LlamaModel:
 
         bos_text = self.token_bytes(self.bos, special=True).decode("utf-8", "replace") if self.bos >= 0 else ""
         eos_text = self.token_bytes(self.eos, special=True).decode("utf-8", "replace") if self.eos >= 0 else ""
-        formatter = Jinja2ChatFormatter(template, eos_text, bos_text, add_generation_prompt=add_generation_prompt)
-        return formatter(messages=list(messages)).prompt
+        try:
+            formatter = Jinja2ChatFormatter(template, eos_text, bos_text, add_generation_prompt=add_generation_prompt)
+            return formatter(messages=list(messages)).prompt
+        except Exception as e:  # Jinja syntax/undefined errors and the template's own raise_exception
+            said = str(e).strip() or type(e).__name__
+            has_system = any(m.get("role") == "system" for m in messages)
+            hint = ("this model's chat template takes no system message: drop --system (and the system message of "
+                    "--messages), or send a raw prompt with --raw" if has_system or "system" in said.lower() else
+                    "check the roles and order of the messages (many templates want user and assistant to "
+                    "alternate), or send a raw prompt with --raw")
+            raise ConfigError(f"the chat template of {self.path.name} refused the messages: {said}", hint) from e
 
     def vocab_info(self) -> VocabInfo:
         lc = self._lc

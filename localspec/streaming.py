@@ -15,7 +15,8 @@ class TextAssembler:
 
     A token's bytes may end inside a multi-byte UTF-8 character; the incremental decoder
     keeps the partial bytes until the character completes, so no replacement character
-    is produced for text that is valid UTF-8 as a whole.
+    is produced for text that is valid UTF-8 as a whole, and a character left incomplete
+    at the end is dropped (:meth:`finish`). Bytes that can never be UTF-8 still become U+FFFD.
 
     Args:
         stop: stop strings; the output ends right before the first one found.
@@ -29,6 +30,7 @@ class TextAssembler:
         self.token_ends: list[int] = []  # len(text) after each pushed token
         self.stop_at: int | None = None  # index in text where the first stop string starts
         self.finished = False
+        self.dangling = b""  #: the incomplete character's bytes dropped by :meth:`finish`
 
     def push(self, piece: bytes) -> None:
         """Append one token's bytes."""
@@ -42,13 +44,12 @@ class TextAssembler:
                 self.stop_at = min(hits)
 
     def finish(self) -> None:
-        """Flush the decoder (a dangling incomplete character becomes U+FFFD)."""
+        """End the text. Bytes of a character the generation never completed (max_tokens
+        or the context cut it) are dropped, not shown as U+FFFD: the text stays what the
+        bytes say, and the tokens that carried them still count (their text is "")."""
         if not self.finished:
-            tail = self._decoder.decode(b"", final=True)
-            if tail:
-                self.text += tail
-                if self.token_ends:
-                    self.token_ends[-1] = len(self.text)
+            self.dangling = self._decoder.getstate()[0]
+            self._decoder.reset()
             self.finished = True
 
     def tokens_before_stop(self) -> int:

@@ -164,9 +164,8 @@ def test_no_fence_is_taken_whole_with_a_warning():
 
 
 def test_edit_max_tokens():
-    assert edit_max_tokens(100, 4096, 512) == 512
-    assert edit_max_tokens(1000, 4096, 512) == 2256
-    assert edit_max_tokens(3000, 4096, 512) == 1095  # the context window bounds it
+    assert edit_max_tokens(100, 512) == 512
+    assert edit_max_tokens(1000, 512) == 2256
 
 
 # -- saving ------------------------------------------------------------------------------------------

@@ -56,10 +56,11 @@ def test_system_with_messages_reaches_the_prompt(capsys, tiny_env):
     code, out, _ = run_cli(capsys, *common)
     assert code == 0
     plain = stats_line(out)["prompt_tokens"]
-    code, out, _ = run_cli(capsys, *common, "--system", "You are a pirate who answers in rhymes.")
+    # (SmolLM2's template writes a default system message when there is none: use a longer one)
+    code, out, _ = run_cli(capsys, *common, "--system", "Answer like a pirate, in rhymes. " * 8)
     assert code == 0
     with_system = stats_line(out)["prompt_tokens"]
-    assert with_system > plain + 5  # the system text is in the prompt now
+    assert with_system > plain + 40  # the system text is in the prompt now
 
 
 def test_system_replaces_the_leading_system_message():

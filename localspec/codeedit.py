@@ -200,7 +200,10 @@ def extract_block(answer: str, original: str = "") -> Block:
     several lines qualify (the file itself holds fences, and the model used a fence
     no longer than them), the one chosen leaves a body whose fences pair up as the
     original's do (same number of fence lines, same open/closed state), the earliest
-    on a tie; with no such line the first qualifying one (CommonMark's rule).
+    on a tie; with no such line the first qualifying one (CommonMark's rule). A block
+    with no such line may still be closed by a *shorter* bare fence of its character
+    (a model's slip: ````markdown ... ```) when the body before it pairs its fences
+    exactly as the original does; otherwise it is unclosed.
 
     Args:
         answer: the model's answer.
@@ -213,21 +216,29 @@ def extract_block(answer: str, original: str = "") -> Block:
     char, length, _ = _fence_of(lines[start])
     fence = char * length
     candidates = [j for j in range(start + 1, len(lines)) if _closes(lines[j], char, length)]
-    if not candidates:
-        rest = lines[start + 1:]
-        if rest and rest[-1] == "":
-            rest = rest[:-1]  # the answer's last newline
-        body = "\n".join(rest)
-        return Block(body, fenced=True, closed=False, fence=fence)
     want_n, want_closed = scan_fences(to_lf(original).split("\n"))
-    best: tuple | None = None
-    for j in candidates:
-        n, closed = scan_fences(lines[start + 1:j])
-        score = (closed != want_closed, abs(n - want_n))
-        if best is None or score < best[0]:
-            best = (score, j)
-    end = best[1] if best[0][0] is False or len(candidates) == 1 else candidates[0]
-    return Block("\n".join(lines[start + 1:end]), fenced=True, closed=True, fence=fence)
+
+    def best(cands: list[int]) -> tuple[tuple[bool, int], int]:
+        scored = [((scan_fences(lines[start + 1:j])[1] != want_closed,
+                    abs(scan_fences(lines[start + 1:j])[0] - want_n)), j) for j in cands]
+        return min(scored, key=lambda s: s[0])  # earliest on a tie (min is stable)
+
+    if candidates:
+        score, end = best(candidates)
+        end = end if not score[0] or len(candidates) == 1 else candidates[0]
+        return Block("\n".join(lines[start + 1:end]), fenced=True, closed=True, fence=fence)
+    # Models asked for a long fence sometimes close it with a shorter one (````markdown ... ```):
+    # take a bare fence of the same character as the close when the body before it pairs
+    # its fences as the original does.
+    loose = [j for j in range(start + 1, len(lines)) if _closes(lines[j], char, 3)]
+    if loose:
+        score, end = best(loose)
+        if score == (False, 0):
+            return Block("\n".join(lines[start + 1:end]), fenced=True, closed=True, fence=fence)
+    rest = lines[start + 1:]
+    if rest and rest[-1] == "":
+        rest = rest[:-1]  # the answer's last newline
+    return Block("\n".join(rest), fenced=True, closed=False, fence=fence)
 
 
 def edit_prompt(path: str | os.PathLike, original: str, instruction: str) -> str:

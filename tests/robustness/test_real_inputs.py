@@ -12,8 +12,9 @@ import sys
 import pytest
 
 from localspec import cli
+from localspec.codeedit import apply_answer, continuation_prefix, edit_prompt
 from localspec.config import DraftParams, GenerationParams, SamplingParams, Settings
-from localspec.errors import ConfigError, ModelError
+from localspec.errors import ModelError
 from localspec.events import EndReason, TokenEvent
 from localspec.models import cache_dir, remove_stale_parts, resolve_model, weights_dir
 from localspec.userconfig import config_path, load_settings, save_settings
@@ -211,6 +212,35 @@ def test_max_tokens_inside_a_multibyte_character(tiny_engine):
         if len(raw) > len(gen.text.encode()):
             cuts += 1  # this one ended inside a character: its bytes are not shown
     assert cuts >= 1
+
+
+# -- A4: a code edit cut at max_tokens, continued ---------------------------------------------------
+def edit(engine, name, original, instruction, max_tokens, prefix=(), mode="none"):
+    """Run a code edit as the edit screen does; returns (generation, its token events)."""
+    chat = [{"role": "user", "content": edit_prompt(name, original, instruction)}]
+    prompt = engine.chat_tokens(chat)
+    gen = engine.generate(prompt + list(prefix), SamplingParams(), DraftParams(mode=mode, draft_max=16),
+                          GenerationParams(max_tokens=max_tokens))
+    events = [e for e in gen if isinstance(e, TokenEvent)]
+    return gen, events
+
+
+@pytest.mark.tiny
+def test_code_edit_cut_at_max_tokens_then_continued(tiny_engine):
+    """A4: an answer cut by max_tokens is incomplete (and says so); continuing the same token
+    sequence gives the answer an uncut run gives."""
+    original = "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(8))
+    whole, _ = edit(tiny_engine, "m.py", original, "Rename f0 to g0.", max_tokens=36, mode="none")
+    cut, events = edit(tiny_engine, "m.py", original, "Rename f0 to g0.", max_tokens=12, mode="none")
+    assert cut.stats.end_reason is EndReason.MAX_TOKENS and len(cut.token_ids) == 12
+    r = apply_answer(original, cut.text, name="m.py", end_reason=cut.stats.end_reason, tokens=12)
+    assert r.incomplete == ("the answer ended at max_tokens (12 tokens) before the file was complete",)
+    assert r.can_continue
+    keep = continuation_prefix(events)
+    more, _ = edit(tiny_engine, "m.py", original, "Rename f0 to g0.", max_tokens=36 - len(keep), prefix=keep,
+                   mode="none")
+    assert keep + more.token_ids == whole.token_ids
+    assert cut.text + more.text == whole.text
 
 
 # -- C11 / C12: settings files ---------------------------------------------------------------------

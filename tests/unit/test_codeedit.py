@@ -37,6 +37,15 @@ def test_outer_block_found_whatever_the_fence(answer):
     assert r.text == README_NEW and r.complete
 
 
+def test_long_fence_closed_by_a_shorter_one():
+    """What Qwen2.5-Coder 1.5B answered to the prompt's ````markdown: closed with ```."""
+    r = apply_answer(README, "````markdown\n" + README_NEW + "```\n", name="README.md", end_reason="eog")
+    assert r.text == README_NEW and r.complete
+    # but not when that would cut the file's own block in half
+    r = apply_answer(README, "````markdown\n# Project\n\n```sh\nmake all\n```\n", name="README.md", end_reason="eog")
+    assert not r.complete and "no closing fence (````)" in r.incomplete[0]
+
+
 def test_bare_inner_fences_pair_up_like_the_original():
     original = "Intro\n\n```\ncode\n```\n\nOutro\n"
     new = original.replace("Outro", "The end")

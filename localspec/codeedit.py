@@ -48,6 +48,10 @@ LANGS = {".py": "python", ".pyi": "python", ".js": "javascript", ".ts": "typescr
          ".rst": "rst", ".toml": "toml", ".json": "json", ".yaml": "yaml", ".yml": "yaml", ".rb": "ruby",
          ".html": "html", ".css": "css"}
 
+#: a line standing in for code the model left out ("# ... rest of the file unchanged")
+_PLACEHOLDER = re.compile(r"(\.\.\.|…).*\b(rest|remaining|remainder|unchanged|same as before|existing)\b|"
+                          r"\b(rest|remainder) of (the )?(file|code|module|class|function)\b", re.I)
+
 #: an answer whose file has fewer than this fraction of the original's characters is flagged
 SHORT_FRACTION = 0.5
 #: ... when the original has at least this many characters (tiny files change size a lot)
@@ -316,6 +320,9 @@ class EditResult:
         incomplete: why the answer is not a whole file (empty when it is); such a result
             is never written over the original (:func:`replace_file` refuses it).
         warnings: why the result deserves a look before replacing the original.
+        partial: the warnings that say the file may be only partly there (much shorter
+            than the original, or "rest of the file unchanged" placeholders): the edit
+            screen asks about them as soon as the answer ends.
         can_continue: generating more could complete it (it was cut by max_tokens or stopped).
     """
 
@@ -325,6 +332,7 @@ class EditResult:
     incomplete: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     can_continue: bool = False
+    partial: tuple[str, ...] = ()
 
     @property
     def problems(self) -> tuple[str, ...]:
@@ -378,16 +386,22 @@ def apply_answer(original: str, answer: str, *, name: str = "file", end_reason: 
             incomplete.append(f"the answer has no closing fence ({block.fence}): the file may be cut")
         else:
             warnings.append("the answer has no fenced code block: the whole answer was taken as the file")
+    partial: list[str] = []
     core_old, core_new = form.text.strip(), to_lf(text).lstrip(BOM).strip()
     if len(core_old) >= SHORT_MIN_CHARS and len(core_new) < SHORT_FRACTION * len(core_old):
-        warnings.append(f"the result is much shorter than the original ({len(core_new)} vs {len(core_old)} "
-                        "characters): check that nothing was dropped")
+        partial.append(f"the result is much shorter than the original ({len(core_new)} vs {len(core_old)} "
+                       "characters): check that nothing was dropped")
+    new_placeholders = [ln.strip() for ln in core_new.split("\n")
+                        if (m := _PLACEHOLDER.search(ln)) and m.group(0) not in core_old]
+    if new_placeholders:
+        partial.append(f"the result has a placeholder instead of code ({new_placeholders[0][:60]!r})")
+    warnings += partial
     if Path(name).suffix.lower() in (".py", ".pyi") and _python_error(form.text) is None:
         err = _python_error(to_lf(text).lstrip(BOM))
         if err is not None:
             warnings.append(f"the original parses as Python but the result does not ({err})")
     return EditResult(text, unified_diff(original, text, name), block, tuple(incomplete), tuple(warnings),
-                      can_continue)
+                      can_continue, tuple(partial))
 
 
 def edited_path(path: Path) -> Path:

@@ -573,6 +573,10 @@ class EditScreen(GenerationScreen):
             self.current.border_subtitle = "incomplete: " + result.incomplete[0]
             self._ask_incomplete(result)
             return
+        if result.partial:
+            self.current.border_subtitle = "check: " + result.partial[0]
+            self._ask_incomplete(result)
+            return
         if not result.changed:
             self.notify("the answer leaves the file unchanged", timeout=6)
             return
@@ -581,10 +585,15 @@ class EditScreen(GenerationScreen):
                     severity="warning" if result.warnings else "information", timeout=8)
 
     def _ask_incomplete(self, result: EditResult) -> None:
-        why = "; ".join(result.incomplete)
+        """Say why the answer is not (or may not be) a whole file, and offer what can be done."""
         choices = [("continue", "Continue (c)", "c")] if result.can_continue else []
         choices += [("new", "Keep as new file (k)", "k"), ("close", "Look first (Esc)", "escape")]
-        question = (f"The answer is not a whole file: {why}.\nThe original was not changed. "
+        if result.incomplete:
+            head = f"The answer is not a whole file: {'; '.join(result.incomplete)}."
+        else:
+            head = (f"The answer may not be the whole file: {'; '.join(result.partial)}. "
+                    "Ctrl+R can still replace the original after a look.")
+        question = (f"{head}\nThe original was not changed. "
                     + ("Continue the answer, keep it as a new file, or look at it first?" if result.can_continue
                        else "Keep it as a new file, or look at it first?"))
 

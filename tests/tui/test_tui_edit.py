@@ -142,3 +142,26 @@ async def test_python_regression_is_named_before_replacing(clock, tmp_path, monk
         await pilot.press("n")
         await pilot.pause()
     assert (tmp_path / "a.py").read_text() == "def f(x):\n    return x\n"
+
+
+async def test_much_shorter_answer_is_asked_about_at_once(clock, tmp_path, monkeypatch):
+    """A4: an answer that ended by itself but drops most of the file: the screen asks first."""
+    monkeypatch.chdir(tmp_path)
+    original = "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(12))
+    (tmp_path / "m.py").write_text(original)
+    eng = FakeEngine(clock, reply="```python\ndef g0(x):\n    return x\n\n# ... rest of the file unchanged\n```")
+    app = build(eng, edit_file="m.py", remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await idle(pilot)
+        await run_instruction(pilot, "rename f0 to g0")
+        dialog = app.screen
+        assert isinstance(dialog, Choose) and "may not be the whole file" in dialog.question
+        assert "much shorter than the original" in dialog.question and "placeholder" in dialog.question
+        await pilot.press("escape")
+        await pilot.pause()
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert isinstance(app.screen, Confirm) and "much shorter" in app.screen.question
+        await pilot.press("n")
+        await pilot.pause()
+    assert (tmp_path / "m.py").read_text() == original

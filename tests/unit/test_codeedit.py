@@ -161,10 +161,19 @@ def test_a_closed_block_is_complete_whatever_ended_the_answer():
 def test_much_shorter_result_and_python_regression_are_warnings():
     r = apply_answer(BIG, "```python\ndef f0(x:\n    return x\n```", name="m.py", end_reason="eog")
     assert r.complete
-    assert any("much shorter than the original" in w for w in r.warnings)
+    assert any("much shorter than the original" in w for w in r.warnings) and r.partial
     assert any("parses as Python but the result does not (line 1" in w for w in r.warnings)
     # a file that did not parse before is not held against the answer
     assert not any("Python" in w for w in apply_answer("def (:\n", "```\ndef (:\nx\n```", name="b.py").warnings)
+
+
+def test_placeholder_for_left_out_code_is_partial():
+    r = apply_answer(BIG, "```python\ndef g0(x):\n    return x + 0\n\n# ... rest of the file unchanged\n```",
+                     name="m.py", end_reason="eog")
+    assert r.complete and len(r.partial) == 2
+    assert "placeholder instead of code ('# ... rest of the file unchanged')" in r.partial[1]
+    # a placeholder the original already had is not the model's
+    assert not apply_answer("x = 1  # ... rest unchanged\n", "```\nx = 2  # ... rest unchanged\n```").partial
 
 
 def test_no_fence_is_taken_whole_with_a_warning():

@@ -8,23 +8,13 @@ import pytest
 from tui.dialogs import Choose, Confirm
 from tui.screens import EditScreen
 from tui_fakes import FakeEngine
-from tui_helpers import build
+from tui_helpers import build, idle
 
 pytestmark = pytest.mark.asyncio
 SIZE = (120, 40)
 
 README = "# Title\n\nBuild it with:\n\n```sh\nmake all\n```\n\nThen run `./app`.\n"
 README_NEW = README.replace("# Title", "# Project")
-
-
-async def idle(pilot, timeout=10.0):
-    app = pilot.app
-    for _ in range(int(timeout / 0.02)):
-        await pilot.pause(0.02)
-        if app.busy is None and app.engine_state != "loading":
-            await pilot.pause()
-            return
-    raise AssertionError(f"still busy: {app.busy}")
 
 
 async def run_instruction(pilot, text):

@@ -7,6 +7,17 @@ from localspec.config import DraftParams, Settings
 from tui_fakes import FakeClock, FakeEngine, factory_for
 
 
+async def idle(pilot, timeout=10.0):
+    """Wait until no answer runs and no engine loads."""
+    app = pilot.app
+    for _ in range(int(timeout / 0.02)):
+        await pilot.pause(0.02)
+        if app.busy is None and app.engine_state != "loading":
+            await pilot.pause()
+            return
+    raise AssertionError(f"still busy: {app.busy}")
+
+
 def build(fake=None, *, settings=None, clock=None, engines=(), **kw):
     """make_app with scripted fakes (the test helper every TUI test uses)."""
     from tui.app import make_app

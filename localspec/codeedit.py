@@ -223,9 +223,12 @@ def extract_block(answer: str, original: str = "") -> Block:
     want_n, want_closed = scan_fences(to_lf(original).split("\n"))
 
     def best(cands: list[int]) -> tuple[tuple[bool, int], int]:
-        scored = [((scan_fences(lines[start + 1:j])[1] != want_closed,
-                    abs(scan_fences(lines[start + 1:j])[0] - want_n)), j) for j in cands]
-        return min(scored, key=lambda s: s[0])  # earliest on a tie (min is stable)
+        """(score, line) of the best closing candidate: (closed state differs, fence-count gap)."""
+        scored = []
+        for j in cands:
+            n, closed = scan_fences(lines[start + 1:j])
+            scored.append(((closed != want_closed, abs(n - want_n)), j))
+        return min(scored, key=lambda s: s[0])  # the earliest on a tie (min keeps the first)
 
     if candidates:
         score, end = best(candidates)

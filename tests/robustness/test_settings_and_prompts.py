@@ -48,7 +48,8 @@ def run_cli(capsys, *argv):
 def test_bad_settings_refused_with_reason(capsys, isolated_env, args, field):
     code, err = run_cli(capsys, "generate", *args, "hi")
     assert code == 2
-    assert err.startswith("error: invalid settings") and field in err and "hint:" in err
+    flag = "--" + field.replace("_", "-")  # errors name the flag the user typed, not the settings field
+    assert err.startswith("error: invalid settings") and flag in err and "hint:" in err
 
 
 def test_unknown_preset(capsys, isolated_env):

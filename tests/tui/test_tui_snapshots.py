@@ -54,8 +54,7 @@ def test_round_inspector_rejection(snap_compare):
     assert snap_compare(build(FakeEngine(FakeClock()), remember=False), run_before=run_before, terminal_size=SIZE)
 
 
-def test_race_mode(snap_compare):
-    """Target-only and speculative side by side, finish times and the measured speedup."""
+def _race(snap_compare, size) -> bool:
     clock = FakeClock()
     spec, only = FakeEngine(clock), FakeEngine(clock)
 
@@ -68,7 +67,12 @@ def test_race_mode(snap_compare):
         await _settle(pilot)
 
     app = build(spec, engines=(only,), race=True, remember=False)
-    assert snap_compare(app, run_before=run_before, terminal_size=SIZE)
+    return snap_compare(app, run_before=run_before, terminal_size=size)
+
+
+def test_race_mode(snap_compare):
+    """Target-only and speculative side by side, decode rates and the measured speedup."""
+    assert _race(snap_compare, SIZE)
 
 
 def test_settings_invalid_value(snap_compare):
@@ -164,16 +168,4 @@ def test_stats_panel_before_first_answer_150_columns(snap_compare):
 
 def test_race_mode_80_columns(snap_compare):
     """Race at 80 columns: decode rates, untimed prefill, the verdict and the repeat control."""
-    clock = FakeClock()
-    spec, only = FakeEngine(clock), FakeEngine(clock)
-
-    async def run_before(pilot):
-        await _idle(pilot)
-        prompt = pilot.app.screen.query_one("#race-prompt")
-        prompt.value = "reverse a string in python"
-        await prompt.action_submit()
-        await _idle(pilot)
-        await _settle(pilot)
-
-    app = build(spec, engines=(only,), race=True, remember=False)
-    assert snap_compare(app, run_before=run_before, terminal_size=(80, 34))
+    assert _race(snap_compare, (80, 34))

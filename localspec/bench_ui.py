@@ -227,7 +227,9 @@ def format_decode(rows: list[dict]) -> str:
         lines.append(f"{r['repeat']:>3} {r['tui']['tokens']:>4}/{r['cli']['tokens']:<4} {r['tui']['tok_s']:10.1f} "
                      f"{r['cli']['tok_s']:10.1f} {r['ratio']:8.3f} {r['load']:6.2f}")
     ratios = sorted(r["ratio"] for r in rows)
-    lines.append(f"median TUI/CLI {ratios[len(ratios) // 2]:.3f} (range {ratios[0]:.3f} to {ratios[-1]:.3f})")
+    n = len(ratios)
+    med = ratios[n // 2] if n % 2 else (ratios[n // 2 - 1] + ratios[n // 2]) / 2
+    lines.append(f"median TUI/CLI {med:.3f} (range {ratios[0]:.3f} to {ratios[-1]:.3f})")
     return "\n".join(lines)
 
 

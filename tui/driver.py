@@ -41,7 +41,7 @@ def token_text_fn(engine) -> Callable[[int], str]:
     return lambda t: f"#{t}"
 
 
-def drive(gen, engine, post: PostFn, clock: Clock = time.perf_counter, batch_seconds: float = 0.05
+def drive(gen, engine, post: PostFn, clock: Clock = time.perf_counter, batch_seconds: float = 0.1
           ) -> tuple[LiveStats, list[RoundView]]:
     """Consume ``gen``, posting batches of tokens at most every ``batch_seconds``.
 
@@ -140,7 +140,7 @@ class RaceSide:
 
 
 def race(sides: list[RaceSide], post: Callable[[str, list, list, LiveStats], None], clock: Clock = time.perf_counter,
-         cancelled: Callable[[], bool] = lambda: False, batch_seconds: float = 0.05) -> dict[str, LiveStats]:
+         cancelled: Callable[[], bool] = lambda: False, batch_seconds: float = 0.1) -> dict[str, LiveStats]:
     """Alternate the sides round by round in this one thread until all are done.
 
     Each side's time is the sum of its own rounds' wall time, so neither is charged

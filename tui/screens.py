@@ -26,9 +26,11 @@ from localspec.fileio import atomic_write_text, read_text_file, replace_with_bac
 from .dialogs import Confirm, FilePicker, PathPrompt
 from .messages import GenerationFailed, GenerationFinished, Notice, RaceFinished, TokensEmitted
 from .stats import LiveStats, RoundView, fmt_rate, median_spread, race_speedup
-from .widgets import Legend, RoundInspector, StatsPanel, TokenStream
+from .widgets import Legend, RoundInspector, StatsPanel, TokenStream, update_in_place, wrapped_lines
 
 _tags = itertools.count(1)
+#: while an answer streams, the statistics panel and the round inspector redraw at most this often
+PANEL_SECONDS = 0.5
 
 
 def new_tag(kind: str) -> str:
@@ -90,6 +92,7 @@ class GenerationScreen(Screen):
     """What chat and code-edit share: the stats panel, the inspector and the streaming handlers."""
 
     tag: str | None = None
+    _panel_at = 0.0  #: time.monotonic() of the latest panel redraw while streaming
     current: AssistantMessage | None = None  #: the answer being streamed (or the latest)
     inspected: AssistantMessage | None = None  #: the answer whose rounds the inspector shows
 
@@ -116,9 +119,15 @@ class GenerationScreen(Screen):
         self.current.rounds.extend(msg.rounds)
         if msg.stats is not None:
             self.current.stats = msg.stats
-            self.query_one(StatsPanel).show(msg.stats)
-        if self.inspected in (None, self.current):
-            self.query_one(RoundInspector).set_rounds(self.current.rounds)
+        # the tables of the panel and the inspector cost far more to draw than the tokens:
+        # while streaming they follow at most every PANEL_SECONDS (the final figures always show)
+        now = time.monotonic()
+        if now - self._panel_at >= PANEL_SECONDS:
+            self._panel_at = now
+            if msg.stats is not None:
+                self.query_one(StatsPanel).show(msg.stats)
+            if self.inspected in (None, self.current):
+                self.query_one(RoundInspector).set_rounds(self.current.rounds)
         self.answer_scroll().scroll_end(animate=False)
 
     @on(GenerationFinished)
@@ -636,7 +645,8 @@ class RacePane(Vertical):
                 + (f"  catch-up {s.catchup_seconds:.2f} s (untimed)" if s.catchup_tokens else ""))
         if done:
             self.border_subtitle = f"decoded in {s.decode_seconds:.2f} s"
-        self.query_one(".race-line", Static).update(line)
+        static = self.query_one(".race-line", Static)
+        update_in_place(static, line, wrapped_lines(static, Text(line)))
         self.query_one(".race-scroll", VerticalScroll).scroll_end(animate=False)
 
 

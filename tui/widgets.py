@@ -341,16 +341,35 @@ class StatsPanel(Vertical):
         end = s.end_text
         t.add_row("tokens", f"{s.tokens} in {s.rounds} rounds" + (f", {end}" if end else ""))
         parts: list = [t]
+        table = self.query_one("#stats-table", Static)
+        lines = t.row_count
         if s.draft_reason:  # the policy's reason has its own line and wraps
-            parts.append(Text.assemble(("why ", "bold"), s.draft_reason, overflow="fold"))
-        self.query_one("#stats-table", Static).update(Group(*parts))
+            why = Text.assemble(("why ", "bold"), s.draft_reason, overflow="fold")
+            parts.append(why)
+            lines += wrapped_lines(table, why)
+        update_in_place(table, Group(*parts), lines)
         data = list(s.accepted_lengths[-60:])
         spark = self.query_one("#stats-spark", Sparkline)
         # before the first drafted round there is nothing to draw (no row of empty blocks)
-        spark.display = any(data)
+        if spark.display != any(data):
+            spark.display = any(data)
         spark.data = data or [0]
-        self.query_one(".spark-title", Static).update(
-            "accepted length per round" if any(data) else "accepted length per round: none yet")
+        title = "accepted length per round" if any(data) else "accepted length per round: none yet"
+        update_in_place(self.query_one(".spark-title", Static), title, wrapped_lines(table, Text(title)))
+
+
+def wrapped_lines(widget: Widget, text: Text) -> int:
+    """Lines ``text`` takes at ``widget``'s width (-1 before the widget has a size)."""
+    width = widget.size.width
+    return len(text.wrap(widget.app.console, width)) if width else -1
+
+
+def update_in_place(static: Static, content, lines: int) -> None:
+    """``Static.update`` that lays the screen out again only when the height (``lines``)
+    changes: a relayout repaints the whole screen, several times a second while streaming."""
+    layout = lines < 0 or getattr(static, "_shown_lines", None) != lines
+    static._shown_lines = lines
+    static.update(content, layout=layout)
 
 
 #: the statistics panel's labels and what each means (its tooltip)
@@ -426,7 +445,7 @@ class RoundInspector(Static):
         if not self.is_mounted:
             return
         if not self.rounds or self.index is None:
-            self.update(Text("no rounds yet: ask something", style="italic"))
+            self.update(Text("no rounds yet: ask something", style="italic"), layout=False)
             return
         rs = self.rounds[self.index]
         st = {k: self.get_component_rich_style(f"tok--{k}", partial=True) for k in KINDS}
@@ -468,4 +487,4 @@ class RoundInspector(Static):
         foot += Text(f"verify {rs.verify_seconds * 1000:.0f} ms, draft {rs.draft_seconds * 1000:.0f} ms", "dim")
         if rs.catchup_tokens:  # the draft model's catch-up: its own line, not part of drafting
             foot += Text(f"\ndraft catch-up {rs.catchup_seconds * 1000:.0f} ms ({rs.catchup_tokens} tokens)", "dim")
-        self.update(Group(head, t, foot))
+        self.update(Group(head, t, foot), layout=False)  # its height is fixed by the CSS (1fr)

@@ -182,13 +182,15 @@ def _format_stats(stats) -> list[tuple[str, str]]:
     ttft = stats.time_to_first_token
     return [
         ("tokens", f"{stats.tokens}"),
-        ("tokens/s", f"{stats.tokens_per_second:.1f}"),
+        ("tokens/s (decode)", f"{stats.tokens_per_second:.1f}"),
         ("acceptance", "n/a (nothing drafted)" if ar is None else f"{ar:.0%} of {stats.drafted} drafted"),
         ("mean accepted length", "n/a" if mal is None else f"{mal:.2f}"),
         ("tokens per target pass", "n/a" if tpp is None else f"{tpp:.2f}"),
         ("rounds", f"{stats.rounds}"),
         ("time to first token", "n/a" if ttft is None else f"{ttft * 1000:.0f} ms"),
         ("prompt", f"{stats.prompt_tokens} tokens, prefill {stats.prefill_seconds * 1000:.0f} ms"),
+        *([("draft catch-up", f"{stats.catchup_tokens} tokens, {stats.catchup_seconds * 1000:.0f} ms")]
+          if stats.catchup_tokens else []),
         ("end", stats.end_reason.value if stats.end_reason else "?"),
     ]
 

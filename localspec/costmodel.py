@@ -35,6 +35,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .drafters.model import STEADY_GAP
 from .errors import ConfigError
 from .policy import Choice
 
@@ -390,8 +391,16 @@ class EngineCosts:
     overhead: float = 0.0
     min_obs: int = 3
     scale: float = 1.0
+    #: seconds per token of a draft-model catch-up (a prefill batch without logits). Until a
+    #: catch-up is observed: the draft's one-token time scaled by the target curve's cost per
+    #: token at its largest batch, an overestimate for long catch-ups (prefill batches are cheaper)
+    draft_prefill_token: float | None = None
 
     def __post_init__(self) -> None:
+        if self.draft_prefill_token is None and self.draft_token is not None and self.verify:
+            b = len(self.verify)
+            self.draft_prefill_token = self.draft_token * self.verify[-1] / (b * self.verify[0])
+        self._n_catchup = 0
         self._base = list(self.verify)
         self._own = list(self.verify)
         self._n = [0] * len(self.verify)
@@ -421,6 +430,13 @@ class EngineCosts:
         if drafted > 0 and seconds > 0 and self.draft_token is not None:
             self._n_draft += 1
             self.draft_token += self._w(self._n_draft) * (seconds / drafted - self.draft_token)
+
+    def observe_catchup(self, tokens: int, seconds: float) -> None:
+        """Learn the draft model's per-token catch-up cost from one catch-up of ``tokens``."""
+        if tokens > 0 and seconds > 0:
+            self._n_catchup += 1
+            prev = self.draft_prefill_token if self.draft_prefill_token is not None else seconds / tokens
+            self.draft_prefill_token = prev + self._w(self._n_catchup) * (seconds / tokens - prev)
 
     def observe_overhead(self, seconds: float) -> None:
         if seconds >= 0:
@@ -466,6 +482,15 @@ class AdaptivePolicy:
     1 at every position) could not beat target-only decoding with the measured costs, as
     with the 0.5B/1.5B pair on a 2-core CPU.
 
+    A draft model whose KV cache lags the committed tokens must first catch up (its
+    prefill: :meth:`see_draft_cache`, told by the engine every round). That one-off cost,
+    pending tokens x the measured per-token catch-up cost, counts as drafting cost spread
+    over the tokens still expected: the draft model is chosen only if its rate over that
+    horizon, catch-up included, beats target-only decoding. The horizon is the number of
+    tokens generated so far (an answer is expected to run about as long again), at least
+    ``catchup_horizon`` and at most the tokens left; so a 1,000-token catch-up is not paid
+    for a short answer.
+
     Args:
         costs: the engine's :class:`EngineCosts` (shared, refined as rounds run).
         draft_max: most tokens drafted per round.
@@ -474,13 +499,14 @@ class AdaptivePolicy:
         prior_draft, prior_lookup: starting acceptance estimates.
         relax: per unobserved round, fraction of the way back to the prior (draft model).
         margin: speculate only if the expected speedup is at least ``1 + margin``.
+        catchup_horizon: fewest tokens a draft-model catch-up is spread over.
     """
 
     uses_lookup = True
 
     def __init__(self, costs: EngineCosts, draft_max: int, has_draft: bool, *, weight: float = 0.3,
                  prior_draft: float = 0.6, prior_lookup: float = 0.5, relax: float = 0.01,
-                 margin: float = 0.03) -> None:
+                 margin: float = 0.03, catchup_horizon: int = 64) -> None:
         self.costs = costs
         self.draft_max = draft_max
         self.has_draft = has_draft and costs.draft_token is not None
@@ -490,6 +516,9 @@ class AdaptivePolicy:
         self.margin = margin
         self._pending_lookup: tuple[int, tuple[int, ...]] | None = None
         self.last: Choice | None = None
+        self.catchup_horizon = catchup_horizon
+        self.draft_pending = 0  #: committed tokens the draft cache lacks (see_draft_cache)
+        self.generated = 0
 
     @classmethod
     def for_engine(cls, engine, drafting) -> "AdaptivePolicy":
@@ -521,8 +550,9 @@ class AdaptivePolicy:
         if g_cap > 0 and self.draft_can_pay(g_cap):
             g, r, r0 = best_draft_length(self.draft_est.values, c.verify, c.draft_token or 0.0, g_cap, c.overhead)
             rate0 = r0
+            n_catch, r = self._with_catchup(r, limit)
             options.append((r, "draft", g, expected_tokens(self.draft_est.values[:g])))
-            notes.append(f"draft {r / r0:.2f}x")
+            notes.append(f"draft {r / r0:.2f}x" + (f" incl. catch-up of {n_catch} tok" if n_catch else ""))
         elif self.has_draft and g_cap > 0:
             notes.append("draft cannot pay")
         best = max(options, default=None, key=lambda o: o[0])
@@ -535,7 +565,29 @@ class AdaptivePolicy:
         self.last = choice
         return choice
 
+    def catchup_seconds(self) -> tuple[int, float]:
+        """(tokens, expected seconds) of the catch-up the draft model needs before drafting now."""
+        n = self.draft_pending - 1 if self.draft_pending > STEADY_GAP else 0
+        return n, n * (self.costs.draft_prefill_token or 0.0)
+
+    def _with_catchup(self, rate: float, limit: int) -> tuple[int, float]:
+        """A draft-model rate with the pending catch-up spread over the expected remaining tokens."""
+        n, seconds = self.catchup_seconds()
+        if n == 0 or rate <= 0:
+            return 0, rate
+        horizon = max(1, min(max(self.generated, self.catchup_horizon), limit))
+        return n, horizon / (horizon / rate + seconds)
+
     # -- learning ---------------------------------------------------------------------
+    def see_draft_cache(self, pending: int, generated: int) -> None:
+        """Before a round: the draft cache lacks ``pending`` committed tokens; ``generated`` so far."""
+        self.draft_pending = max(0, int(pending))
+        self.generated = max(0, int(generated))
+
+    def observe_catchup(self, tokens: int, seconds: float) -> None:
+        """Learn from a draft-model catch-up of ``tokens`` that took ``seconds``."""
+        self.costs.observe_catchup(tokens, seconds)
+
     def see_lookup(self, committed: Sequence[int], proposal: Sequence[int]) -> None:
         """Score prompt-lookup proposals against the tokens the target committed; free of model passes.
 

@@ -147,15 +147,12 @@ class Generation:
                 n_released += 1
                 if stats.time_to_first_token is None:
                     stats.time_to_first_token = time.perf_counter() - t_start
+                stats.add_token(p.kind)
                 yield TokenEvent(p.token, piece, p.kind, p.round, p.position)
 
         try:
             # prefill: the target caches every prompt token but the last
-            t0 = time.perf_counter()
-            n = target.sync(prompt)
-            if n < n_prompt - 1:
-                target.decode(prompt[n : n_prompt - 1], logits_for=())
-            stats.prefill_seconds = time.perf_counter() - t0
+            stats.prefill_seconds = eng.prefill(prompt, draft=False)[0]
             while end is None:
                 if self._cancel:
                     break
@@ -165,10 +162,12 @@ class Generation:
                     end = EndReason.CONTEXT
                     break
                 limit = min(gen.max_tokens - generated - 1, room - 1)
-                # 1. draft
+                # 1. draft (a draft model first catches up on tokens its cache lacks: timed apart)
+                eng.show_draft_cache(self.policy, committed, len(committed) - n_prompt)
                 t0 = time.perf_counter()
                 draft, choice = eng.make_draft(self.policy, committed, limit, sampling, drafting, rng)
-                t_draft = time.perf_counter() - t0
+                catchup_tokens, catchup_seconds = eng.take_catchup()
+                t_draft = time.perf_counter() - t0 - catchup_seconds
                 # 2. verify
                 t0 = time.perf_counter()
                 logits = target.decode([committed[-1], *draft.tokens], logits_for="all")
@@ -217,14 +216,20 @@ class Generation:
                     verify_seconds=t_verify,
                     draft_len_chosen=choice.draft_len,
                     reason=choice.reason,
+                    catchup_tokens=catchup_tokens,
+                    catchup_seconds=catchup_seconds,
                 )
                 self.policy.observe(rs.drafter, rs.drafted, k, t_draft, t_verify)
-                self._account(rs)
+                observe_catchup = getattr(self.policy, "observe_catchup", None)
+                if observe_catchup is not None and catchup_tokens:
+                    observe_catchup(catchup_tokens, catchup_seconds)
+                stats.add_round(rs)
                 self.rounds.append(rs)
                 round_idx += 1
                 if end is not None and end is not EndReason.STOP:
                     assembler.finish()
                 yield from release(assembler.safe_end(), end is not None)
+                stats.elapsed_seconds = time.perf_counter() - t_start
                 yield rs
             if end is EndReason.CONTEXT:
                 assembler.finish()
@@ -250,17 +255,6 @@ class Generation:
                 stats.kinds[p.kind.value] = stats.kinds.get(p.kind.value, 0) + 1
             stats.end_reason = end
             stats.elapsed_seconds = time.perf_counter() - t_start
-
-    def _account(self, rs: RoundStats) -> None:
-        s = self.stats
-        s.rounds += 1
-        s.target_passes += 1
-        s.drafted += rs.drafted
-        s.accepted += rs.accepted
-        if rs.drafted:
-            s.drafting_rounds += 1
-        s.draft_seconds += rs.draft_seconds
-        s.verify_seconds += rs.verify_seconds
 
 
 class SpeculativeEngine:
@@ -353,6 +347,46 @@ class SpeculativeEngine:
         if len(draft.tokens) < drafting.draft_min:
             draft = _EMPTY_DRAFT
         return draft, choice
+
+    def show_draft_cache(self, policy: DraftPolicy, committed: Sequence[int], generated: int) -> None:
+        """Tell a policy that prices catch-up (``see_draft_cache``) how far the draft cache lags."""
+        see = getattr(policy, "see_draft_cache", None)
+        pending = getattr(self.drafter, "pending", None)
+        if see is not None and pending is not None:
+            see(pending(committed), generated)
+
+    def take_catchup(self) -> tuple[int, float]:
+        """(tokens, seconds) of the draft model's catch-up in the latest draft; then forget it."""
+        out = getattr(self.drafter, "last_catchup", None)
+        if out is None:
+            return 0, 0.0
+        self.drafter.last_catchup = (0, 0.0)
+        return out
+
+    def prefill(self, prompt: Sequence[int], draft: bool = True) -> tuple[float, float]:
+        """Put ``prompt[:-1]`` in the target's KV cache and, with ``draft``, in the draft model's.
+
+        Reuses the cached common prefix. A generation of ``prompt`` started afterwards
+        finds both caches warm (race mode warms both sides this way before timing).
+
+        Returns:
+            (target seconds, draft-model seconds), wall time.
+        """
+        target = self.target
+        t0 = time.perf_counter()
+        n = target.sync(prompt)
+        if n < len(prompt) - 1:
+            target.decode(prompt[n : len(prompt) - 1], logits_for=())
+        t_target = time.perf_counter() - t0
+        t_draft = 0.0
+        model = getattr(self.drafter, "model", None)
+        if draft and model is not None and len(prompt) > 1:
+            t0 = time.perf_counter()
+            n = model.sync(prompt)
+            if n < len(prompt) - 1:
+                model.decode(prompt[n : len(prompt) - 1], logits_for=())
+            t_draft = time.perf_counter() - t0
+        return t_target, t_draft
 
     def drafter_rollback(self, committed: Sequence[int]) -> None:
         """Roll the drafter's cache back to (a prefix of) ``committed[:-1]``."""

@@ -70,6 +70,10 @@ class RoundStats:
         verify_seconds: wall time of the verification pass, seconds.
         draft_len_chosen: the draft length the policy asked for this round.
         reason: why that draft length was chosen (adaptive policy), or ``""``.
+        catchup_tokens: committed tokens the draft model evaluated to bring its KV cache
+            up to date before drafting (its prefill: first use, or after rounds it did not
+            draft); 0 in the steady state, where it lacks only the newest one or two.
+        catchup_seconds: wall time of that catch-up, seconds; not part of ``draft_seconds``.
     """
 
     round: int
@@ -83,6 +87,8 @@ class RoundStats:
     verify_seconds: float
     draft_len_chosen: int = 0
     reason: str = ""
+    catchup_tokens: int = 0
+    catchup_seconds: float = 0.0
 
 
 class SpeculationRates:
@@ -111,10 +117,14 @@ class SpeculationRates:
 
 @dataclass(slots=True)
 class GenerationStats(SpeculationRates):
-    """Statistics of one generation.
+    """Statistics of one generation: the one accumulator behind every figure shown.
+
+    The engine fills it round by round (:meth:`add_round`, :meth:`add_token`); the CLI's
+    summary, ``--json``, ``localspec bench`` and the TUI all read it. Times in seconds.
 
     ``acceptance_rate`` is accepted / drafted and lies in [0, 1]; it is ``None``
-    when nothing was drafted (shown as "n/a", never as 100%).
+    when nothing was drafted (shown as "n/a", never as 100%). ``tokens_per_second`` is
+    the decode rate: prefill (the target's prompt) and draft-model catch-up excluded.
     """
 
     prompt_tokens: int = 0
@@ -131,11 +141,37 @@ class GenerationStats(SpeculationRates):
     time_to_first_token: float | None = None
     end_reason: EndReason | None = None
     kinds: dict[str, int] = field(default_factory=dict)
+    catchup_tokens: int = 0
+    catchup_seconds: float = 0.0
+
+    def add_round(self, rs: RoundStats) -> None:
+        """Count one finished round (its tokens are counted by :meth:`add_token`)."""
+        self.rounds += 1
+        self.target_passes += 1
+        self.drafted += rs.drafted
+        self.accepted += rs.accepted
+        if rs.drafted:
+            self.drafting_rounds += 1
+        self.draft_seconds += rs.draft_seconds
+        self.verify_seconds += rs.verify_seconds
+        self.catchup_tokens += rs.catchup_tokens
+        self.catchup_seconds += rs.catchup_seconds
+
+    def add_token(self, kind: TokenKind | str) -> None:
+        """Count one token given to the consumer."""
+        k = kind.value if isinstance(kind, TokenKind) else str(kind)
+        self.tokens += 1
+        self.kinds[k] = self.kinds.get(k, 0) + 1
+
+    @property
+    def decode_seconds(self) -> float:
+        """Wall time of decoding: elapsed minus prefill and draft-model catch-up, seconds."""
+        return self.elapsed_seconds - self.prefill_seconds - self.catchup_seconds
 
     @property
     def tokens_per_second(self) -> float:
-        """Generated tokens per second of decode time (prefill excluded)."""
-        decode = self.elapsed_seconds - self.prefill_seconds
+        """Decode rate: generated tokens / :attr:`decode_seconds` (0.0 before any decoding)."""
+        decode = self.decode_seconds
         return self.tokens / decode if decode > 0 else 0.0
 
     def as_dict(self) -> dict:
@@ -155,6 +191,9 @@ class GenerationStats(SpeculationRates):
             "prefill_seconds": self.prefill_seconds,
             "draft_seconds": self.draft_seconds,
             "verify_seconds": self.verify_seconds,
+            "catchup_tokens": self.catchup_tokens,
+            "catchup_seconds": self.catchup_seconds,
+            "decode_seconds": self.decode_seconds,
             "elapsed_seconds": self.elapsed_seconds,
             "end_reason": self.end_reason.value if self.end_reason else None,
             "kinds": dict(self.kinds),

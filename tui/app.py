@@ -22,7 +22,7 @@ from localspec.config import DraftParams, Settings
 from localspec.errors import LocalspecError
 
 from .dialogs import SettingsScreen
-from .driver import RaceSide, drive, race
+from .driver import RaceSide, drive, race, warm_up
 from .messages import (EngineReady, GenerationFailed, GenerationFinished, JobDone, LoadFailed, LoadProgress,
                        LoadStage, Notice, RaceFinished, TokensEmitted)
 from .screens import ChatScreen, EditScreen, RaceScreen
@@ -343,13 +343,14 @@ class LocalspecApp(App):
             self._reload_pending = False
             self.load()
 
-    def start_race(self, screen, tag: str, prompt_text: str) -> None:
+    def start_race(self, screen, tag: str, prompt_text: str, repeats: int = 1) -> None:
         self.busy = tag
         self._stop_requested = False
-        self._race_worker(screen, tag, prompt_text, self.settings, self.race_drafting())
+        self._race_worker(screen, tag, prompt_text, self.settings, self.race_drafting(), max(1, repeats))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="engine")
-    def _race_worker(self, screen, tag: str, prompt_text: str, settings: Settings, drafting: DraftParams) -> None:
+    def _race_worker(self, screen, tag: str, prompt_text: str, settings: Settings, drafting: DraftParams,
+                     repeats: int = 1) -> None:
         try:
             with self.engine_lock:
                 try:
@@ -367,18 +368,30 @@ class LocalspecApp(App):
                     tgt = self.target_engine
                     chat = [{"role": "user", "content": prompt_text}]
                     none = drafting.model_copy(update={"mode": "none"})
-                    sides = [RaceSide("target", tgt.generate(tgt.chat_tokens(chat), settings.sampling, none,
-                                                              settings.generation), tgt),
-                             RaceSide("spec", spec_engine.generate(spec_engine.chat_tokens(chat), settings.sampling,
-                                                                   drafting, settings.generation), spec_engine)]
-                    for s in sides:
-                        self._track(s.gen)
+                    for rep in range(1, repeats + 1):
+                        if self._stop_requested:
+                            break
+                        sides = []
+                        for name, eng, dp in (("target", tgt, none), ("spec", spec_engine, drafting)):
+                            tokens = eng.chat_tokens(chat)
+                            # fair by construction: both caches (and the draft model's) hold the
+                            # prompt before any round is timed; the prefill is shown, not timed
+                            warm = warm_up(eng, tokens)
+                            sides.append(RaceSide(name, eng.generate(tokens, settings.sampling, dp,
+                                                                     settings.generation), eng, warm))
+                        if rep % 2 == 0:  # alternate which side decodes first in each round pair
+                            sides.reverse()
+                        for s in sides:
+                            self._track(s.gen)
 
-                    def post(side, pieces, rounds, stats):
-                        screen.post_message(TokensEmitted(f"{tag}:{side}", pieces, rounds, stats))
+                        def post(side, pieces, rounds, stats):
+                            screen.post_message(TokensEmitted(f"{tag}:{side}", pieces, rounds, stats))
 
-                    results = race(sides, post, self.clock, cancelled=lambda: self._stop_requested)
-                    screen.post_message(RaceFinished(results, cancelled=self._stop_requested))
+                        results = race(sides, post, self.clock, cancelled=lambda: self._stop_requested)
+                        self.current_gens.clear()
+                        screen.post_message(RaceFinished(results, cancelled=self._stop_requested,
+                                                         texts={s.name: s.gen.text for s in sides},
+                                                         repeat=rep, repeats=repeats))
                 except LocalspecError as e:
                     screen.post_message(GenerationFailed(tag, e.message, e.hint))
                 except Exception as e:

@@ -41,51 +41,62 @@ def token_text_fn(engine) -> Callable[[int], str]:
     return lambda t: f"#{t}"
 
 
-def drive(gen, engine, post: PostFn, clock: Clock = time.perf_counter, batch_seconds: float = 0.05
+def drive(gen, engine, post: PostFn, clock: Clock = time.perf_counter, batch_seconds: float = 0.1
           ) -> tuple[LiveStats, list[RoundView]]:
     """Consume ``gen``, posting batches of tokens at most every ``batch_seconds``.
 
-    Returns the final statistics (the engine's own :class:`GenerationStats` where it
-    has them) and every round.
+    The statistics posted are a copy of the engine's own :class:`GenerationStats`
+    (``gen.stats``, up to date after every round) plus the latest round's choice: the
+    TUI counts nothing itself. Returns the final statistics and every round.
     """
     text_of = token_text_fn(engine)
     stats = LiveStats()
     all_rounds: list[RoundView] = []
     pieces: list[tuple[str, str, int]] = []
     rounds: list[RoundView] = []
-    t0 = clock()
-    last = t0
+    last = clock()
     for ev in gen:
         if isinstance(ev, RoundStats):
             rv = RoundView.from_stats(ev, text_of)
-            stats.add_round(rv)
+            stats.sync(gen.stats)
+            stats.note_round(rv)
             rounds.append(rv)
             all_rounds.append(rv)
             now = clock()
-            stats.seconds = now - t0
-            stats.prefill_seconds = getattr(gen.stats, "prefill_seconds", 0.0)
             if now - last >= batch_seconds:
                 post(pieces, rounds, stats.copy())
                 pieces, rounds, last = [], [], now
         else:
-            if stats.time_to_first_token is None:
-                stats.time_to_first_token = clock() - t0
             pieces.append((ev.text, ev.kind.value, ev.round))
-            stats.add_token(ev.kind.value)
     stats.finish(gen.stats)
     if pieces or rounds:
         post(pieces, rounds, stats.copy())
     return stats, all_rounds
 
 
-class RaceSide:
-    """One side of a race: its generation and the time measured over its own rounds."""
+def warm_up(engine, prompt) -> float:
+    """Race mode, before timing: put ``prompt`` in the engine's KV caches (target and draft
+    model) with ``engine.prefill``, untimed in the race; returns the seconds it took."""
+    prefill = getattr(engine, "prefill", None)
+    return float(sum(prefill(prompt))) if prefill is not None else 0.0
 
-    def __init__(self, name: str, gen, engine) -> None:
+
+class RaceSide:
+    """One side of a race: its generation and the time measured over its own rounds.
+
+    The statistics are the engine's :class:`GenerationStats` with ``elapsed_seconds``
+    replaced by the wall time of this side's own rounds (the engine's clock also runs
+    while the other side decodes); the decode rate then excludes what the generation
+    spent on prefill and draft-model catch-up, as everywhere else.
+    """
+
+    def __init__(self, name: str, gen, engine, warmup_seconds: float = 0.0) -> None:
         self.name = name
         self.gen = gen
         self.text_of = token_text_fn(engine)
-        self.stats = LiveStats()
+        self.stats = LiveStats(warmup_seconds=warmup_seconds)
+        self.seconds = 0.0  #: wall time of this side's own rounds
+        self.ttft: float | None = None
         self.rounds: list[RoundView] = []
         self.pieces: list[tuple[str, str, int]] = []
         self.new_rounds: list[RoundView] = []
@@ -99,17 +110,22 @@ class RaceSide:
                 ev = next(self.gen)
                 if isinstance(ev, RoundStats):
                     rv = RoundView.from_stats(ev, self.text_of)
-                    self.stats.add_round(rv)
+                    self.stats.note_round(rv)
                     self.rounds.append(rv)
                     self.new_rounds.append(rv)
                     break
-                if self.stats.time_to_first_token is None:
-                    self.stats.time_to_first_token = self.stats.seconds + (clock() - t0)
+                if self.ttft is None:
+                    self.ttft = self.seconds + (clock() - t0)
                 self.pieces.append((ev.text, ev.kind.value, ev.round))
-                self.stats.add_token(ev.kind.value)
         except StopIteration:
             self.done = True
-        self.stats.seconds += clock() - t0
+        self.seconds += clock() - t0
+        self._sync()
+
+    def _sync(self) -> None:
+        self.stats.sync(self.gen.stats)
+        self.stats.elapsed_seconds = self.seconds
+        self.stats.time_to_first_token = self.ttft
 
     def take(self) -> tuple[list, list, LiveStats]:
         out = (self.pieces, self.new_rounds, self.stats.copy())
@@ -117,23 +133,19 @@ class RaceSide:
         return out
 
     def finish(self) -> LiveStats:
-        """Counts from the engine; time from this side's own rounds (the engine's elapsed
-        time would include the other side's interleaved rounds)."""
-        seconds, ttft = self.stats.seconds, self.stats.time_to_first_token
-        self.stats.finish(self.gen.stats)
-        self.stats.seconds = seconds
-        self.stats.time_to_first_token = ttft
-        self.stats.prefill_seconds = 0.0
-        self.stats._tps = self.stats.tokens / seconds if seconds > 0 else None
+        """The engine's final counts, with this side's own time."""
+        self._sync()
+        self.stats.final = True
         return self.stats
 
 
 def race(sides: list[RaceSide], post: Callable[[str, list, list, LiveStats], None], clock: Clock = time.perf_counter,
-         cancelled: Callable[[], bool] = lambda: False, batch_seconds: float = 0.05) -> dict[str, LiveStats]:
+         cancelled: Callable[[], bool] = lambda: False, batch_seconds: float = 0.1) -> dict[str, LiveStats]:
     """Alternate the sides round by round in this one thread until all are done.
 
     Each side's time is the sum of its own rounds' wall time, so neither is charged
-    for the other's work; ``cancelled()`` is checked between rounds.
+    for the other's work; ``cancelled()`` is checked between rounds. Warm both sides'
+    caches first (:func:`warm_up`) so that neither times a prefill.
     """
     last = clock()
     while not all(s.done for s in sides):

@@ -81,8 +81,12 @@ class JobDone(Message):
 # -- race -----------------------------------------------------------------------------
 @dataclass
 class RaceFinished(Message):
-    """Both sides are done: per side (``"target"``, ``"spec"``) the statistics, where
-    ``stats.seconds`` is the wall time measured over that side's own rounds only."""
+    """Both sides of one race are done: per side (``"target"``, ``"spec"``) the statistics
+    (``elapsed_seconds`` is the wall time of that side's own rounds only) and the text.
+    ``repeat`` counts from 1 up to ``repeats`` within one request."""
 
     results: dict[str, LiveStats]
     cancelled: bool = False
+    texts: dict[str, str] = field(default_factory=dict)
+    repeat: int = 1
+    repeats: int = 1

@@ -5,104 +5,83 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from localspec.events import RoundStats, SpeculationRates
+from localspec.events import EndReason, GenerationStats, RoundStats
+
+
+_GEN_FIELDS = tuple(f.name for f in dataclasses.fields(GenerationStats))
 
 
 @dataclass
-class LiveStats(SpeculationRates):
-    """What the statistics panel shows. Times in seconds.
+class LiveStats(GenerationStats):
+    """What the statistics panel shows: the engine's :class:`GenerationStats` (copied from
+    it after every round, never counted again here) and a few figures of the latest round.
 
-    ``acceptance_rate`` is accepted / drafted in [0, 1], ``None`` when nothing was
-    drafted (shown as n/a, never as 100%).
+    Every rate has the engine's definition: ``tokens_per_second`` is the decode rate
+    (prefill and draft-model catch-up excluded); ``acceptance_rate`` is accepted / drafted
+    in [0, 1], ``None`` when nothing was drafted (shown as n/a, never as 100%).
     """
 
-    tokens: int = 0
-    rounds: int = 0
-    target_passes: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    drafting_rounds: int = 0
-    seconds: float = 0.0  #: wall time so far (prefill included)
-    prefill_seconds: float = 0.0
-    time_to_first_token: float | None = None
     draft_len: int | None = None  #: draft length chosen in the latest round
     draft_reason: str = ""
     drafter: str = ""
-    accepted_lengths: list[int] = field(default_factory=list)  #: per drafting round
-    end_reason: str | None = None
-    kinds: dict[str, int] = field(default_factory=dict)
+    accepted_lengths: list[int] = field(default_factory=list)  #: per round (0 when nothing was drafted)
     final: bool = False
-    _tps: float | None = None
+    warmup_seconds: float = 0.0  #: race: untimed prefill of both caches before the timed rounds
 
-    def add_round(self, rs) -> None:
-        self.rounds += 1
-        self.target_passes += 1
-        self.drafted += rs.drafted
-        self.accepted += rs.accepted
-        if rs.drafted:
-            self.drafting_rounds += 1
-            self.accepted_lengths.append(rs.accepted)
-        else:
-            self.accepted_lengths.append(0)
+    def sync(self, gs: GenerationStats) -> "LiveStats":
+        """Take every figure of the engine's statistics (the one accumulator)."""
+        for name in _GEN_FIELDS:
+            setattr(self, name, getattr(gs, name))
+        self.kinds = dict(gs.kinds)
+        return self
+
+    def note_round(self, rs: RoundStats) -> None:
+        """The latest round's choice, and its accepted length for the sparkline."""
+        self.accepted_lengths.append(rs.accepted if rs.drafted else 0)
         self.draft_len = rs.draft_len_chosen
         self.draft_reason = rs.reason
         self.drafter = rs.drafter
 
-    def add_token(self, kind: str) -> None:
-        self.tokens += 1
-        self.kinds[kind] = self.kinds.get(kind, 0) + 1
+    @property
+    def rate(self) -> float | None:
+        """The decode rate in tokens/s, ``None`` before any token."""
+        return self.tokens_per_second if self.tokens and self.decode_seconds > 0 else None
 
     @property
-    def tokens_per_second(self) -> float | None:
-        if self._tps is not None:
-            return self._tps
-        decode = self.seconds - self.prefill_seconds
-        return self.tokens / decode if decode > 0 and self.tokens else None
+    def end_text(self) -> str | None:
+        e = self.end_reason
+        return None if e is None else getattr(e, "value", str(e))
 
-    def finish(self, gs, rounds=None) -> "LiveStats":
-        """Take the engine's final :class:`GenerationStats` as the truth."""
-        self.tokens = gs.tokens
-        self.rounds = gs.rounds
-        self.target_passes = gs.target_passes
-        self.drafted = gs.drafted
-        self.accepted = gs.accepted
-        self.drafting_rounds = gs.drafting_rounds
-        self.seconds = gs.elapsed_seconds
-        self.prefill_seconds = gs.prefill_seconds
-        self.time_to_first_token = gs.time_to_first_token
-        self.end_reason = gs.end_reason.value if gs.end_reason is not None else None
-        self.kinds = dict(gs.kinds)
-        self._tps = gs.tokens_per_second
+    def finish(self, gs: GenerationStats) -> "LiveStats":
+        """Take the engine's final statistics."""
+        self.sync(gs)
         self.final = True
         return self
 
     def copy(self) -> "LiveStats":
-        c = LiveStats(**{k: getattr(self, k) for k in self.__dataclass_fields__})
+        c = dataclasses.replace(self)
         c.accepted_lengths = list(self.accepted_lengths)
         c.kinds = dict(self.kinds)
         return c
 
     def as_dict(self) -> dict:
-        return {
-            "tokens": self.tokens, "rounds": self.rounds, "target_passes": self.target_passes,
-            "drafted": self.drafted, "accepted": self.accepted, "drafting_rounds": self.drafting_rounds,
-            "seconds": self.seconds, "prefill_seconds": self.prefill_seconds,
-            "time_to_first_token": self.time_to_first_token, "tokens_per_second": self.tokens_per_second,
-            "acceptance_rate": self.acceptance_rate, "mean_accepted_length": self.mean_accepted_length,
-            "tokens_per_target_pass": self.tokens_per_target_pass, "end_reason": self.end_reason,
-            "kinds": dict(self.kinds), "accepted_lengths": list(self.accepted_lengths),
-        }
+        return {**GenerationStats.as_dict(self), "accepted_lengths": list(self.accepted_lengths)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "LiveStats":
+        """From :meth:`as_dict` (also reads conversations saved before catch-up was measured)."""
         s = cls(final=True)
-        for k in ("tokens", "rounds", "target_passes", "drafted", "accepted", "drafting_rounds", "seconds",
-                  "prefill_seconds", "time_to_first_token", "end_reason"):
-            if k in d:
-                setattr(s, k, d[k])
+        legacy = {"seconds": "elapsed_seconds"}
+        for k, v in d.items():
+            k = legacy.get(k, k)
+            if k in _GEN_FIELDS and k not in ("kinds", "end_reason"):
+                setattr(s, k, v)
+        try:
+            s.end_reason = EndReason(d["end_reason"]) if d.get("end_reason") else None
+        except ValueError:
+            s.end_reason = None
         s.kinds = dict(d.get("kinds") or {})
         s.accepted_lengths = list(d.get("accepted_lengths") or [])
-        s._tps = d.get("tokens_per_second")
         return s
 
 
@@ -111,10 +90,18 @@ def fmt_rate(x: float | None, unit: str = "", digits: int = 1) -> str:
 
 
 def race_speedup(target: LiveStats, spec: LiveStats) -> float | None:
-    """Speculative tokens/s over target-only tokens/s (each over its own measured time)."""
-    if not target.seconds or not spec.seconds or not target.tokens or not spec.tokens:
-        return None
-    return (spec.tokens / spec.seconds) / (target.tokens / target.seconds)
+    """Speculative decode rate over target-only decode rate (``localspec bench``'s speedup:
+    generated tokens / decode seconds on each side, prefill and catch-up excluded)."""
+    t, s = target.rate, spec.rate
+    return None if not t or not s else s / t
+
+
+def median_spread(xs: list[float]) -> tuple[float, float, float]:
+    """(median, min, max) of ``xs`` (non-empty)."""
+    ys = sorted(xs)
+    n = len(ys)
+    med = ys[n // 2] if n % 2 else (ys[n // 2 - 1] + ys[n // 2]) / 2
+    return med, ys[0], ys[-1]
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,13 +6,20 @@ colour is written in Python.
 
 from __future__ import annotations
 
+import bisect
+import re
+
+from rich.cells import cell_len
 from rich.console import Group
+from rich.segment import Segment
 from rich.table import Table
 from rich.style import Style
 from rich.text import Text
 from textual.message import Message
 from textual.containers import Vertical
+from textual.geometry import Region, Size
 from textual.reactive import reactive
+from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Sparkline, Static
 
@@ -28,8 +35,65 @@ KIND_LABELS = {
 TOKEN_CLASSES = {f"tok--{k}" for k in KINDS} | {"tok--selected"}
 
 
+_WORD = re.compile(r"\n|[ \t]+|[^ \t\n]+")
+TAB = "    "
+GROW_ROWS = 8  #: a streaming TokenStream grows by this many rows at a time
+
+
+def _cells(text: str) -> int:
+    return cell_len(text.replace("\t", TAB)) if "\t" in text else cell_len(text)
+
+
+def wrap_rows(text: str, start: int, width: int) -> list[tuple[int, int]]:
+    """Greedy word wrap of ``text[start:]`` into rows of at most ``width`` cells.
+
+    A row ends at a newline (not included) or before a word that does not fit; a word
+    longer than a row is folded. Whitespace stays at the end of its row (cropped when
+    drawn). Rows are decided left to right from their own start only, so the rows before
+    the last one never change when text is appended: re-wrapping from the start of the
+    last row gives what wrapping everything again would.
+
+    Returns:
+        (start, end) character offsets into ``text``, one per row (at least one).
+    """
+    width = max(1, width)
+    rows: list[tuple[int, int]] = []
+    row_start, col = start, 0
+    for m in _WORD.finditer(text, start):
+        word = m.group()
+        a, b = m.span()
+        if word == "\n":
+            rows.append((row_start, a))
+            row_start, col = b, 0
+            continue
+        w = _cells(word)
+        if word[0] in " \t" or col + w <= width:
+            col += w
+            continue
+        if col > 0:  # does not fit after what is on this row: start a new one
+            rows.append((row_start, a))
+            row_start, col = a, 0
+        if w <= width:
+            col = w
+            continue
+        for i, ch in enumerate(word):  # fold a word longer than a row
+            cw = _cells(ch)
+            if col + cw > width and col > 0:
+                rows.append((row_start, a + i))
+                row_start, col = a + i, 0
+            col += cw
+    rows.append((row_start, len(text)))
+    return rows
+
+
 class TokenStream(Widget):
-    """A growing text whose tokens are styled by kind. ``pieces`` are (text, kind, round)."""
+    """A growing text whose tokens are styled by kind. ``pieces`` are (text, kind, round).
+
+    Appending costs the new pieces, not the answer: the text is kept as style runs and
+    wrapped rows; :meth:`add` re-wraps only the last row and what follows it, and each
+    row's rendered strip is cached (Textual's line API: only visible rows are drawn).
+    Colours come from the CSS component classes ``tok--<kind>``.
+    """
 
     COMPONENT_CLASSES = TOKEN_CLASSES
     DEFAULT_CSS = "TokenStream { height: auto; }"
@@ -38,48 +102,149 @@ class TokenStream(Widget):
 
     def __init__(self, pieces=None, **kw) -> None:
         super().__init__(**kw)
-        self.pieces: list[tuple[str, str, int]] = list(pieces or [])
+        self.pieces: list[tuple[str, str, int]] = []
+        self._clear()
+        if pieces:
+            self._append(pieces)
+
+    def _clear(self) -> None:
+        self._streaming = False
+        self._text = ""
+        self._run_starts: list[int] = []  # style runs: start offset and (kind, round)
+        self._run_keys: list[tuple[str, int]] = []
+        self._rows: list[tuple[int, int]] = []
+        self._wrap_width = 0
+        self._strips: dict[int, Strip] = {}
+        self._run_styles: dict[tuple[str, int], Style] = {}  # cleared on a style change
+        self._base_style: Style | None = None
+
+    def _append(self, pieces) -> None:
+        chunks = []
+        n = len(self._text)
+        for piece in pieces:
+            text, kind, rnd = piece
+            self.pieces.append((text, kind, rnd))
+            if not text:
+                continue
+            key = (kind, rnd)
+            if not self._run_keys or self._run_keys[-1] != key:
+                self._run_starts.append(n)
+                self._run_keys.append(key)
+            chunks.append(text)
+            n += len(text)
+        self._text += "".join(chunks)
+
+    def _rewrap(self, width: int) -> None:
+        """Re-wrap from the start of the last row (everything when the width changed)."""
+        if width != self._wrap_width or not self._rows:
+            self._wrap_width = width
+            self._rows = wrap_rows(self._text, 0, width) if self._text else []
+            self._strips.clear()
+            return
+        last = len(self._rows) - 1
+        start = self._rows[last][0]
+        del self._rows[last:]
+        self._strips.pop(last, None)  # rows after the last were never drawn
+        self._rows.extend(wrap_rows(self._text, start, width))
 
     def add(self, pieces) -> None:
-        """Append a batch of tokens and re-render once."""
-        self.pieces.extend(pieces)
-        self.refresh(layout=True)
+        """Append a batch of tokens; only the rows they touch are wrapped and drawn again.
+
+        While streaming, the height grows in steps of ``GROW_ROWS`` rows, so most batches
+        repaint a few rows instead of relaying out (and scrolling) the whole screen;
+        :meth:`settle` trims the spare rows once the answer is complete.
+        """
+        height = self._height()
+        first = max(len(self._rows) - 1, 0)
+        self._append(pieces)
+        self._streaming = True
+        if self._wrap_width:
+            self._rewrap(self._wrap_width)
+        if not self._wrap_width or self._height() != height:
+            self.refresh(layout=True)  # the height changed
+        else:
+            self.refresh(Region(0, first, self.size.width, len(self._rows) - first))
+
+    def settle(self) -> None:
+        """The answer is complete: the height becomes exactly its rows."""
+        if self._streaming:
+            self._streaming = False
+            self.refresh(layout=True)
 
     def set_pieces(self, pieces) -> None:
-        self.pieces = list(pieces)
+        self.pieces = []
+        self._clear()
+        self._append(pieces)
         self.refresh(layout=True)
+
+    def _height(self) -> int:
+        n = len(self._rows)
+        return -(-n // GROW_ROWS) * GROW_ROWS if self._streaming else n
 
     @property
     def text(self) -> str:
         return "".join(p[0] for p in self.pieces)
 
-    def render(self) -> Text:
-        styles = {k: self.get_component_rich_style(f"tok--{k}", partial=True) for k in KINDS}
-        sel = self.get_component_rich_style("tok--selected", partial=True)
-        out = Text(no_wrap=False, overflow="fold")
-        # merge runs of one kind within one round, so long answers stay cheap to render;
-        # each run carries a click action that opens its round in the inspector
-        run, run_key = [], None
-        for text, kind, rnd in self.pieces:
-            if not text:
-                continue
-            key = (kind, rnd)
-            if key != run_key and run:
-                out.append("".join(run), self._style(run_key, styles, sel))
-                run = []
-            run_key = key
-            run.append(text)
-        if run:
-            out.append("".join(run), self._style(run_key, styles, sel))
-        return out
+    # -- Textual's line API --------------------------------------------------------------
+    def get_content_width(self, container: Size, viewport: Size) -> int:
+        return container.width
 
-    def _style(self, key, styles, sel) -> Style:
-        kind, rnd = key
-        st = styles.get(kind, styles["target"])
-        if rnd == self.selected_round:
-            st = st + sel
-        if rnd is not None and rnd >= 0:
-            st = st + Style(meta={"@click": f"select_round({rnd})"})
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        if width != self._wrap_width:
+            self._rewrap(width)
+        return self._height()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._restyle()  # a theme or CSS change restyles every row
+
+    def _restyle(self) -> None:
+        self._strips.clear()
+        self._run_styles.clear()
+        self._base_style = None
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        if self._base_style is None:
+            self._base_style = self.rich_style
+        base = self._base_style
+        if width != self._wrap_width:
+            self._rewrap(width)
+        if y >= len(self._rows):
+            return Strip.blank(width, base)
+        strip = self._strips.get(y)
+        if strip is None:
+            strip = self._strips[y] = self._render_row(y, base).crop_extend(0, width, base)
+        return strip
+
+    def _render_row(self, y: int, base: Style) -> Strip:
+        a, b = self._rows[y]
+        if a >= b:
+            return Strip([])
+        i = bisect.bisect_right(self._run_starts, a) - 1
+        segments = []
+        pos = a
+        while pos < b:
+            end = self._run_starts[i + 1] if i + 1 < len(self._run_starts) else len(self._text)
+            end = min(end, b)
+            text = self._text[pos:end].replace("\t", TAB)
+            segments.append(Segment(text, self._style(self._run_keys[max(i, 0)], base)))
+            pos = end
+            i += 1
+        return Strip(segments)
+
+    def _style(self, key: tuple[str, int], base: Style) -> Style:
+        st = self._run_styles.get(key)
+        if st is None:
+            kind, rnd = key
+            if kind not in KINDS:
+                kind = "target"
+            st = base + self.get_component_rich_style(f"tok--{kind}", partial=True)
+            if rnd == self.selected_round:
+                st = st + self.get_component_rich_style("tok--selected", partial=True)
+            if rnd is not None and rnd >= 0:
+                st = st + Style(meta={"@click": f"select_round({rnd})"})
+            self._run_styles[key] = st
         return st
 
     @property
@@ -100,6 +265,7 @@ class TokenStream(Widget):
         self.post_message(self.RoundClicked(self, rnd))
 
     def watch_selected_round(self, _old, _new) -> None:
+        self._restyle()
         self.refresh()
 
 
@@ -107,10 +273,10 @@ class Legend(Widget):
     """The four token kinds in their colours; always visible."""
 
     COMPONENT_CLASSES = TOKEN_CLASSES
-    DEFAULT_CSS = "Legend { height: 1; }"
+    DEFAULT_CSS = "Legend { height: auto; }"
 
     def render(self) -> Text:
-        out = Text(no_wrap=True, overflow="ellipsis")
+        out = Text(no_wrap=False, overflow="fold")  # wraps on a narrow screen, never cut
         for i, k in enumerate(KINDS):
             if i:
                 out.append("  ")
@@ -132,10 +298,11 @@ class StatsPanel(Vertical):
     def compose(self):
         yield Static(id="stats-table", classes="stats-table")
         yield Static("accepted length per round", classes="spark-title")
-        yield Sparkline([0], id="stats-spark", summary_function=max)
+        yield Sparkline([0], id="stats-spark", summary_function=max)  # hidden until a round drafts
 
     def on_mount(self) -> None:
         self.border_title = self.title_text
+        self.tooltip = STATS_TOOLTIP
         self._redraw()
 
     def show(self, stats: LiveStats | None = None, *, mode: str | None = None,
@@ -154,23 +321,74 @@ class StatsPanel(Vertical):
     def _redraw(self) -> None:
         s = self.stats
         t = Table.grid(padding=(0, 1))
-        t.add_column(style="bold", no_wrap=True)
-        t.add_column(no_wrap=True, overflow="ellipsis")
+        # labels never shrink (no truncation at any width); values wrap when long
+        t.add_column(style="bold", no_wrap=True, min_width=max(len(k) for k in STAT_LABELS))
+        t.add_column(overflow="fold")
         rate = s.acceptance_rate
         t.add_row("mode", self.mode or "-")
-        t.add_row("tokens/s", fmt_rate(s.tokens_per_second))
+        t.add_row("decode rate", fmt_rate(s.rate, " tok/s"))
+        t.add_row("prefill", f"{s.prefill_seconds:.2f} s ({s.prompt_tokens} tokens)" if s.prompt_tokens else "-")
+        t.add_row("draft catch-up", f"{s.catchup_seconds:.2f} s ({s.catchup_tokens} tokens)" if s.catchup_tokens
+                  else "none")
+        t.add_row("first token", fmt_rate(s.time_to_first_token, " s", 2))
         t.add_row("acceptance", f"{fmt_rate(None if rate is None else rate * 100, '%', 0)}"
                                 f" ({s.accepted}/{s.drafted} drafted)")
         t.add_row("mean accepted", fmt_rate(s.mean_accepted_length, digits=2))
-        t.add_row("tokens/pass", fmt_rate(s.tokens_per_target_pass, digits=2))
-        dl = "-" if s.draft_len is None else f"{s.draft_len}" + (f" ({s.draft_reason})" if s.draft_reason else "")
-        t.add_row("draft length", dl)
-        t.add_row("TTFT", fmt_rate(s.time_to_first_token, " s", 2))
+        t.add_row("tokens/target pass", fmt_rate(s.tokens_per_target_pass, digits=2))
+        t.add_row("draft length", "-" if s.draft_len is None else f"{s.draft_len} ({s.drafter})")
         sp = f"{self.speedup:.2f}x {self.speedup_note}" if self.speedup is not None else self.speedup_note
         t.add_row("speedup", sp)
-        t.add_row("tokens", f"{s.tokens} in {s.rounds} rounds" + (f", {s.end_reason}" if s.end_reason else ""))
-        self.query_one("#stats-table", Static).update(t)
-        self.query_one("#stats-spark", Sparkline).data = list(s.accepted_lengths[-60:]) or [0]
+        end = s.end_text
+        t.add_row("tokens", f"{s.tokens} in {s.rounds} rounds" + (f", {end}" if end else ""))
+        parts: list = [t]
+        table = self.query_one("#stats-table", Static)
+        lines = t.row_count
+        if s.draft_reason:  # the policy's reason has its own line and wraps
+            why = Text.assemble(("why ", "bold"), s.draft_reason, overflow="fold")
+            parts.append(why)
+            lines += wrapped_lines(table, why)
+        update_in_place(table, Group(*parts), lines)
+        data = list(s.accepted_lengths[-60:])
+        spark = self.query_one("#stats-spark", Sparkline)
+        # before the first drafted round there is nothing to draw (no row of empty blocks)
+        if spark.display != any(data):
+            spark.display = any(data)
+        spark.data = data or [0]
+        title = "accepted length per round" if any(data) else "accepted length per round: none yet"
+        update_in_place(self.query_one(".spark-title", Static), title, wrapped_lines(table, Text(title)))
+
+
+def wrapped_lines(widget: Widget, text: Text) -> int:
+    """Lines ``text`` takes at ``widget``'s width (-1 before the widget has a size)."""
+    width = widget.size.width
+    return len(text.wrap(widget.app.console, width)) if width else -1
+
+
+def update_in_place(static: Static, content, lines: int) -> None:
+    """``Static.update`` that lays the screen out again only when the height (``lines``)
+    changes: a relayout repaints the whole screen, several times a second while streaming."""
+    layout = lines < 0 or getattr(static, "_shown_lines", None) != lines
+    static._shown_lines = lines
+    static.update(content, layout=layout)
+
+
+#: the statistics panel's labels and what each means (its tooltip)
+STAT_LABELS = {
+    "mode": "the drafting mode (F5 cycles it)",
+    "decode rate": "generated tokens / decode seconds: prefill and draft catch-up excluded "
+                   "(the definition of localspec bench)",
+    "prefill": "time to put the prompt in the target's KV cache",
+    "draft catch-up": "time the draft model spent bringing its KV cache up to the committed tokens",
+    "first token": "time to first token (TTFT), prefill included",
+    "acceptance": "accepted / drafted draft tokens",
+    "mean accepted": "accepted draft tokens per round that drafted",
+    "tokens/target pass": "generated tokens per target verification pass",
+    "draft length": "draft length chosen for the latest round, and its drafter",
+    "speedup": "decode rate over target-only decode rate, measured by the latest race (F3)",
+    "tokens": "generated tokens, rounds, and why the answer ended",
+    "why": "the adaptive policy's reason for the latest draft length",
+}
+STATS_TOOLTIP = "\n".join(f"{k}: {v}" for k, v in STAT_LABELS.items())
 
 
 def show_token(text: str) -> str:
@@ -227,7 +445,7 @@ class RoundInspector(Static):
         if not self.is_mounted:
             return
         if not self.rounds or self.index is None:
-            self.update(Text("no rounds yet: ask something", style="italic"))
+            self.update(Text("no rounds yet: ask something", style="italic"), layout=False)
             return
         rs = self.rounds[self.index]
         st = {k: self.get_component_rich_style(f"tok--{k}", partial=True) for k in KINDS}
@@ -267,4 +485,6 @@ class RoundInspector(Static):
             t.add_row(str(i + 1), dtext, ttext, verdict)
         foot = Text("target row: the token committed there (resampled at a rejection)\n", "dim")
         foot += Text(f"verify {rs.verify_seconds * 1000:.0f} ms, draft {rs.draft_seconds * 1000:.0f} ms", "dim")
-        self.update(Group(head, t, foot))
+        if rs.catchup_tokens:  # the draft model's catch-up: its own line, not part of drafting
+            foot += Text(f"\ndraft catch-up {rs.catchup_seconds * 1000:.0f} ms ({rs.catchup_tokens} tokens)", "dim")
+        self.update(Group(head, t, foot), layout=False)  # its height is fixed by the CSS (1fr)

@@ -7,6 +7,7 @@ and returns those distributions for the ratio test.
 
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 import numpy as np
@@ -14,6 +15,11 @@ import numpy as np
 from ..config import DraftParams, SamplingParams
 from ..sampling import logits_to_probs, sample, softmax
 from . import Draft
+
+#: committed tokens a drafting round evaluates as part of drafting: the newest one and, after
+#: a fully accepted draft, the last drafted token (sampled but never evaluated). A longer gap
+#: is catch-up, evaluated and timed apart (:meth:`DraftModelDrafter.catch_up`).
+STEADY_GAP = 2
 
 
 class DraftModelDrafter:
@@ -33,6 +39,34 @@ class DraftModelDrafter:
     def __init__(self, model, n_propose: int | None = None) -> None:
         self.model = model
         self.n_propose = min(n_propose or model.n_vocab, model.n_vocab)
+        #: (tokens, seconds) of the catch-up done by the latest :meth:`draft` call
+        self.last_catchup: tuple[int, float] = (0, 0.0)
+
+    def pending(self, context: Sequence[int]) -> int:
+        """Tokens of ``context`` the draft model's KV cache lacks (context length minus the
+        cached common prefix, capped one short of the context as :meth:`sync` keeps it)."""
+        cached = self.model.cached_tokens
+        m = min(len(cached), len(context) - 1)
+        common = 0
+        while common < m and cached[common] == context[common]:
+            common += 1
+        return len(context) - common
+
+    def catch_up(self, context: Sequence[int]) -> tuple[int, float]:
+        """Bring the draft cache up to ``context[:-1]`` when it lacks more than the steady gap.
+
+        Evaluates the missing tokens but the newest in one batch without logits (a prefill).
+
+        Returns:
+            (tokens evaluated, wall seconds); (0, 0.0) when the gap is at most ``STEADY_GAP``.
+        """
+        model = self.model
+        n = model.sync(context)
+        if len(context) - n <= STEADY_GAP or len(context) > model.n_ctx:
+            return 0, 0.0
+        t0 = time.perf_counter()
+        model.decode(context[n:-1], logits_for=())
+        return len(context) - 1 - n, time.perf_counter() - t0
 
     def draft(
         self,
@@ -44,7 +78,8 @@ class DraftModelDrafter:
     ) -> Draft:
         """Propose up to ``max_tokens`` ids continuing ``context``.
 
-        Stops early when the draft's top-1 probability (temperature-1 softmax of its
+        Catches up first (:meth:`catch_up`, recorded in :attr:`last_catchup`). Stops
+        early when the draft's top-1 probability (temperature-1 softmax of its
         logits) falls below ``drafting.draft_p_min``, at an end-of-generation token, or
         at the draft model's context limit.
 
@@ -52,10 +87,12 @@ class DraftModelDrafter:
             Draft with ``probs`` of shape (g, n_vocab) float64 when sampling, else None.
         """
         model = self.model
+        self.last_catchup = (0, 0.0)
         room = model.n_ctx - len(context)  # positions left after context
         max_tokens = min(max_tokens, room)
         if max_tokens <= 0 or not context:
             return Draft((), None, "draft")
+        self.last_catchup = self.catch_up(context)
         n = model.sync(context)
         logits = model.decode(context[n:], "last")[0]
         tokens: list[int] = []

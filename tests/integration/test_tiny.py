@@ -118,3 +118,15 @@ def test_emoji_and_cjk_stream_without_replacement_chars(tiny_engine):
 def test_max_tokens_small_with_long_drafts(tiny_engine, prompts, max_tokens, mode):
     gen, _ = run(tiny_engine, prompts[1], mode, max_tokens, draft_max=8)
     assert len(gen.token_ids) == max_tokens and gen.stats.end_reason == EndReason.MAX_TOKENS
+
+
+def test_draft_catchup_measured_on_the_real_model(tiny_engine, prompts):
+    """issue 8: a cold draft cache is caught up in one batch, timed apart from drafting."""
+    tiny_engine.draft_model.reset()
+    gen, events = run(tiny_engine, prompts[2], "draft", 24)
+    rounds = [e for e in events if not hasattr(e, "token_id")]
+    assert rounds[0].catchup_tokens == len(prompts[2]) - 1 and rounds[0].catchup_seconds > 0
+    assert sum(r.catchup_tokens for r in rounds[1:]) == 0
+    s = gen.stats
+    assert s.catchup_seconds == rounds[0].catchup_seconds
+    assert s.tokens_per_second == s.tokens / (s.elapsed_seconds - s.prefill_seconds - s.catchup_seconds)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from localspec.config import DraftParams, GenerationParams, SamplingParams
-from tui.driver import RaceSide, drive, race
-from tui.stats import LiveStats, RoundView, race_speedup
+from tui.driver import RaceSide, drive, race, warm_up
+from tui.stats import LiveStats, RoundView, median_spread, race_speedup
 from tui_fakes import REPLY, FakeClock, FakeEngine
 
 
@@ -39,10 +41,54 @@ def test_race_times_each_side_over_its_own_rounds():
     results = race(sides, lambda *x: None, clock)
     t, s = results["target"], results["spec"]
     assert t.tokens == s.tokens == len(sides[0].gen.token_ids) > 0
-    # the fake's fixed costs: target-only pays prefill + one verify per token
-    assert abs(t.seconds - (a.prefill_seconds + t.tokens * a.verify_seconds)) < 1e-9
-    assert s.seconds < t.seconds
+    # the fake's fixed costs: target-only pays prefill + one verify per token; the prefill
+    # is excluded from the decode time
+    assert abs(t.elapsed_seconds - (a.prefill_seconds + t.tokens * a.verify_seconds)) < 1e-9
+    assert abs(t.decode_seconds - t.tokens * a.verify_seconds) < 1e-9
+    assert s.decode_seconds < t.decode_seconds
     assert race_speedup(t, s) > 1
+
+
+def _decode_seconds(gen) -> float:
+    """What the fake engine's rounds cost on its clock: drafting plus verification."""
+    return sum(r.draft_seconds + r.verify_seconds for r in gen.rounds)
+
+
+def test_race_speedup_is_the_decode_ratio_with_one_cache_warm_and_one_cold():
+    """issue 8: the speculative side already holds the prompt (asked in chat first), the
+    target-only side is cold. The race warms both before timing; the speedup is decode
+    rate over decode rate, not the wall-time ratio that charges one side a prefill."""
+    clock = FakeClock()
+    only = FakeEngine(clock, prefill_seconds=2.0)
+    spec = FakeEngine(clock, prefill_seconds=2.0)
+    prompt = [1, 2, 3]
+    spec.prefill(prompt)  # warm from the chat screen
+    assert spec.cached_prompt == prompt and only.cached_prompt is None
+    warm = {"target": warm_up(only, prompt), "spec": warm_up(spec, prompt)}
+    assert warm == {"target": 2.0, "spec": 0.0}  # the cold side's prefill, shown and untimed
+    sides = [RaceSide("target", _gen(only, "none"), only, warm["target"]),
+             RaceSide("spec", _gen(spec, "draft"), spec, warm["spec"])]
+    results = race(sides, lambda *x: None, clock)
+    t, s = results["target"], results["spec"]
+    expect = (s.tokens / _decode_seconds(sides[1].gen)) / (t.tokens / _decode_seconds(sides[0].gen))
+    assert race_speedup(t, s) == pytest.approx(expect, rel=1e-9)
+    assert t.warmup_seconds == 2.0 and s.warmup_seconds == 0.0
+    # without the warm-up the cold side would have paid 2 s inside its timed rounds: the
+    # generation's own prefill is excluded too, so the ratio is still the decode ratio
+    clock2 = FakeClock()
+    only2, spec2 = FakeEngine(clock2, prefill_seconds=2.0), FakeEngine(clock2, prefill_seconds=2.0)
+    spec2.prefill(prompt)
+    sides2 = [RaceSide("target", _gen(only2, "none"), only2), RaceSide("spec", _gen(spec2, "draft"), spec2)]
+    r2 = race(sides2, lambda *x: None, clock2)
+    assert r2["target"].elapsed_seconds == pytest.approx(2.0 + _decode_seconds(sides2[0].gen))
+    assert race_speedup(r2["target"], r2["spec"]) == pytest.approx(expect, rel=1e-9)
+    wall = (r2["spec"].tokens / r2["spec"].elapsed_seconds) / (r2["target"].tokens / r2["target"].elapsed_seconds)
+    assert wall > 1.5 * expect  # what the old race reported
+
+
+def test_median_spread():
+    assert median_spread([1.2, 0.9, 1.0]) == (1.0, 0.9, 1.2)
+    assert median_spread([1.0, 2.0]) == (1.5, 1.0, 2.0)
 
 
 def test_race_cancel_stops_both_sides():
@@ -61,7 +107,35 @@ def test_race_cancel_stops_both_sides():
 
 
 def test_live_stats_round_trip():
-    s = LiveStats(tokens=10, drafted=8, accepted=6, drafting_rounds=2, rounds=3, target_passes=3, seconds=2.0,
+    s = LiveStats(tokens=10, drafted=8, accepted=6, drafting_rounds=2, rounds=3, target_passes=3,
+                  elapsed_seconds=2.0, prefill_seconds=0.5, catchup_seconds=0.5, catchup_tokens=40,
                   accepted_lengths=[3, 3, 0], final=True)
     back = LiveStats.from_dict(s.as_dict())
     assert back.acceptance_rate == 0.75 and back.accepted_lengths == [3, 3, 0] and back.tokens == 10
+    assert back.tokens_per_second == s.tokens_per_second == 10.0  # 10 tokens / (2 - 0.5 - 0.5) s
+    # a conversation saved before catch-up was measured ("seconds", no catch-up)
+    old = LiveStats.from_dict({"tokens": 10, "seconds": 2.0, "prefill_seconds": 0.5, "end_reason": "eog"})
+    assert old.tokens_per_second == 10 / 1.5 and old.end_text == "eog"
+
+
+def test_wrap_rows_appending_equals_wrapping_everything():
+    """TokenStream re-wraps only from its last row: that must give what a full wrap gives."""
+    import random
+
+    from tui.widgets import _cells, wrap_rows
+
+    rng = random.Random(0)
+    words = ["a", "bb", "word", " ", "  ", "\n", "\t", "x" * 25, "你好", "🙂", "def", "(", "):", "\n\n"]
+    for width in (1, 5, 12, 40):
+        text, rows = "", []
+        for _ in range(300):
+            text += "".join(rng.choice(words) for _ in range(rng.randint(1, 4)))
+            start = rows[-1][0] if rows else 0
+            rows = rows[:-1] + wrap_rows(text, start, width)
+            assert rows == wrap_rows(text, 0, width)
+        for a, b in rows:
+            row = text[a:b]
+            assert "\n" not in row
+            assert _cells(row.rstrip(" \t")) <= width or len(row.rstrip(" \t")) == 1
+        # rows cover the text: joined with the newlines and soft breaks they came from
+        assert "".join(text[a:b] for a, b in rows).replace("\n", "") == text.replace("\n", "")

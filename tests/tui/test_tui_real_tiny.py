@@ -88,3 +88,68 @@ async def test_real_tiny_model_end_to_end(tiny_available):
     finally:
         ref.close()
     assert retried == expected
+
+
+async def test_panel_shows_the_engines_generation_stats(tiny_available):
+    """issue 8, one accumulator: the statistics panel shows exactly the engine's
+    GenerationStats of the same real generation (live copies, then the final one)."""
+    import dataclasses
+
+    from localspec.events import GenerationStats
+    from localspec.loader import load_engine
+    from tui.app import make_app
+    from tui.widgets import StatsPanel
+
+    gens = []
+
+    def factory(settings, progress=None, stage=None):
+        eng = load_engine(settings, progress=progress, stage=stage)
+        real = eng.generate
+
+        def generate(*a, **k):
+            gens.append(real(*a, **k))
+            return gens[-1]
+
+        eng.generate = generate
+        return eng
+
+    settings = tiny_settings()
+    app = make_app(settings, factory, remember=False)
+    live = []
+    try:
+        async with app.run_test(size=(150, 40)) as pilot:
+            await idle(pilot)
+            screen = app.screen
+            panel = screen.query_one(StatsPanel)
+            orig = panel.show
+
+            def spy(stats=None, **kw):
+                if stats is not None:
+                    live.append(stats)
+                return orig(stats, **kw)
+
+            panel.show = spy
+            box = screen.query_one("#prompt")
+            box.value = "List five fruits, one per line."
+            await box.action_submit()
+            await idle(pilot)
+            shown = panel.stats
+            table = panel.query_one("#stats-table").content
+            from rich.console import Console
+
+            console = Console(width=44, record=True)
+            console.print(table)
+            text = console.export_text()
+    finally:
+        app.close_engines()
+    (gen,) = gens
+    gs = gen.stats
+    for f in dataclasses.fields(GenerationStats):
+        assert getattr(shown, f.name) == getattr(gs, f.name), f.name
+    assert shown.tokens == len(gen.token_ids) > 0 and shown.end_reason is not None
+    assert f"{gs.tokens_per_second:.1f} tok/s" in text
+    assert f"{gs.prefill_seconds:.2f} s ({gs.prompt_tokens} tokens)" in text
+    assert f"({gs.accepted}/{gs.drafted} drafted)" in text
+    assert f"{gs.tokens} in {gs.rounds} rounds" in text
+    # the live figures were the engine's too: counts never run ahead of the final ones
+    assert all(s.tokens <= gs.tokens and s.rounds <= gs.rounds and s.drafted <= gs.drafted for s in live)

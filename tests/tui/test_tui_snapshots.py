@@ -54,8 +54,7 @@ def test_round_inspector_rejection(snap_compare):
     assert snap_compare(build(FakeEngine(FakeClock()), remember=False), run_before=run_before, terminal_size=SIZE)
 
 
-def test_race_mode(snap_compare):
-    """Target-only and speculative side by side, finish times and the measured speedup."""
+def _race(snap_compare, size) -> bool:
     clock = FakeClock()
     spec, only = FakeEngine(clock), FakeEngine(clock)
 
@@ -68,7 +67,12 @@ def test_race_mode(snap_compare):
         await _settle(pilot)
 
     app = build(spec, engines=(only,), race=True, remember=False)
-    assert snap_compare(app, run_before=run_before, terminal_size=SIZE)
+    return snap_compare(app, run_before=run_before, terminal_size=size)
+
+
+def test_race_mode(snap_compare):
+    """Target-only and speculative side by side, decode rates and the measured speedup."""
+    assert _race(snap_compare, SIZE)
 
 
 def test_settings_invalid_value(snap_compare):
@@ -120,3 +124,48 @@ def test_chat_stream_light_theme(snap_compare):
         await _settle(pilot)
 
     assert snap_compare(build(FakeEngine(FakeClock()), remember=False), run_before=run_before, terminal_size=SIZE)
+
+
+#: a policy reason long enough to wrap, and a draft-model catch-up in the first round
+LONG_REASON = "g=4 draft: est 2.31 tok/pass, 1.45x (lookup 0.93x, no lookup match for 12 rounds)"
+
+
+def _stats_engine():
+    return FakeEngine(FakeClock(), reason=LONG_REASON, catchup=(412, 0.61))
+
+
+def test_stats_panel_80_columns(snap_compare):
+    """issue 8: at the narrowest supported width every label is whole, the reason wraps on
+    its own line, catch-up and prefill are shown beside the decode rate."""
+
+    async def run_before(pilot):
+        await _ask(pilot)
+        await _settle(pilot)
+
+    assert snap_compare(build(_stats_engine(), remember=False), run_before=run_before, terminal_size=(80, 34))
+
+
+def test_stats_panel_150_columns(snap_compare):
+    async def run_before(pilot):
+        await _ask(pilot)
+        for _ in range(15):  # back to round 1: the inspector's catch-up line
+            await pilot.press("f7")
+        await _settle(pilot)
+
+    assert snap_compare(build(_stats_engine(), remember=False), run_before=run_before, terminal_size=(150, 40))
+
+
+def test_stats_panel_before_first_answer_150_columns(snap_compare):
+    """Before the first answer the sparkline draws nothing."""
+
+    async def run_before(pilot):
+        await _idle(pilot)
+        await _settle(pilot)
+
+    assert snap_compare(build(FakeEngine(FakeClock()), remember=False), run_before=run_before,
+                        terminal_size=(150, 40))
+
+
+def test_race_mode_80_columns(snap_compare):
+    """Race at 80 columns: decode rates, untimed prefill, the verdict and the repeat control."""
+    assert _race(snap_compare, (80, 34))

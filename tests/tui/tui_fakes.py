@@ -72,8 +72,7 @@ class FakeGeneration:
         limit = min(len(words), self.generation.max_tokens)
         mode = self.drafting.mode
         t0 = clock()
-        clock.advance(eng.prefill_seconds)
-        self.stats.prefill_seconds = eng.prefill_seconds
+        self.stats.prefill_seconds = eng.prefill(self.prompt, draft=False)[0]
         pos, rnd = 0, 0
         end = None
         try:
@@ -105,20 +104,16 @@ class FakeGeneration:
                         self.stats.time_to_first_token = clock() - t0
                     self.token_ids.append(target[i])
                     self.text += w
-                    self.stats.kinds[kinds[i].value] = self.stats.kinds.get(kinds[i].value, 0) + 1
+                    self.stats.add_token(kinds[i])
                     yield TokenEvent(target[i], w, kinds[i], rnd, pos)
                     pos += 1
+                catch = eng.catchup if rnd == 0 and g else (0, 0.0)
+                clock.advance(catch[1])
                 rs = RoundStats(rnd, "none" if g == 0 else mode, tuple(draft), tuple(target), g, k, n_commit,
-                                d_s, v_s, g, "fixed")
+                                d_s, v_s, g, eng.reason, *catch)
                 self.rounds.append(rs)
-                s = self.stats
-                s.rounds += 1
-                s.target_passes += 1
-                s.drafted += g
-                s.accepted += k
-                s.drafting_rounds += 1 if g else 0
-                s.draft_seconds += d_s
-                s.verify_seconds += v_s
+                self.stats.add_round(rs)
+                self.stats.elapsed_seconds = clock() - t0
                 rnd += 1
                 yield rs
             if end is None:
@@ -134,7 +129,8 @@ class FakeEngine:
 
     def __init__(self, clock: FakeClock | None = None, reply: str = REPLY, *, has_draft: bool = True,
                  round_delay: float = 0.0, prefill_seconds: float = 0.05, verify_seconds: float = 0.05,
-                 replies: dict[str, str] | None = None) -> None:
+                 replies: dict[str, str] | None = None, reason: str = "fixed",
+                 catchup: tuple[int, float] = (0, 0.0)) -> None:
         self.clock = clock or FakeClock()
         self.reply = reply
         self.replies = replies or {}
@@ -142,12 +138,15 @@ class FakeEngine:
         self.round_delay = round_delay
         self.prefill_seconds = prefill_seconds
         self.verify_seconds = verify_seconds
+        self.reason = reason  #: the policy reason every round reports
+        self.catchup = catchup  #: (tokens, seconds) of a draft-model catch-up in round 0
         self.n_ctx = 4096
         self.vocab: dict[str, int] = {}
         self.texts: list[str] = []
         self.calls: list[dict] = []
         self.closed = False
         self.started = threading.Event()
+        self.cached_prompt: list[int] | None = None  #: the prompt whose prefill is in the "KV cache"
 
     def token_id(self, text: str) -> int:
         if text not in self.vocab:
@@ -172,6 +171,14 @@ class FakeEngine:
             if key in last:
                 return reply
         return self.reply
+
+    def prefill(self, prompt, draft: bool = True) -> tuple[float, float]:
+        """Like the engine's: costs ``prefill_seconds`` on the clock unless the prompt is cached."""
+        if list(prompt) == self.cached_prompt:
+            return 0.0, 0.0
+        self.cached_prompt = list(prompt)
+        self.clock.advance(self.prefill_seconds)
+        return self.prefill_seconds, 0.0
 
     def generate(self, prompt, sampling=None, drafting=None, generation=None, policy=None):
         drafting = drafting or DraftParams()

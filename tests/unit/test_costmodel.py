@@ -145,6 +145,41 @@ def test_policy_drafts_with_cheap_draft_on_flat_curve():
     assert pol.choose(8, None).drafter == "none"
 
 
+def test_policy_counts_draft_catchup_as_drafting_cost():
+    """issue 8: a draft model needing a 1,000-token catch-up is not chosen for a short answer."""
+    # a GPU-like machine where the draft pays: cheap draft tokens, flat verify curve,
+    # catch-up measured at 3 ms per token (1,000 tokens: 3 s, ~90 target passes)
+    costs = _costs(FLAT_CURVE, draft_token=T1 * 0.05)
+    costs.draft_prefill_token = 0.003
+    pol = AdaptivePolicy(costs, 8, has_draft=True, prior_draft=0.8)
+    pol.see_draft_cache(pending=1, generated=10)  # steady state: nothing to catch up
+    assert pol.catchup_seconds() == (0, 0.0)
+    assert pol.choose(400, None).drafter == "draft"
+    pol.see_draft_cache(pending=1001, generated=10)  # cold draft cache, 10 tokens into the answer
+    assert pol.catchup_seconds() == (1000, pytest.approx(3.0))
+    ch = pol.choose(400, None)
+    assert ch.drafter == "none" and ch.draft_len == 0
+    assert "incl. catch-up of 1000 tok" in ch.reason
+    # over the 64-token horizon: 64 tokens at the draft rate plus 3 s, against 64 target passes
+    g, r, r0 = best_draft_length(pol.draft_est.values, FLAT_CURVE, T1 * 0.05, 8)
+    assert 64 / (64 / r + 3.0) < r0
+    # the same catch-up amortises over a long answer (2,000 tokens so far, 2,000 left)
+    pol.see_draft_cache(pending=1001, generated=2000)
+    assert pol.choose(2000, None).drafter == "draft"
+    # ... but not when only 30 tokens are left to generate
+    assert pol.choose(30, None).drafter == "none"
+
+
+def test_catchup_cost_estimate_follows_observed_catchups():
+    costs = _costs(FLAT_CURVE, draft_token=T1 * 0.5)
+    # before any catch-up: one draft token scaled by the target curve's cost per token at b=9
+    assert costs.draft_prefill_token == pytest.approx(T1 * 0.5 * FLAT_CURVE[-1] / (9 * T1))
+    costs.observe_catchup(500, 1.0)
+    assert costs.draft_prefill_token == pytest.approx(0.002)  # the first observation replaces it
+    costs.observe_catchup(100, 0.4)
+    assert 0.002 < costs.draft_prefill_token < 0.004
+
+
 def test_policy_lookup_choice_follows_shadow_scoring():
     pol = AdaptivePolicy(_costs(CPU_CURVE), 4, has_draft=False)
     # prior 0.5: lookup does not pay on the CPU curve

@@ -235,3 +235,53 @@ def test_draft_is_cut_after_an_end_of_generation_token():
     assert all(r.drafted <= 1 for r in rounds)
     assert rounds[-1].accepted == 1 and gen.stats.end_reason == EndReason.EOG
     assert rounds[-1].target_tokens == (EOG,)  # no bonus shown after the end-of-generation token
+
+
+def test_draft_catchup_is_timed_apart_and_excluded_from_the_rate():
+    """issue 8: the draft model's catch-up (its cold cache) is its own figure, not drafting."""
+    prompt = list(range(1, 30))
+    eng = SpeculativeEngine(FakeModel(), FakeModel())
+    gen, events = run(eng, prompt=prompt, mode="draft", draft_max=4, max_tokens=30)
+    rounds = [e for e in events if isinstance(e, RoundStats)]
+    # round 0 evaluates the prompt but its newest token in one batch: the catch-up
+    assert rounds[0].catchup_tokens == len(prompt) - 1
+    assert eng.draft_model.decode_calls[0] == len(prompt) - 1
+    # the steady state never counts as catch-up (the draft lacks only the newest one or two)
+    assert all(r.catchup_tokens == 0 for r in rounds[1:])
+    s = gen.stats
+    assert s.catchup_tokens == len(prompt) - 1
+    assert s.catchup_seconds == sum(r.catchup_seconds for r in rounds)
+    assert s.draft_seconds == pytest.approx(sum(r.draft_seconds for r in rounds))
+    assert s.decode_seconds == pytest.approx(s.elapsed_seconds - s.prefill_seconds - s.catchup_seconds)
+    assert s.tokens_per_second == pytest.approx(s.tokens / s.decode_seconds)
+    # a second generation on the warm engine: nothing to catch up
+    gen2, _ = run(eng, prompt=prompt, mode="draft", draft_max=4, max_tokens=10)
+    assert gen2.stats.catchup_tokens == 0
+
+
+def test_prefill_warms_both_caches():
+    prompt = list(range(1, 20))
+    eng = SpeculativeEngine(FakeModel(), FakeModel())
+    t_target, t_draft = eng.prefill(prompt)
+    assert t_target >= 0 and t_draft >= 0
+    assert eng.target.cached_tokens == prompt[:-1] and eng.draft_model.cached_tokens == prompt[:-1]
+    gen, _ = run(eng, prompt=prompt, mode="draft", max_tokens=10)
+    assert gen.stats.catchup_tokens == 0
+
+
+def test_stats_are_counted_live_by_the_one_accumulator():
+    """The engine's GenerationStats is up to date after every round (the TUI shows it live)."""
+    eng = SpeculativeEngine(FakeModel(), FakeModel())
+    gen = eng.generate(PROMPT, SamplingParams(temperature=0.0), DraftParams(mode="draft", draft_max=3),
+                       GenerationParams(max_tokens=20))
+    n_tokens = n_rounds = drafted = 0
+    for ev in gen:
+        if isinstance(ev, TokenEvent):
+            n_tokens += 1
+        else:
+            n_rounds += 1
+            drafted += ev.drafted
+            assert (gen.stats.tokens, gen.stats.rounds, gen.stats.drafted) == (n_tokens, n_rounds, drafted)
+            assert sum(gen.stats.kinds.values()) == n_tokens
+            assert gen.stats.elapsed_seconds > 0
+    assert gen.stats.tokens == len(gen.token_ids) == n_tokens

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import CONTENT_TYPE_LATEST  # noqa: F401 - re-exported for the route
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 
 from ..engine import Generation
+
+disable_created_metrics()  # no ``*_created`` series: the counters start with the server
 
 
 class ServerMetrics:

@@ -221,7 +221,8 @@ def test_disconnect_cancels_and_the_next_answer_is_a_fresh_start(server, client,
     _, again, _, _ = stream_ids(client, msgs, max_tokens=40)
     assert_greedy_equal(tiny_engine, tiny_engine.chat_tokens(msgs), reference, again, "after a disconnect")
     assert metric(server, "localspec_requests_cancelled_total") == cancelled0 + 1
-    assert metric(server, "localspec_tokens_predicted_total") - predicted0 < 1500
+    # the cancelled request ended a few rounds after the client left, far short of its 1500 tokens
+    assert metric(server, "localspec_tokens_predicted_total") - predicted0 - len(again) < 100
 
 
 def test_concurrent_clients_served_in_order_nothing_lost(client):

@@ -81,11 +81,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--clients", type=int, default=4)
     p.add_argument("--per-client", type=int, default=25)
     p.add_argument("--rss-at", type=int, default=50, help="request after which the first RSS is taken")
+    p.add_argument("--threads", type=int, default=1, help="server --n-threads (1 keeps a shared machine usable)")
     args = p.parse_args(argv)
     tiny = str(resolve_model("smollm2-135m"))
     tmp = Path(tempfile.mkdtemp(prefix="localspec-soak-"))
     argv_server = [sys.executable, "-m", "localspec.cli", "serve", "--target", tiny, "--draft", tiny,
-                   "--port", "{port}", "--n-ctx", "2048", "--log-level", "warning"]
+                   "--port", "{port}", "--n-ctx", "2048", "--n-threads", str(args.threads), "--log-level", "warning"]
     failures: list[str] = []
     with ServerProcess(argv_server, tmp / "server.log") as server:
         client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="none", max_retries=0, timeout=300)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -109,6 +110,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--draft-max", type=int, default=16, help="localspec serve --draft-max (auto chooses up to it)")
     p.add_argument("--json", default=None, help="write every measurement here")
     args = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers on the way out
     all_tasks = tasks()
     names = [t for t in args.tasks.split(",") if t]
     unknown = [t for t in names if t not in all_tasks]

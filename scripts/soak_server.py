@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import signal
 import sys
 import tempfile
 import threading
@@ -83,6 +84,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--rss-at", type=int, default=50, help="request after which the first RSS is taken")
     p.add_argument("--threads", type=int, default=1, help="server --n-threads (1 keeps a shared machine usable)")
     args = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers on the way out
     tiny = str(resolve_model("smollm2-135m"))
     tmp = Path(tempfile.mkdtemp(prefix="localspec-soak-"))
     argv_server = [sys.executable, "-m", "localspec.cli", "serve", "--target", tiny, "--draft", tiny,

@@ -75,14 +75,17 @@ def ceiling(target: str, threads: int, draft_max: int) -> tuple[float, int] | No
     return max(((g + 1) * sec[0] / sec[g], g) for g in range(1, len(sec)))
 
 
-def timed_request(client: openai.OpenAI, message: str, prediction: str | None, max_tokens: int) -> dict:
+def timed_request(client: openai.OpenAI, message: str, prediction: str | None, max_tokens: int, nonce: str) -> dict:
+    """One streamed request. ``nonce`` opens the message, so no server reuses a cached prompt
+    of an earlier request (each code edit is a new file: prefill is part of the cost)."""
     extra = {"prediction": {"type": "content", "content": prediction}} if prediction else {}
     t0 = time.perf_counter()
     first = last = None
-    text, n_chunks, usage = [], 0, None
-    for chunk in client.chat.completions.create(model="m", messages=[{"role": "user", "content": message}],
+    text, n_chunks, usage, spec = [], 0, None, None
+    for chunk in client.chat.completions.create(model="m", messages=[{"role": "user", "content": nonce + message}],
                                                 max_tokens=max_tokens, temperature=0, stream=True,
                                                 stream_options={"include_usage": True}, **extra):
+        spec = (chunk.model_extra or {}).get("speculation") or spec
         if chunk.usage is not None:
             usage = chunk.usage
         if chunk.choices and chunk.choices[0].delta.content:
@@ -95,7 +98,7 @@ def timed_request(client: openai.OpenAI, message: str, prediction: str | None, m
     # llama-cpp-python streams one token per chunk and may send no usage
     n = usage.completion_tokens if usage is not None else n_chunks
     decode = (n - 1) / (last - first) if first is not None and last > first and n > 1 else float("nan")
-    return {"latency": end - t0, "tokens": n, "decode_tps": decode, "text": "".join(text),
+    return {"latency": end - t0, "tokens": n, "decode_tps": decode, "text": "".join(text), "speculation": spec,
             "accepted_prediction": getattr(getattr(usage, "completion_tokens_details", None),
                                            "accepted_prediction_tokens", None) if usage else None}
 
@@ -145,7 +148,8 @@ def main(argv: list[str]) -> int:
                 message, original = all_tasks[task]
                 for server in order:
                     client = clients["ours" if server in ("b", "c") else server]
-                    r = timed_request(client, message, original if server == "c" else None, args.max_tokens)
+                    nonce = f"(request {rep}-{server}-{time.time_ns() % 10**9})\n"
+                    r = timed_request(client, message, original if server == "c" else None, args.max_tokens, nonce)
                     r.update(task=task, server=server, rep=rep)
                     runs.append(r)
                     print(f"rep {rep} {task:15s} {server:9s} {r['latency']:7.2f} s  {r['tokens']:5d} tokens  "

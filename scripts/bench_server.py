@@ -76,8 +76,8 @@ def ceiling(target: str, threads: int, draft_max: int) -> tuple[float, int] | No
 
 
 def timed_request(client: openai.OpenAI, message: str, prediction: str | None, max_tokens: int, nonce: str) -> dict:
-    """One streamed request. ``nonce`` opens the message, so no server reuses a cached prompt
-    of an earlier request (each code edit is a new file: prefill is part of the cost)."""
+    """One streamed request. ``nonce`` opens the message, so no server reuses the cached prompt
+    of its previous request (each code edit is a new file: prefill is part of the cost)."""
     extra = {"prediction": {"type": "content", "content": prediction}} if prediction else {}
     t0 = time.perf_counter()
     first = last = None
@@ -134,7 +134,9 @@ def main(argv: list[str]) -> int:
         "a-lookup": ServerProcess(peer + ["--draft_model", "prompt-lookup-decoding",
                                           "--draft_model_num_pred_tokens", "10"], tmp / "a-lookup.log",
                                   ready_path="/v1/models"),
-        "ours": ServerProcess(ours, tmp / "ours.log"),
+        # b and c on two servers, so neither reuses the other's cached prompt
+        "b": ServerProcess(ours, tmp / "b.log"),
+        "c": ServerProcess(ours, tmp / "c.log"),
     }
     runs: list[dict] = []
     try:
@@ -146,9 +148,9 @@ def main(argv: list[str]) -> int:
             order = SERVERS if rep % 2 == 0 else tuple(reversed(SERVERS))
             for task in names:
                 message, original = all_tasks[task]
+                nonce = f"(request {rep}.{time.time_ns() % 10**6})\n"  # the same for every server
                 for server in order:
-                    client = clients["ours" if server in ("b", "c") else server]
-                    nonce = f"(request {rep}-{server}-{time.time_ns() % 10**9})\n"
+                    client = clients[server]
                     r = timed_request(client, message, original if server == "c" else None, args.max_tokens, nonce)
                     r.update(task=task, server=server, rep=rep)
                     runs.append(r)

@@ -124,6 +124,11 @@ def test_prediction_counts_and_exactness(client, tiny_engine):
     assert chunks[-1].model_extra["speculation"]["drafters"]["prediction"]["accepted"] == \
         details.accepted_prediction_tokens
     assert kinds_p.count("accepted") >= details.accepted_prediction_tokens
+    # an edited prediction (a changed middle): the output is unchanged, the rest is still drafted
+    edited = text[: len(text) // 3] + "\n# a line the answer does not have\n" + text[len(text) // 2 :]
+    _, ids_e, _, chunks_e = stream_ids(client, msgs, max_tokens=60, prediction={"type": "content", "content": edited})
+    assert_greedy_equal(tiny_engine, prompt, ids, ids_e, "edited prediction")
+    assert chunks_e[-1].usage.completion_tokens_details.accepted_prediction_tokens > len(ids) // 3
     # an unrelated prediction: the output is unchanged
     other = "The quick brown fox jumps over the lazy dog. " * 5
     text_u, ids_u, _, _ = stream_ids(client, msgs, max_tokens=60, prediction={"type": "content", "content": other})

@@ -194,11 +194,11 @@ class ChatSession:
         self.last_prompt: FittedPrompt | None = None
         self.last_turn: Turn | None = None
 
-    def _start(self) -> Turn:
+    def _start(self, prediction: Sequence[int] | None = None) -> Turn:
         s = self.settings
         fitted = fit_messages(self.engine, self.messages, s.generation.max_tokens)
         self.last_prompt = fitted
-        gen = self.engine.generate(fitted.tokens, s.sampling, s.drafting, s.generation)
+        gen = self.engine.generate(fitted.tokens, s.sampling, s.drafting, s.generation, prediction=prediction)
         return Turn(self, gen, fitted)
 
     def send(self, text: str) -> Turn:
@@ -218,11 +218,14 @@ class ChatSession:
             self.messages.pop()
             raise
 
-    def answer(self) -> Turn:
-        """Answer the history as it is (its last message is a user message), e.g. a loaded file."""
+    def answer(self, prediction: Sequence[int] | None = None) -> Turn:
+        """Answer the history as it is (its last message is a user message), e.g. a loaded file.
+
+        ``prediction``: token ids of a predicted output (see ``SpeculativeEngine.generate``).
+        """
         if not self.messages or self.messages[-1].get("role") != "user":
             raise ConfigError("the conversation does not end with a user message", "add a user message to answer")
-        return self._start()
+        return self._start(prediction)
 
     def retry(self) -> Turn:
         """Drop the last reply and answer the last user message again."""

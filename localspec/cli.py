@@ -275,6 +275,12 @@ def cmd_generate(ns: argparse.Namespace) -> int:
 
     settings = settings_from_args(ns)
     raw, messages = _read_prompt(ns)
+    if ns.prediction:
+        from .codeedit import file_form
+
+        predicted_text = file_form(_read_file_text(ns.prediction)).text  # as the model sees a file: LF, no BOM
+    else:
+        predicted_text = None
     err = Console(stderr=True, no_color=ns.no_color)
     out = Console(no_color=ns.no_color, highlight=False, soft_wrap=True)
     if not ns.json:
@@ -283,15 +289,17 @@ def cmd_generate(ns: argparse.Namespace) -> int:
                   + "[/dim]")
     engine = load_engine(settings, progress=None if ns.json else _progress_printer(sys.stderr))
     try:
+        prediction = engine.tokenize(predicted_text, special=False) if predicted_text else None
         if raw is not None:
             prompt = engine.tokenize(raw)
-            gen = engine.generate(prompt, settings.sampling, settings.drafting, settings.generation)
+            gen = engine.generate(prompt, settings.sampling, settings.drafting, settings.generation,
+                                  prediction=prediction)
         else:
             # chat: the oldest turns are dropped to fit the context (localspec.chat)
             from .chat import ChatSession
 
             session = ChatSession(engine, settings, messages=messages)
-            gen = session.answer().generation
+            gen = session.answer(prediction).generation
             if session.last_prompt.dropped and not ns.json:
                 err.print(f"[yellow]note: left out the {session.last_prompt.dropped} oldest messages "
                           f"to fit the context window of {engine.n_ctx}[/yellow]")
@@ -329,6 +337,31 @@ def cmd_generate(ns: argparse.Namespace) -> int:
         return 130 if interrupted else 0
     finally:
         engine.close()
+
+
+def cmd_serve(ns: argparse.Namespace) -> int:
+    from .loader import load_engine
+
+    settings = settings_from_args(ns)
+    if not 0 <= ns.port <= 65535:
+        raise ConfigError(f"--port must be 0..65535 (got {ns.port})", "pick a free TCP port, e.g. --port 8080")
+    if ns.queue_size < 0 or ns.max_body_mb <= 0:
+        raise ConfigError("--queue-size must be >= 0 and --max-body-mb > 0", "e.g. --queue-size 8 --max-body-mb 8")
+    try:
+        from .server import serve
+    except ImportError as e:
+        raise ConfigError(f"the server's dependencies are missing: {e}", "pip install -e . (installs fastapi, "
+                          "uvicorn, sse-starlette, prometheus-client)") from e
+    engine = load_engine(settings, progress=_progress_printer(sys.stderr))
+    try:
+        if settings.drafting.mode == "auto":
+            engine.make_policy(settings.drafting)  # measure (or load) this machine's costs before serving
+        serve(engine, settings, host=ns.host, port=ns.port, api_key=ns.api_key or os.environ.get("LOCALSPEC_API_KEY"),
+              max_queue=ns.queue_size, max_body=int(ns.max_body_mb * (1 << 20)), default_max_tokens=ns.max_tokens,
+              log_level=ns.log_level)
+    finally:
+        engine.close()
+    return 0
 
 
 def cmd_models(ns: argparse.Namespace) -> int:
@@ -369,6 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--messages", default=None, help="JSON file with chat messages [{role, content}, ...]; "
                    "the prompt, if given, is added as the last user message")
     g.add_argument("--file", default=None, help="append this text file to the prompt in a code block")
+    g.add_argument("--prediction", default=None, metavar="FILE",
+                   help="predicted output: a text file the answer will mostly repeat (e.g. the file being edited); "
+                        "drafted before prompt lookup, the output is unchanged by it")
     g.add_argument("--json", action="store_true", help="one JSON object per line: token, round and stats events")
     g.add_argument("--no-color", action="store_true", help="plain text output")
     add_generation_arguments(g)
@@ -383,6 +419,17 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("file")
     add_generation_arguments(e)
     add_model_arguments(e)
+    sv = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions)")
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    sv.add_argument("--port", type=int, default=8080, help="TCP port (default 8080)")
+    sv.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on every request "
+                    "(default: $LOCALSPEC_API_KEY if set)")
+    sv.add_argument("--queue-size", type=int, default=8, help="most requests waiting for the engine; beyond, 429 "
+                    "(default 8)")
+    sv.add_argument("--max-body-mb", type=float, default=8.0, help="largest request body, MiB; beyond, 413 (default 8)")
+    sv.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    add_generation_arguments(sv)
+    add_model_arguments(sv)
     sub.add_parser("bench", help="benchmark modes side by side (localspec bench --help)", add_help=False)
     sub.add_parser("calibrate", help="measure the cost curve of the loaded models (localspec calibrate --help)",
                    add_help=False)
@@ -417,6 +464,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_generate(ns)
         if ns.command == "models":
             return cmd_models(ns)
+        if ns.command == "serve":
+            return cmd_serve(ns)
         if ns.command is None:
             ns = build_parser().parse_args(["chat", *argv])
         return _run_tui(ns)

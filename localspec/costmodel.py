@@ -190,6 +190,42 @@ class EWAcceptance:
             self.values[i] = v + rate * (self.prior - v)
 
 
+class ProposalScorer:
+    """Scores a free drafter's proposals against the tokens the target committed.
+
+    A proposal is kept until the committed tokens that follow it decide its fate (first
+    mismatch, or every proposed token matched), then scored into ``est`` as if it had
+    been drafted: positions before the first mismatch accepted, the mismatch rejected.
+    Proposals made while one is pending fall inside it and are skipped, so each
+    committed token is scored once, as in rounds that draft back to back. Comparing
+    with the committed tokens is the acceptance rule of a point-mass draft (exact in
+    greedy and sampled modes).
+    """
+
+    def __init__(self, est: EWAcceptance) -> None:
+        self.est = est
+        self._pending: tuple[int, tuple[int, ...]] | None = None
+
+    def see(self, committed: Sequence[int], proposal: Sequence[int]) -> None:
+        """Score what the committed tokens decided; then keep ``proposal`` (possibly empty)."""
+        pend = self._pending
+        if pend is not None:
+            start, prop = pend
+            new = committed[start : start + len(prop)]
+            k = 0
+            while k < len(new) and prop[k] == new[k]:
+                k += 1
+            if k < len(new):  # first mismatch at k
+                self.est.update(k + 1, k)
+                pend = None
+            elif len(new) == len(prop):  # every proposed token matched
+                self.est.update(len(prop), len(prop))
+                pend = None
+        if pend is None and proposal:
+            pend = (len(committed), tuple(proposal))
+        self._pending = pend
+
+
 # ---------------------------------------------------------------------------------------
 # measurement and cache
 # ---------------------------------------------------------------------------------------
@@ -474,10 +510,11 @@ class AdaptivePolicy:
     the verify cost curve and the drafter's cost per token, and compares with target-only
     decoding (g = 0). It speculates only when the expected gain exceeds ``margin``.
 
-    Prompt lookup costs no model pass, so the policy also scores the lookup proposal of
-    every round against the tokens the target then committed (:meth:`see_lookup`, called
-    by the engine), whether lookup was used or not: its estimates follow the text even
-    while it is off. The draft model has no such free signal; while unused its estimates
+    Prompt lookup and a predicted output (a request's ``prediction``, tried before prompt
+    lookup: it wins a tie) cost no model pass, so the policy also scores their proposals
+    of every round against the tokens the target then committed (:meth:`see_lookup`,
+    :meth:`see_prediction`, called by the engine), whether they were used or not: their
+    estimates follow the text even while they are off. The draft model has no such free signal; while unused its estimates
     relax towards the prior, and it is never tried when even a perfect draft (acceptance
     1 at every position) could not beat target-only decoding with the measured costs, as
     with the 0.5B/1.5B pair on a 2-core CPU.
@@ -496,7 +533,8 @@ class AdaptivePolicy:
         draft_max: most tokens drafted per round.
         has_draft: a draft model is loaded.
         weight: weight of a new acceptance observation.
-        prior_draft, prior_lookup: starting acceptance estimates.
+        prior_draft, prior_lookup, prior_prediction: starting acceptance estimates (a
+            predicted output is given by the user as what the answer repeats: high).
         relax: per unobserved round, fraction of the way back to the prior (draft model).
         margin: speculate only if the expected speedup is at least ``1 + margin``.
         catchup_horizon: fewest tokens a draft-model catch-up is spread over.
@@ -505,16 +543,18 @@ class AdaptivePolicy:
     uses_lookup = True
 
     def __init__(self, costs: EngineCosts, draft_max: int, has_draft: bool, *, weight: float = 0.3,
-                 prior_draft: float = 0.6, prior_lookup: float = 0.5, relax: float = 0.01,
-                 margin: float = 0.03, catchup_horizon: int = 64) -> None:
+                 prior_draft: float = 0.6, prior_lookup: float = 0.5, prior_prediction: float = 0.8,
+                 relax: float = 0.01, margin: float = 0.03, catchup_horizon: int = 64) -> None:
         self.costs = costs
         self.draft_max = draft_max
         self.has_draft = has_draft and costs.draft_token is not None
         self.draft_est = EWAcceptance(draft_max, prior_draft, weight)
         self.lookup_est = EWAcceptance(draft_max, prior_lookup, weight)
+        self.prediction_est = EWAcceptance(draft_max, prior_prediction, weight)
         self.relax = relax
         self.margin = margin
-        self._pending_lookup: tuple[int, tuple[int, ...]] | None = None
+        self._lookup_scorer = ProposalScorer(self.lookup_est)
+        self._prediction_scorer = ProposalScorer(self.prediction_est)
         self.last: Choice | None = None
         self.catchup_horizon = catchup_horizon
         self.draft_pending = 0  #: committed tokens the draft cache lacks (see_draft_cache)
@@ -535,18 +575,20 @@ class AdaptivePolicy:
         g, best, rate0 = best_draft_length([1.0] * g_max, c.verify, c.draft_token or 0.0, g_max, c.overhead)
         return g > 0 and best > rate0 * (1.0 + self.margin)
 
-    def choose(self, limit: int, lookup_match: int | None = None) -> Choice:
+    def choose(self, limit: int, lookup_match: int | None = None, prediction_match: int | None = None) -> Choice:
         c = self.costs
         g_cap = max(0, min(limit, self.draft_max, len(c.verify) - 1))
-        options = []  # (rate, drafter, g, expected tokens)
+        options = []  # (rate, drafter, g, expected tokens); on a tie the first wins
         rate0 = None
         notes = []
-        if g_cap > 0 and lookup_match:
-            g_l = min(g_cap, lookup_match)
-            g, r, r0 = best_draft_length(self.lookup_est.values, c.verify, 0.0, g_l, c.overhead)
-            rate0 = r0
-            options.append((r, "lookup", g, expected_tokens(self.lookup_est.values[:g])))
-            notes.append(f"lookup {r / r0:.2f}x")
+        # free drafters (no model pass), a predicted output before prompt lookup
+        for name, match, est in (("prediction", prediction_match, self.prediction_est),
+                                 ("lookup", lookup_match, self.lookup_est)):
+            if g_cap > 0 and match:
+                g, r, r0 = best_draft_length(est.values, c.verify, 0.0, min(g_cap, match), c.overhead)
+                rate0 = r0
+                options.append((r, name, g, expected_tokens(est.values[:g])))
+                notes.append(f"{name} {r / r0:.2f}x")
         if g_cap > 0 and self.draft_can_pay(g_cap):
             g, r, r0 = best_draft_length(self.draft_est.values, c.verify, c.draft_token or 0.0, g_cap, c.overhead)
             rate0 = r0
@@ -592,30 +634,13 @@ class AdaptivePolicy:
         """Score prompt-lookup proposals against the tokens the target committed; free of model passes.
 
         Called by the engine every round with the committed tokens and this round's
-        prompt-lookup proposal (possibly empty). A proposal is kept until the committed
-        tokens that follow it decide its fate (first mismatch, or every proposed token
-        matched), then scored as if it had been drafted: positions before the first
-        mismatch accepted, the mismatch rejected. Proposals made while one is pending
-        fall inside it and are skipped, so each committed token is scored once, as in
-        rounds that draft back to back. Comparing with the committed tokens is the
-        acceptance rule of a point-mass draft (exact in greedy and sampled modes).
+        prompt-lookup proposal (possibly empty); see :class:`ProposalScorer`.
         """
-        pend = self._pending_lookup
-        if pend is not None:
-            start, prop = pend
-            new = committed[start : start + len(prop)]
-            k = 0
-            while k < len(new) and prop[k] == new[k]:
-                k += 1
-            if k < len(new):  # first mismatch at k
-                self.lookup_est.update(k + 1, k)
-                pend = None
-            elif len(new) == len(prop):  # every proposed token matched
-                self.lookup_est.update(len(prop), len(prop))
-                pend = None
-        if pend is None and proposal:
-            pend = (len(committed), tuple(proposal))
-        self._pending_lookup = pend
+        self._lookup_scorer.see(committed, proposal)
+
+    def see_prediction(self, committed: Sequence[int], proposal: Sequence[int]) -> None:
+        """Score the predicted output's proposals like :meth:`see_lookup` (every round, used or not)."""
+        self._prediction_scorer.see(committed, proposal)
 
     def observe(self, drafter: str, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
         c = self.costs

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
 from .config import DraftParams, GenerationParams, SamplingParams
-from .drafters import Draft, DraftModelDrafter, PromptLookupDrafter
+from .drafters import Draft, DraftModelDrafter, PredictionDrafter, PromptLookupDrafter
 from .errors import ConfigError, ContextOverflowError
 from .events import EndReason, GenerationStats, RoundStats, TokenEvent, TokenKind
 from .policy import Choice, DraftPolicy, FixedPolicy
@@ -36,6 +36,14 @@ from .verify import verify
 
 Event = TokenEvent | RoundStats
 _EMPTY_DRAFT = Draft((), None, "none")
+
+
+class Prefill(NamedTuple):
+    """What :meth:`SpeculativeEngine.prefill` did (seconds are wall time)."""
+
+    target_seconds: float
+    draft_seconds: float
+    cached_tokens: int  #: prompt tokens the target's KV cache already held (reused prefix)
 
 
 @dataclass(slots=True)
@@ -62,6 +70,9 @@ class Generation:
     Stopping early (``cancel()`` or ``close()``) leaves both KV caches consistent with
     :attr:`token_ids`.
 
+    With a predicted output (``prediction``, token ids), a :class:`PredictionDrafter`
+    follows this generation and is tried before prompt lookup (see :mod:`localspec.policy`).
+
     Attributes:
         token_ids: generated token ids (prompt excluded; end-of-generation token excluded).
         text: the generated text (equals the events' texts joined).
@@ -70,13 +81,15 @@ class Generation:
     """
 
     def __init__(self, engine: "SpeculativeEngine", prompt: Sequence[int], sampling: SamplingParams,
-                 drafting: DraftParams, generation: GenerationParams, policy: DraftPolicy | None) -> None:
+                 drafting: DraftParams, generation: GenerationParams, policy: DraftPolicy | None,
+                 prediction: Sequence[int] | None = None) -> None:
         self.engine = engine
         self.prompt = list(prompt)
         self.sampling = sampling
         self.drafting = drafting
         self.generation = generation
         self.policy = policy or engine.make_policy(drafting)
+        self.prediction = PredictionDrafter(prediction, len(self.prompt)) if prediction else None
         self.token_ids: list[int] = []
         #: prompt + generated tokens committed so far (live during iteration; some may
         #: not be yielded yet while text is held back at a possible stop string)
@@ -152,7 +165,7 @@ class Generation:
 
         try:
             # prefill: the target caches every prompt token but the last
-            stats.prefill_seconds = eng.prefill(prompt, draft=False)[0]
+            stats.prefill_seconds, _, stats.cached_prompt_tokens = eng.prefill(prompt, draft=False)
             while end is None:
                 if self._cancel:
                     break
@@ -165,7 +178,7 @@ class Generation:
                 # 1. draft (a draft model first catches up on tokens its cache lacks: timed apart)
                 eng.show_draft_cache(self.policy, committed, len(committed) - n_prompt)
                 t0 = time.perf_counter()
-                draft, choice = eng.make_draft(self.policy, committed, limit, sampling, drafting, rng)
+                draft, choice = eng.make_draft(self.policy, committed, limit, sampling, drafting, rng, self.prediction)
                 catchup_tokens, catchup_seconds = eng.take_catchup()
                 t_draft = time.perf_counter() - t0 - catchup_seconds
                 # 2. verify
@@ -283,10 +296,22 @@ class SpeculativeEngine:
     def n_ctx(self) -> int:
         return self.target.n_ctx
 
+    @property
+    def has_draft_model(self) -> bool:
+        """Whether a draft model is loaded (mode ``draft`` needs one; ``auto`` may use it)."""
+        return self.drafter is not None
+
     # -- prompts --------------------------------------------------------------------
-    def tokenize(self, text: str) -> list[int]:
-        """Raw text -> target token ids (special tokens parsed, BOS as the GGUF asks)."""
-        return self.target.tokenize(text)
+    def tokenize(self, text: str, *, special: bool = True) -> list[int]:
+        """Raw text -> target token ids.
+
+        ``special=True`` (a prompt): special tokens written as text become their ids and
+        BOS is added as the GGUF asks. ``special=False`` (a predicted output): plain text,
+        no BOS.
+        """
+        if special:
+            return self.target.tokenize(text)
+        return self.target.tokenize(text, add_special=False, parse_special=False)
 
     def chat_tokens(self, messages: Sequence[dict]) -> list[int]:
         """Chat messages rendered with the target's chat template, then tokenized.
@@ -321,19 +346,30 @@ class SpeculativeEngine:
         return FixedPolicy(mode, drafting.draft_max)
 
     def make_draft(self, policy: DraftPolicy, committed: list[int], limit: int, sampling: SamplingParams,
-                   drafting: DraftParams, rng: np.random.Generator) -> tuple[Draft, Choice]:
+                   drafting: DraftParams, rng: np.random.Generator,
+                   prediction: PredictionDrafter | None = None) -> tuple[Draft, Choice]:
         """Ask the policy, then the chosen drafter, for this round's draft (at most ``limit`` tokens)."""
         limit = max(limit, 0)
+        extra = {}  # what only a generation with a predicted output tells the policy
+        predicted: Draft | None = None
+        if limit > 0 and prediction is not None:  # free: follows the committed tokens every round
+            predicted = prediction.draft(committed, min(drafting.draft_max, limit), sampling, drafting, rng)
+            see_prediction = getattr(policy, "see_prediction", None)
+            if see_prediction is not None:
+                see_prediction(committed, predicted.tokens)
+            extra["prediction_match"] = len(predicted.tokens)
         lookup_draft: Draft | None = None
         if limit > 0 and policy.uses_lookup:
             lookup_draft = self.lookup.draft(committed, min(drafting.draft_max, limit), sampling, drafting, rng)
             see_lookup = getattr(policy, "see_lookup", None)  # adaptive policy: scores lookup every round
             if see_lookup is not None:
                 see_lookup(committed, lookup_draft.tokens)
-        choice = policy.choose(limit, len(lookup_draft.tokens) if lookup_draft is not None else None)
+        choice = policy.choose(limit, len(lookup_draft.tokens) if lookup_draft is not None else None, **extra)
         g = min(choice.draft_len, limit)
         draft = _EMPTY_DRAFT
-        if g > 0 and choice.drafter == "lookup":
+        if g > 0 and choice.drafter == "prediction" and predicted is not None:
+            draft = Draft(predicted.tokens[:g], None, "prediction", predicted.match_length)
+        elif g > 0 and choice.drafter == "lookup":
             if lookup_draft is None:
                 lookup_draft = self.lookup.draft(committed, g, sampling, drafting, rng)
             draft = Draft(lookup_draft.tokens[:g], None, "lookup", lookup_draft.match_length)
@@ -363,18 +399,19 @@ class SpeculativeEngine:
         self.drafter.last_catchup = (0, 0.0)
         return out
 
-    def prefill(self, prompt: Sequence[int], draft: bool = True) -> tuple[float, float]:
+    def prefill(self, prompt: Sequence[int], draft: bool = True) -> "Prefill":
         """Put ``prompt[:-1]`` in the target's KV cache and, with ``draft``, in the draft model's.
 
         Reuses the cached common prefix. A generation of ``prompt`` started afterwards
         finds both caches warm (race mode warms both sides this way before timing).
 
         Returns:
-            (target seconds, draft-model seconds), wall time.
+            :class:`Prefill`: target and draft-model seconds (wall time) and how many
+            prompt tokens the target's cache already held.
         """
         target = self.target
         t0 = time.perf_counter()
-        n = target.sync(prompt)
+        n_cached = n = target.sync(prompt)
         if n < len(prompt) - 1:
             target.decode(prompt[n : len(prompt) - 1], logits_for=())
         t_target = time.perf_counter() - t0
@@ -386,7 +423,7 @@ class SpeculativeEngine:
             if n < len(prompt) - 1:
                 model.decode(prompt[n : len(prompt) - 1], logits_for=())
             t_draft = time.perf_counter() - t0
-        return t_target, t_draft
+        return Prefill(t_target, t_draft, n_cached)
 
     def drafter_rollback(self, committed: Sequence[int]) -> None:
         """Roll the drafter's cache back to (a prefix of) ``committed[:-1]``."""
@@ -396,8 +433,12 @@ class SpeculativeEngine:
     # -- generation -----------------------------------------------------------------
     def generate(self, prompt: Sequence[int], sampling: SamplingParams | None = None,
                  drafting: DraftParams | None = None, generation: GenerationParams | None = None,
-                 policy: DraftPolicy | None = None) -> Generation:
+                 policy: DraftPolicy | None = None, prediction: Sequence[int] | None = None) -> Generation:
         """Start generating from ``prompt`` (token ids). Iterate the result for events.
+
+        ``prediction``: token ids of a predicted output (``tokenize(text, special=False)``),
+        drafted by :class:`~localspec.drafters.PredictionDrafter`; the output is unchanged
+        by it (greedy: token-identical, near-ties aside; sampled: same distribution).
 
         Raises (on first iteration):
             ConfigError: empty prompt, or mode 'draft' without a draft model.
@@ -407,7 +448,7 @@ class SpeculativeEngine:
         if policy is None:
             policy = self.make_policy(drafting)
         return Generation(self, prompt, sampling or SamplingParams(), drafting,
-                          generation or GenerationParams(), policy)
+                          generation or GenerationParams(), policy, prediction)
 
     def close(self) -> None:
         self.target.close()

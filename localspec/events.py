@@ -58,7 +58,7 @@ class RoundStats:
 
     Attributes:
         round: 0-based round index.
-        drafter: ``"draft"``, ``"lookup"`` or ``"none"``.
+        drafter: ``"draft"``, ``"lookup"``, ``"prediction"`` or ``"none"``.
         draft_tokens: the proposed token ids, length = ``drafted``.
         target_tokens: the target's token at each verified position (the token
             committed there: the draft token where accepted, else the resampled
@@ -128,6 +128,7 @@ class GenerationStats(SpeculationRates):
     """
 
     prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0  #: prompt tokens reused from the KV cache (not prefilled)
     tokens: int = 0
     rounds: int = 0
     target_passes: int = 0
@@ -177,6 +178,7 @@ class GenerationStats(SpeculationRates):
     def as_dict(self) -> dict:
         return {
             "prompt_tokens": self.prompt_tokens,
+            "cached_prompt_tokens": self.cached_prompt_tokens,
             "tokens": self.tokens,
             "rounds": self.rounds,
             "target_passes": self.target_passes,

@@ -1,4 +1,4 @@
-"""Drafters behind one protocol: a draft model, prompt lookup, or none.
+"""Drafters behind one protocol: a draft model, prompt lookup, a predicted output, or none.
 
 A drafter proposes up to ``max_tokens`` token ids continuing ``context`` (the committed
 tokens: prompt and output so far) and, when it has them, the probabilities it sampled
@@ -23,8 +23,10 @@ class Draft:
         tokens: proposed ids, length g (may be 0).
         probs: shape (g, n_vocab) float64, the distributions the tokens were sampled
             from; ``None`` for a point-mass drafter (prompt lookup) or in greedy mode.
-        source: ``"draft"`` or ``"lookup"``.
-        match_length: prompt lookup: the length of the matched n-gram (0 otherwise).
+        source: ``"draft"``, ``"lookup"`` or ``"prediction"``.
+        match_length: prompt lookup: the length of the matched n-gram; prediction: the
+            committed tokens in a row that agree with the prediction before the
+            proposal (0 otherwise).
     """
 
     tokens: tuple[int, ...]
@@ -60,5 +62,6 @@ class Drafter(Protocol):
 
 from .lookup import PromptLookupDrafter, find_candidate  # noqa: E402
 from .model import DraftModelDrafter  # noqa: E402
+from .prediction import PredictionDrafter  # noqa: E402
 
-__all__ = ["Draft", "Drafter", "PromptLookupDrafter", "DraftModelDrafter", "find_candidate"]
+__all__ = ["Draft", "Drafter", "PromptLookupDrafter", "DraftModelDrafter", "PredictionDrafter", "find_candidate"]

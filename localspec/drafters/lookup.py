@@ -17,6 +17,22 @@ from . import Draft
 MAX_CONTEXT = 64
 
 
+def ngram_starts(haystack: np.ndarray, pattern: np.ndarray, m: int) -> np.ndarray:
+    """Every start s in [0, m) where ``haystack[s : s + len(pattern)] == pattern``.
+
+    Args:
+        haystack: shape (L,) int64; needs ``m + len(pattern) - 1 <= L``.
+        pattern: shape (n,) int64, n >= 1.
+
+    Returns:
+        shape (k,) int64, increasing.
+    """
+    mask = haystack[0:m] == pattern[0]
+    for j in range(1, len(pattern)):
+        mask &= haystack[j : m + j] == pattern[j]
+    return np.flatnonzero(mask)
+
+
 def find_candidate(
     tokens: np.ndarray | Sequence[int], max_ngram: int, min_ngram: int, draft_max: int
 ) -> tuple[list[int], int]:
@@ -46,13 +62,8 @@ def find_candidate(
     for n in range(max_ngram, min_ngram - 1, -1):
         if L < n + 1:
             continue
-        pattern = t[L - n :]
         # candidate starts s in [0, L - n): the n-gram t[s:s+n] is followed by t[s+n]
-        m = L - n
-        mask = t[0:m] == pattern[0]
-        for j in range(1, n):
-            mask &= t[j : m + j] == pattern[j]
-        starts = np.flatnonzero(mask)
+        starts = ngram_starts(t, t[L - n :], L - n)
         if starts.size == 0:
             continue
         # keep the matches whose earlier context agrees longest with the current one

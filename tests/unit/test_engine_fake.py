@@ -262,7 +262,7 @@ def test_draft_catchup_is_timed_apart_and_excluded_from_the_rate():
 def test_prefill_warms_both_caches():
     prompt = list(range(1, 20))
     eng = SpeculativeEngine(FakeModel(), FakeModel())
-    t_target, t_draft = eng.prefill(prompt)
+    t_target, t_draft, _ = eng.prefill(prompt)
     assert t_target >= 0 and t_draft >= 0
     assert eng.target.cached_tokens == prompt[:-1] and eng.draft_model.cached_tokens == prompt[:-1]
     gen, _ = run(eng, prompt=prompt, mode="draft", max_tokens=10)

@@ -1,0 +1,13 @@
+"""``localspec serve``: an OpenAI-compatible HTTP server on the speculative engine.
+
+FastAPI + uvicorn (SSE through sse-starlette, metrics through prometheus-client). One
+engine serves one request at a time, in arrival order, from a bounded queue
+(:mod:`localspec.server.worker`); requests are parsed and checked at the edge
+(:mod:`localspec.server.openai_api`); the routes live in :mod:`localspec.server.app`.
+The server uses only the engine's public surface (``chat_tokens``, ``tokenize``,
+``generate``, ``n_ctx``, ``has_draft_model``).
+"""
+
+from .app import create_app, serve
+
+__all__ = ["create_app", "serve"]

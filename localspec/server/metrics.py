@@ -1,0 +1,85 @@
+"""``GET /metrics``: Prometheus counters of the server (prometheus-client).
+
+Names follow vLLM's speculative-decoding counters (``spec_decode_num_drafts``,
+``spec_decode_num_draft_tokens``, ``spec_decode_num_accepted_tokens``,
+``spec_decode_num_accepted_tokens_per_pos``) and llama.cpp's server
+(``prompt_tokens``, ``tokens_predicted``, ``requests_processing``,
+``requests_deferred``), with the prefix ``localspec_`` and a ``drafter`` label
+(``draft``, ``lookup``, ``prediction``). Each app has its own registry.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST  # noqa: F401 - re-exported for the route
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+
+from ..engine import Generation
+
+disable_created_metrics()  # no ``*_created`` series: the counters start with the server
+
+
+class ServerMetrics:
+    """The server's metrics.
+
+    Args:
+        waiting: returns the number of requests in the queue.
+        running: returns 1 while a request is being generated, else 0.
+    """
+
+    def __init__(self, waiting: Callable[[], int], running: Callable[[], int]) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("localspec_requests", "HTTP requests to the generation endpoints, by status",
+                                ["endpoint", "status"], registry=r)
+        self.cancelled = Counter("localspec_requests_cancelled", "generations ended because the client went away",
+                                 registry=r)
+        self.prompt_tokens = Counter("localspec_prompt_tokens", "prompt tokens of finished generations", registry=r)
+        self.prompt_tokens_cached = Counter("localspec_prompt_tokens_cached",
+                                            "prompt tokens reused from the KV cache (not prefilled)", registry=r)
+        self.tokens_predicted = Counter("localspec_tokens_predicted", "generated tokens", registry=r)
+        self.rounds = Counter("localspec_rounds", "speculative rounds (one target verification pass each)",
+                              registry=r)
+        self.drafts = Counter("localspec_spec_decode_num_drafts", "rounds that drafted, by drafter", ["drafter"],
+                              registry=r)
+        self.draft_tokens = Counter("localspec_spec_decode_num_draft_tokens", "tokens drafted, by drafter",
+                                    ["drafter"], registry=r)
+        self.accepted_tokens = Counter("localspec_spec_decode_num_accepted_tokens",
+                                       "draft tokens the target accepted, by drafter", ["drafter"], registry=r)
+        self.accepted_per_pos = Counter("localspec_spec_decode_num_accepted_tokens_per_pos",
+                                        "accepted draft tokens by position in the draft (0 = first)",
+                                        ["drafter", "position"], registry=r)
+        self.verify_seconds = Counter("localspec_verify_seconds", "seconds in target verification passes",
+                                      registry=r)
+        self.draft_seconds = Counter("localspec_draft_seconds", "seconds drafting", registry=r)
+        self.prefill_seconds = Counter("localspec_prefill_seconds", "seconds prefilling prompts", registry=r)
+        self.request_seconds = Histogram("localspec_request_seconds", "seconds per generation (queue excluded)",
+                                         buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300), registry=r)
+        Gauge("localspec_requests_deferred", "requests waiting in the queue", registry=r).set_function(waiting)
+        Gauge("localspec_requests_processing", "requests being generated (0 or 1)",
+              registry=r).set_function(running)
+
+    def observe(self, gen: Generation) -> None:
+        """Count one finished (or cancelled) generation."""
+        s = gen.stats
+        self.prompt_tokens.inc(s.prompt_tokens)
+        self.prompt_tokens_cached.inc(s.cached_prompt_tokens)
+        self.tokens_predicted.inc(s.tokens)
+        self.rounds.inc(s.rounds)
+        self.verify_seconds.inc(s.verify_seconds)
+        self.draft_seconds.inc(s.draft_seconds)
+        self.prefill_seconds.inc(s.prefill_seconds)
+        self.request_seconds.observe(s.elapsed_seconds)
+        if s.end_reason is not None and s.end_reason.value == "cancelled":
+            self.cancelled.inc()
+        for r in gen.rounds:
+            if not r.drafted:
+                continue
+            self.drafts.labels(r.drafter).inc()
+            self.draft_tokens.labels(r.drafter).inc(r.drafted)
+            self.accepted_tokens.labels(r.drafter).inc(r.accepted)
+            for i in range(r.accepted):
+                self.accepted_per_pos.labels(r.drafter, str(i)).inc()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

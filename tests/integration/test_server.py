@@ -1,0 +1,278 @@
+"""``localspec serve`` end to end: the real ``openai`` client (and raw HTTP) against a server
+started with ``localspec serve`` on a free loopback port, on the tiny model.
+
+The server runs in mode lookup, whose fixed policy drafts the prediction first whenever it
+has a proposal, so the prediction counts do not depend on this machine's measured costs
+(mode auto's choice with a prediction is tested on fixed costs in tests/unit/test_prediction.py).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import sys
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+from helpers import assert_greedy_equal
+from localspec.server.process import ServerProcess
+
+pytestmark = pytest.mark.tiny
+
+KEY = "test-key-123"
+QUEUE = 3
+HELLO = [{"role": "user", "content": "Write a haiku about the sea."}]
+LIST_PROMPT = "Count from 1 to 500, separated by commas: 1, 2, 3, 4, 5, 6,"
+
+
+@pytest.fixture(scope="module")
+def server(tiny_path, tmp_path_factory):
+    """A ``localspec serve`` process; yields its base URL; always stopped at the end."""
+    tmp = tmp_path_factory.mktemp("serve")
+    argv = [sys.executable, "-m", "localspec.cli", "serve", "--target", str(tiny_path), "--mode", "lookup",
+            "--port", "{port}", "--api-key", KEY, "--queue-size", str(QUEUE), "--n-ctx", "2048", "--n-threads", "1",
+            "--log-level", "warning"]
+    with ServerProcess(argv, tmp / "server.log", env={"LOCALSPEC_CACHE": str(tmp / "cache")}, timeout=120) as proc:
+        yield proc.base_url
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server + "/v1", api_key=KEY, max_retries=0, timeout=120)
+
+
+def chat(client, messages=HELLO, **kw):
+    kw.setdefault("max_tokens", 24)
+    kw.setdefault("temperature", 0)
+    return client.chat.completions.create(model="tiny", messages=messages, **kw)
+
+
+def stream_ids(client, messages, **kw):
+    """(text, token ids, kinds, chunks) of a streamed chat completion."""
+    chunks = list(chat(client, messages, stream=True, stream_options={"include_usage": True}, **kw))
+    toks = [t for c in chunks if c.choices for t in (c.choices[0].model_extra or {}).get("tokens", [])]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    return text, [t["id"] for t in toks], [t["kind"] for t in toks], chunks
+
+
+def metric(server, name: str) -> float:
+    text = httpx.get(server + "/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
+    return sum(float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+
+
+def test_models_and_health(server, client, tiny_path):
+    models = client.models.list().data
+    assert [m.id for m in models] == [tiny_path.name]
+    assert models[0].model_extra["mode"] == "lookup" and models[0].model_extra["draft"] is None
+    assert httpx.get(server + "/health").json()["status"] == "ok"  # no key needed
+
+
+def test_chat_usage_equals_tokens_sent(client, tiny_engine):
+    r = chat(client)
+    assert r.object == "chat.completion" and r.choices[0].message.role == "assistant"
+    assert r.choices[0].message.content and r.choices[0].finish_reason in ("stop", "length")
+    assert r.usage.prompt_tokens == len(tiny_engine.chat_tokens(HELLO))
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    spec = r.model_extra["speculation"]
+    assert spec["mode"] == "lookup" and spec["rounds"] == spec["target_passes"] >= 1
+    assert r.usage.completion_tokens_details.accepted_prediction_tokens == 0
+
+
+def test_streaming_equals_non_streaming(client):
+    r = chat(client)
+    text, ids, kinds, chunks = stream_ids(client, HELLO)
+    assert text == r.choices[0].message.content
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == len(ids) == r.usage.completion_tokens
+    assert chunks[-2].choices[0].finish_reason == r.choices[0].finish_reason
+    assert set(kinds) <= {"accepted", "resampled", "bonus", "target"}
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_max_tokens_gives_length(client):
+    r = client.completions.create(model="tiny", prompt=LIST_PROMPT, max_tokens=7, temperature=0)
+    assert r.object == "text_completion" and r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 7 and r.choices[0].text
+    r = chat(client, max_completion_tokens=5)
+    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 5
+
+
+def test_stop_strings(client):
+    full = client.completions.create(model="tiny", prompt=LIST_PROMPT, max_tokens=20, temperature=0)
+    text = full.choices[0].text
+    assert " 9," in text
+    cut = client.completions.create(model="tiny", prompt=LIST_PROMPT, max_tokens=20, temperature=0, stop=[" 9,", "zz"])
+    assert cut.choices[0].finish_reason == "stop"
+    assert cut.choices[0].text == text[: text.index(" 9,")]
+
+
+def test_prediction_counts_and_exactness(client, tiny_engine):
+    msgs = [{"role": "user", "content": "Write a Python function that adds two numbers, with a docstring."}]
+    prompt = tiny_engine.chat_tokens(msgs)
+    text, ids, _, _ = stream_ids(client, msgs, max_tokens=60)
+    # a prediction equal to the answer: drafted in long accepted runs, nothing rejected
+    text_p, ids_p, kinds_p, chunks = stream_ids(client, msgs, max_tokens=60, prediction={"type": "content",
+                                                                                           "content": text})
+    assert_greedy_equal(tiny_engine, prompt, ids, ids_p, "equal prediction")
+    details = chunks[-1].usage.completion_tokens_details
+    assert details.accepted_prediction_tokens > len(ids) // 2 and details.rejected_prediction_tokens == 0
+    assert chunks[-1].model_extra["speculation"]["drafters"]["prediction"]["accepted"] == \
+        details.accepted_prediction_tokens
+    assert kinds_p.count("accepted") >= details.accepted_prediction_tokens
+    # an edited prediction (a changed middle): the output is unchanged, the rest is still drafted
+    edited = text[: len(text) // 3] + "\n# a line the answer does not have\n" + text[len(text) // 2 :]
+    _, ids_e, _, chunks_e = stream_ids(client, msgs, max_tokens=60, prediction={"type": "content", "content": edited})
+    assert_greedy_equal(tiny_engine, prompt, ids, ids_e, "edited prediction")
+    assert chunks_e[-1].usage.completion_tokens_details.accepted_prediction_tokens > len(ids) // 3
+    # an unrelated prediction: the output is unchanged
+    other = "The quick brown fox jumps over the lazy dog. " * 5
+    text_u, ids_u, _, _ = stream_ids(client, msgs, max_tokens=60, prediction={"type": "content", "content": other})
+    assert_greedy_equal(tiny_engine, prompt, ids, ids_u, "unrelated prediction")
+    # a prediction as a list of text parts is accepted too
+    r = chat(client, msgs, max_tokens=8, prediction={"type": "content", "content": [{"type": "text", "text": text}]})
+    assert r.usage.completion_tokens_details.accepted_prediction_tokens > 0
+
+
+def test_growing_conversation_reuses_the_cache(client, tiny_engine):
+    msgs = [{"role": "user", "content": "Name three rivers in Europe."}]
+    r1 = chat(client, msgs, max_tokens=16)
+    msgs2 = msgs + [{"role": "assistant", "content": r1.choices[0].message.content},
+                    {"role": "user", "content": "And three in Africa?"}]
+    r2 = chat(client, msgs2, max_tokens=8)
+    cached = r2.usage.prompt_tokens_details.cached_tokens
+    assert cached >= len(tiny_engine.chat_tokens(msgs)) and cached < r2.usage.prompt_tokens
+
+
+@pytest.mark.parametrize("kw, param", [
+    ({"n": 2}, "n"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
+    ({"logprobs": True}, "logprobs"),
+    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"temperature": 5}, "temperature"),
+    ({"stop": [""]}, "stop"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+     "messages[0].content[0].type"),
+    ({"messages": [{"role": "user", "content": "hi " * 3000}]}, "messages"),
+    ({"max_tokens": 5000}, "max_tokens"),
+    ({"prediction": {"type": "file", "content": "x"}}, "prediction.type"),
+])
+def test_bad_requests_get_400_naming_the_parameter(client, kw, param):
+    messages = kw.pop("messages", HELLO)
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, messages, **kw)
+    err = e.value.body
+    assert e.value.status_code == 400 and err["param"] == param and err["type"] == "invalid_request_error"
+    assert err["message"] and "Traceback" not in err["message"]
+    if param == "messages":  # the numbers
+        assert "2048" in err["message"] and "tokens" in err["message"]
+
+
+def test_ignored_fields_are_accepted(client):
+    r = chat(client, max_tokens=4, user="u1", metadata={"a": "b"}, presence_penalty=0, logit_bias={},
+             extra_body={"top_k": 0})
+    assert r.usage.completion_tokens == 4
+
+
+def test_invalid_json_auth_and_body_limit(server):
+    h = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    r = httpx.post(server + "/v1/chat/completions", content=b"{not json", headers=h)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+    for bad in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
+        r = httpx.post(server + "/v1/chat/completions", json={"messages": HELLO}, headers=bad)
+        assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=server + "/v1", api_key="nope", max_retries=0).models.list()
+    big = json.dumps({"messages": [{"role": "user", "content": "x" * (9 << 20)}]}).encode()
+    r = httpx.post(server + "/v1/chat/completions", content=big, headers=h, timeout=60)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+    r = httpx.get(server + "/v1/nothing", headers=h)
+    assert r.status_code == 404 and "error" in r.json()
+
+
+def test_raw_http_stream(server):
+    """The request a ``curl -N`` user sends, through the standard library's HTTP client."""
+    host, port = server.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    body = json.dumps({"model": "tiny", "messages": HELLO, "max_tokens": 6, "stream": True, "temperature": 0})
+    conn.request("POST", "/v1/chat/completions", body, {"Authorization": f"Bearer {KEY}",
+                                                         "Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.getheader("content-type").startswith("text/event-stream")
+    data = [line[len("data: "):] for line in resp.read().decode().splitlines() if line.startswith("data: ")]
+    conn.close()
+    assert data[-1] == "[DONE]"
+    chunks = [json.loads(d) for d in data[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert sum(len(c["choices"][0].get("tokens", [])) for c in chunks) == 6
+
+
+def test_disconnect_cancels_and_the_next_answer_is_a_fresh_start(server, client, tiny_engine):
+    msgs = [{"role": "user", "content": "Tell me about the history of Rome."}]
+    _, reference, _, _ = stream_ids(client, msgs, max_tokens=40)
+    cancelled0, predicted0 = metric(server, "localspec_requests_cancelled_total"), \
+        metric(server, "localspec_tokens_predicted_total")
+    with httpx.stream("POST", server + "/v1/completions", headers={"Authorization": f"Bearer {KEY}"}, timeout=60,
+                      json={"prompt": LIST_PROMPT, "max_tokens": 1500, "stream": True, "temperature": 0}) as r:
+        lines = r.iter_lines()
+        got = [line for line, _ in zip(lines, range(6)) if line.startswith("data: ")]
+        assert got
+    # the next request waits for the cancelled one to end after its round, then starts fresh
+    _, again, _, _ = stream_ids(client, msgs, max_tokens=40)
+    assert_greedy_equal(tiny_engine, tiny_engine.chat_tokens(msgs), reference, again, "after a disconnect")
+    assert metric(server, "localspec_requests_cancelled_total") == cancelled0 + 1
+    # the cancelled request ended a few rounds after the client left, far short of its 1500 tokens
+    assert metric(server, "localspec_tokens_predicted_total") - predicted0 - len(again) < 100
+
+
+def test_concurrent_clients_served_in_order_nothing_lost(client):
+    prompts = [f"Give one word that rhymes with {w}." for w in ("cat", "tree", "moon", "rain")]
+    sequential = {p: chat(client, [{"role": "user", "content": p}], max_tokens=10).choices[0].message.content
+                  for p in prompts}
+    results, errors = [], []
+
+    def worker(p):
+        try:
+            for _ in range(2):
+                r = chat(client, [{"role": "user", "content": p}], max_tokens=10)
+                results.append((p, r))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(p,)) for p in prompts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and len(results) == 8
+    for p, r in results:
+        assert r.choices[0].message.content == sequential[p]
+    queue = sorted(r.model_extra["queue"]["arrival"] for _, r in results)
+    assert queue == list(range(queue[0], queue[0] + 8))
+    assert all(r.model_extra["queue"]["served"] == r.model_extra["queue"]["arrival"] for _, r in results)
+
+
+def test_full_queue_gets_429_with_retry_after(server, client):
+    h = {"Authorization": f"Bearer {KEY}"}
+    done = []
+    with httpx.stream("POST", server + "/v1/completions", headers=h, timeout=120,
+                      json={"prompt": LIST_PROMPT, "max_tokens": 1500, "stream": True, "temperature": 0}) as running:
+        next(running.iter_lines())  # the long request is being generated
+        waiting = [threading.Thread(target=lambda: done.append(chat(client, max_tokens=3))) for _ in range(QUEUE)]
+        for t in waiting:
+            t.start()
+        deadline = time.monotonic() + 30
+        while httpx.get(server + "/health").json()["waiting"] < QUEUE:
+            assert time.monotonic() < deadline, "requests did not queue"
+            time.sleep(0.05)
+        r = httpx.post(server + "/v1/chat/completions", json={"messages": HELLO, "max_tokens": 3}, headers=h)
+        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+        assert r.json()["error"]["code"] == "queue_full"
+    for t in waiting:  # closing the stream cancelled the long request; the queued ones complete
+        t.join(60)
+    assert len(done) == QUEUE and all(r.usage.completion_tokens == 3 for r in done)

@@ -39,6 +39,9 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--n-gpu-layers", type=int, default=None,
                    help="target layers on the GPU (-1 = all; needs a CUDA/Metal build of llama-cpp-python)")
     g.add_argument("--draft-n-gpu-layers", type=int, default=None, help="draft layers on the GPU (-1 = all)")
+    g.add_argument("--flash-attn", choices=["auto", "on", "off"], default=None,
+                   help="llama.cpp flash attention: auto (default) = the faster one as measured by "
+                        "localspec calibrate (off until measured)")
 
 
 def add_generation_arguments(p: argparse.ArgumentParser) -> None:
@@ -70,9 +73,11 @@ def settings_from_args(ns: argparse.Namespace, base: Settings | None = None) -> 
     base = base or Settings()
     try:
         target = base.target.model_dump() | _pick(ns, {"target": "model", "n_ctx": "n_ctx", "n_batch": "n_batch",
-                                                       "n_threads": "n_threads", "n_gpu_layers": "n_gpu_layers"})
+                                                       "n_threads": "n_threads", "n_gpu_layers": "n_gpu_layers",
+                                                       "flash_attn": "flash_attn"})
         draft = base.draft.model_dump() | _pick(ns, {"draft": "model", "n_ctx": "n_ctx", "n_batch": "n_batch",
-                                                     "n_threads": "n_threads", "draft_n_gpu_layers": "n_gpu_layers"})
+                                                     "n_threads": "n_threads", "draft_n_gpu_layers": "n_gpu_layers",
+                                                     "flash_attn": "flash_attn"})
         sampling = base.sampling.model_dump() | _pick(ns, {"temperature": "temperature", "top_k": "top_k",
                                                            "top_p": "top_p", "min_p": "min_p", "seed": "seed"})
         drafting = base.drafting.model_dump() | _pick(ns, {"mode": "mode", "draft_max": "draft_max",

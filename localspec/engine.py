@@ -335,8 +335,9 @@ class SpeculativeEngine:
             lookup_draft = self.lookup.draft(committed, min(drafting.draft_max, limit), sampling, drafting, rng)
             see_lookup = getattr(policy, "see_lookup", None)  # adaptive policy: scores lookup every round
             if see_lookup is not None:
-                see_lookup(committed, lookup_draft.tokens)
-        choice = policy.choose(limit, len(lookup_draft.tokens) if lookup_draft is not None else None)
+                see_lookup(committed, lookup_draft.tokens, lookup_draft.match_length)
+        choice = policy.choose(limit, len(lookup_draft.tokens) if lookup_draft is not None else None,
+                               position=len(committed))
         g = min(choice.draft_len, limit)
         draft = _EMPTY_DRAFT
         if g > 0 and choice.drafter == "lookup":

@@ -29,8 +29,9 @@ class DraftPolicy(Protocol):
     #: whether :meth:`choose` wants the length of the prompt-lookup proposal
     uses_lookup: bool
 
-    def choose(self, limit: int, lookup_match: int | None = None) -> Choice:
-        """Choose for the next round; ``limit`` caps the draft length (context, max_tokens)."""
+    def choose(self, limit: int, lookup_match: int | None = None, position: int | None = None) -> Choice:
+        """Choose for the next round; ``limit`` caps the draft length (context, max_tokens);
+        ``position`` is the number of tokens committed (prompt included)."""
         ...
 
     def observe(self, drafter: str, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
@@ -46,7 +47,7 @@ class FixedPolicy:
         self.draft_max = draft_max if drafter != "none" else 0
         self.uses_lookup = False
 
-    def choose(self, limit: int, lookup_match: int | None = None) -> Choice:
+    def choose(self, limit: int, lookup_match: int | None = None, position: int | None = None) -> Choice:
         return Choice(self.drafter, max(0, min(self.draft_max, limit)), "fixed")
 
     def observe(self, drafter: str, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:

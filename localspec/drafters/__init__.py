@@ -24,7 +24,8 @@ class Draft:
         probs: shape (g, n_vocab) float64, the distributions the tokens were sampled
             from; ``None`` for a point-mass drafter (prompt lookup) or in greedy mode.
         source: ``"draft"`` or ``"lookup"``.
-        match_length: prompt lookup: the length of the matched n-gram (0 otherwise).
+        match_length: a free drafter (prompt lookup): over how many tokens the place it
+            copies from agrees with the end of the context, the n-gram included (0 otherwise).
     """
 
     tokens: tuple[int, ...]
@@ -58,7 +59,7 @@ class Drafter(Protocol):
         ...
 
 
-from .lookup import PromptLookupDrafter, find_candidate  # noqa: E402
+from .lookup import PromptLookupDrafter, find_candidate, find_match  # noqa: E402
 from .model import DraftModelDrafter  # noqa: E402
 
-__all__ = ["Draft", "Drafter", "PromptLookupDrafter", "DraftModelDrafter", "find_candidate"]
+__all__ = ["Draft", "Drafter", "PromptLookupDrafter", "DraftModelDrafter", "find_candidate", "find_match"]

@@ -207,7 +207,7 @@ def test_chosen_draft_length_reported():
     class Half:
         uses_lookup = False
 
-        def choose(self, limit, lookup_len=None):
+        def choose(self, limit, lookup_len=None, position=None):
             return Choice("draft", min(2, limit), "test policy")
 
         def observe(self, *a):

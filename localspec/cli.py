@@ -188,6 +188,12 @@ def cmd_generate(ns: argparse.Namespace) -> int:
                   + "[/dim]")
     engine = load_engine(settings, progress=None if ns.json else _progress_printer(sys.stderr))
     try:
+        if settings.drafting.mode == "auto" and not ns.json:
+            from .costmodel import load_costs
+
+            if load_costs(engine.target, settings.drafting.draft_max + 1) is None:
+                err.print("[dim]measuring this machine's decode costs once (cached; localspec calibrate shows them)"
+                          "…[/dim]")
         if raw is not None:
             prompt = engine.tokenize(raw)
             gen = engine.generate(prompt, settings.sampling, settings.drafting, settings.generation)

@@ -451,8 +451,9 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 3, contexts: Sequ
     each b (order alternating forwards and backwards) decodes b tokens with logits for all
     of them, as the engine's verification pass does, and truncates back. The fill from
     the first context to the second is timed: a batched prefill, what a catch-up costs per
-    token. A cache that already holds more than c tokens is measured at its own length
-    (``contexts`` records where). The model's KV cache is left exactly as it was found.
+    token. A cache that held more than the first context is cut to it first (the engine
+    decodes what is missing on its next call, :meth:`LlamaModel.sync`); otherwise the
+    model's KV cache is left as it was found.
 
     Returns:
         :class:`ModelCosts` with the median seconds per b and context.
@@ -462,8 +463,9 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 3, contexts: Sequ
     """
     t_start = time.perf_counter()
     load = _load1()
-    n0 = model.n_cached
     wanted = sorted(set(contexts if contexts is not None else calibration_contexts(model, max_batch)))
+    n0 = min(model.n_cached, wanted[0])
+    model.truncate(n0)
     toks = _filler_tokens(model, max_batch, seed=2)
     measured_at: list[int] = []
     curves: list[list[float]] = []
@@ -820,7 +822,8 @@ class AdaptivePolicy:
         best = max(options, default=None, key=lambda o: o[0])
         if best is not None and best[2] > 0 and best[0] >= rate0 * (1.0 + self.margin):
             r, drafter, g, e = best
-            choice = Choice(drafter, g, f"g={g} {drafter}: est {e:.2f} tok/pass, {r / rate0:.2f}x")
+            m = f", match {self.match_length.get('lookup', 0)}" if drafter == "lookup" else ""
+            choice = Choice(drafter, g, f"g={g} {drafter}: est {e:.2f} tok/pass, {r / rate0:.2f}x{m}")
         else:
             why = ", ".join(notes) if notes else ("no lookup match" if g_cap > 0 else "at limit")
             choice = Choice("none", 0, f"no speculation: best g=0 ({why})")

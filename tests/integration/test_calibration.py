@@ -12,6 +12,11 @@ from localspec.loader import load_model
 pytestmark = pytest.mark.tiny
 
 
+def _log_softmax(x):
+    x = x.astype(np.float64) - x.max()
+    return x - np.log(np.exp(x).sum())
+
+
 def test_flash_attn_switch_recreates_the_context(tiny_path):
     with LlamaModel(tiny_path, n_ctx=512, n_batch=128, flash_attn=False) as m:
         prompt = m.tokenize("The capital of France is")
@@ -20,9 +25,11 @@ def test_flash_attn_switch_recreates_the_context(tiny_path):
         assert m.flash_attn is True and m.cached_tokens == []  # a new context: the cache starts empty
         on = m.decode(prompt, "last")[0]
         assert m.cached_tokens == prompt
-        # the same model either way: the same next token, logits equal up to rounding
+        # the same model either way: the same next token; log-probabilities of the 20 most likely
+        # tokens equal up to rounding (flash attention accumulates in f16: about 0.3 on this model)
         assert int(np.argmax(on)) == int(np.argmax(off))
-        assert np.max(np.abs(on - off)) < 0.05 * np.max(np.abs(off))
+        top = np.argsort(off)[-20:]
+        assert np.max(np.abs(_log_softmax(on)[top] - _log_softmax(off)[top])) < 0.5
         m.set_flash_attn(True)  # unchanged: the cache is kept
         assert m.cached_tokens == prompt
 
@@ -33,11 +40,11 @@ def test_calibration_measures_both_settings_and_the_choice_is_cached(tiny_path, 
     m = load_model(ms)
     try:
         assert m.flash_attn is False  # not measured on this machine yet: off, as llama-cpp-python's Llama
-        costs = costmodel.get_costs(m, 5, repeats=1, contexts=(64, 512))
+        costs = costmodel.get_costs(m, 5, repeats=1, contexts=(64, 256))
         assert set(costs.flash_attn_scores) == {"on", "off"}
         chosen = min(costs.flash_attn_scores, key=costs.flash_attn_scores.get) == "on"
         assert costs.flash_attn is chosen and m.flash_attn is chosen
-        assert costs.contexts == [64, 512]
+        assert costs.contexts == [64, 256]
         assert all(len(c) == 5 and list(c) == sorted(c) for c in costs.curves)
         assert costs.prefill_token_seconds is not None and costs.prefill_token_seconds > 0
         assert costs.calibration_seconds > 0
@@ -62,8 +69,8 @@ def test_calibration_measures_both_settings_and_the_choice_is_cached(tiny_path, 
 
 def test_auto_on_tiny_calibrates_the_draft_catch_up_and_stays_exact(tiny_path, tmp_path, monkeypatch):
     monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
-    target = LlamaModel(tiny_path, n_ctx=1024, n_batch=256)
-    draft = LlamaModel(tiny_path, n_ctx=1024, n_batch=256)
+    target = LlamaModel(tiny_path, n_ctx=512, n_batch=256)
+    draft = LlamaModel(tiny_path, n_ctx=512, n_batch=128)  # another cache entry than the target
     engine = SpeculativeEngine(target, draft)
     try:
         text = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
@@ -73,8 +80,9 @@ def test_auto_on_tiny_calibrates_the_draft_catch_up_and_stays_exact(tiny_path, t
         auto = engine.generate(prompt, greedy, DraftParams(mode="auto", draft_max=8), gen).run()
         assert auto.token_ids == ref.token_ids
         ec = engine.cost_model
-        assert ec.target.contexts == [64, 1024 - 9]  # exactly there, although the cache held the prompt
-        assert ec.draft.contexts == [64, 1024 - 2]
+        # the long context as long as the window allows; the short one exactly, although the cache held the prompt
+        assert ec.target.contexts == [64, 512 - 9]
+        assert ec.draft.contexts == [64, 512 - 2]
         assert ec.draft_prefill_token_seconds == ec.draft.prefill_token_seconds > 0
         assert ec.position is not None and ec.position >= len(prompt)  # the policy predicted where it ran
     finally:

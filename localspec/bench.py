@@ -325,7 +325,7 @@ def _top2_gap(target, seq: Sequence[int]) -> float | None:
 
 def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: int, max_tokens: int,
               target_path: Path, n_ctx: int, n_threads: int, n_gpu_layers: int = 0,
-              wait_idle: float = 0.0, busy_threshold: float = 0.15, max_retries: int = 2,
+              wait_idle: float = 0.0, busy_threshold: float = 0.15, max_retries: int = 2, recalibrate: bool = False,
               log: Callable[[str], None] = print, checkpoint: Callable[[dict], None] | None = None) -> dict:
     """Run every (task, mode) ``repeats`` times side by side; return the JSON-able result.
 
@@ -340,7 +340,7 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
     gen = GenerationParams(max_tokens=max_tokens)
     # auto may draft as long as the longest fixed length, so the oracle is within its reach
     draft_max_auto = max([8] + [m.g for m in modes if m.family in ("lookup", "draft")])
-    ec = engine_costs(engine, draft_max_auto)
+    ec = engine_costs(engine, draft_max_auto, remeasure=recalibrate)
     verify = list(ec.target.seconds)
     t1 = verify[0]
     draft_token = ec.draft_token or 0.0
@@ -784,6 +784,9 @@ def cli_bench(argv: list[str]) -> int:
     p.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
                    help="before each repetition wait up to SECONDS for other processes to leave the CPUs, and "
                         "run a repetition again when others used over 15%% of the CPUs during it (shared machines)")
+    p.add_argument("--recalibrate", action="store_true",
+                   help="measure the cost curves (and the flash-attention choice) again before the run instead of "
+                        "using the cached calibration")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: tasks code-edit and chat, 1 repeat, 24 tokens, one length per drafter")
     args = p.parse_args(argv)
@@ -827,7 +830,8 @@ def cli_bench(argv: list[str]) -> int:
         result = run_bench(engine, tasks, modes, repeats=args.repeats, max_tokens=args.max_tokens,
                            target_path=resolve_model(settings.target.model), n_ctx=settings.target.n_ctx,
                            n_threads=settings.target.n_threads, n_gpu_layers=settings.target.n_gpu_layers,
-                           wait_idle=args.wait_idle, log=lambda s: print(s, file=sys.stderr),
+                           wait_idle=args.wait_idle, recalibrate=args.recalibrate,
+                           log=lambda s: print(s, file=sys.stderr),
                            checkpoint=lambda part: (out / "bench.partial.json").write_text(json.dumps(part, indent=1)))
     finally:
         engine.close()

@@ -671,7 +671,8 @@ def format_table(result: dict) -> str:
     if fa is not None or c.get("target_prefill_token_seconds"):
         sc = c.get("target_flash_attn_scores") or {}
         lines.append(f"target flash attention {'on' if fa else 'off' if fa is not None else 'llama.cpp default'}"
-                     + (" (measured: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in sorted(sc.items())) + ")"
+                     + (" (measured, time relative to the faster: " + ", ".join(
+                         f"{k} {v:.3f}" for k, v in sorted(sc.items())) + ")"
                         if sc else "")
                      + (f"; prefill {c['target_prefill_token_seconds'] * 1e3:.2f} ms/token"
                         if c.get("target_prefill_token_seconds") else "")

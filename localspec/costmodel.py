@@ -358,8 +358,8 @@ class ModelCosts:
             contexts (what a catch-up costs, e.g. the draft model's), None if not measured.
         flash_attn: the flash-attention setting measured (chosen when asked ``auto``;
             None = llama.cpp's default).
-        flash_attn_scores: with ``auto``, per setting (``"on"``/``"off"``) the seconds of a
-            one-token decode plus a decode of ``len(seconds)`` tokens, summed over the contexts.
+        flash_attn_scores: with ``auto``, per setting (``"on"``/``"off"``) its mean time relative
+            to the faster setting (:func:`flash_attn_scores`; 1.0 = fastest everywhere).
         calibration_seconds: wall time the measurement took, seconds.
     """
 
@@ -491,36 +491,43 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 3, contexts: Sequ
                       calibration_seconds=time.perf_counter() - t_start)
 
 
-def _flash_attn_score(costs: ModelCosts) -> float:
-    """Seconds of a one-token decode plus a full verification pass, summed over the contexts measured."""
-    return sum(c[0] + c[-1] for c in costs.curves)
+def flash_attn_scores(results: dict[str, ModelCosts]) -> dict[str, float]:
+    """Per setting, the mean over the measured contexts of T(1) and T(max_batch), each relative to the
+    faster setting there: 1.0 = fastest at both; a one-token decode (target-only decoding) and a full
+    verification pass weigh the same."""
+    keys = list(results)
+    pts = [(i, j) for i in range(min(len(r.curves) for r in results.values())) for j in (0, -1)]
+    best = {pt: min(results[k].curves[pt[0]][pt[1]] for k in keys) for pt in pts}
+    return {k: sum(results[k].curves[i][j] / best[(i, j)] for i, j in pts) / len(pts) for k in keys}
 
 
 def calibrate_model(model, max_batch: int, repeats: int = 3, contexts: Sequence[int] | None = None) -> ModelCosts:
     """:func:`measure_decode_costs`; with flash attention ``auto``, for it off and on, keeping the faster.
 
     Asked ``auto`` (``model.flash_attn_mode``, see :mod:`localspec.loader`), it measures with
-    flash attention off (llama-cpp-python's ``Llama`` default) and on, scores each by a
-    one-token decode plus a verification pass of ``max_batch`` tokens summed over the
-    contexts, and leaves the model on the faster setting. Switching recreates the
+    flash attention off (llama-cpp-python's ``Llama`` default) and on, scores each by
+    :func:`flash_attn_scores` (a one-token decode and a verification pass of ``max_batch``
+    tokens at each context, relative to the faster setting), and leaves the model on the
+    faster setting (off on a tie). Switching recreates the
     llama.cpp context, so the model's KV cache is then empty. A setting whose context
     cannot be created is skipped.
     """
     if _flash_attn_mode(model) != "auto" or not hasattr(model, "set_flash_attn"):
         return measure_decode_costs(model, max_batch, repeats, contexts)
     t0 = time.perf_counter()
-    results: dict[bool, ModelCosts] = {}
-    for fa in (False, True):
+    results: dict[str, ModelCosts] = {}
+    for name, fa in (("off", False), ("on", True)):
         try:
             model.set_flash_attn(fa)
         except LocalspecError:
             continue
-        results[fa] = measure_decode_costs(model, max_batch, repeats, contexts)
-    best = min(results, key=lambda fa: _flash_attn_score(results[fa]))
-    model.set_flash_attn(best)
+        results[name] = measure_decode_costs(model, max_batch, repeats, contexts)
+    scores = flash_attn_scores(results)
+    best = min(results, key=lambda k: (scores[k], k != "off"))
+    model.set_flash_attn(best == "on")
     costs = results[best]
-    costs.flash_attn = best
-    costs.flash_attn_scores = {("on" if fa else "off"): _flash_attn_score(c) for fa, c in results.items()}
+    costs.flash_attn = best == "on"
+    costs.flash_attn_scores = scores
     costs.key = model_cost_key(model)
     costs.calibration_seconds = time.perf_counter() - t0
     return costs
@@ -951,9 +958,9 @@ def describe_costs(costs: ModelCosts) -> str:
     """Flash attention chosen (and the scores), catch-up cost, calibration time, as one line."""
     parts = []
     if costs.flash_attn_scores:
-        sc = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in sorted(costs.flash_attn_scores.items()))
-        parts.append(f"flash attention {'on' if costs.flash_attn else 'off'} (measured faster; T(1) + T(max) "
-                     f"summed over the contexts: {sc})")
+        sc = ", ".join(f"{k} {v:.3f}" for k, v in sorted(costs.flash_attn_scores.items()))
+        parts.append(f"flash attention {'on' if costs.flash_attn else 'off'} (measured faster: time of T(1) and "
+                     f"T(max) at each context relative to the faster setting, mean: {sc})")
     elif costs.flash_attn is not None:
         parts.append(f"flash attention {'on' if costs.flash_attn else 'off'} (as asked)")
     if costs.prefill_token_seconds:

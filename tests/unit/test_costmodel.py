@@ -436,7 +436,7 @@ def test_calibration_measures_two_contexts_and_keeps_the_faster_flash_attn(tmp_p
     costs = costmodel.get_costs(m, 5, repeats=1)
     assert costs.contexts == [64, 1024]
     assert m.flash_attn is True and costs.flash_attn is True
-    assert costs.flash_attn_scores["on"] < costs.flash_attn_scores["off"]
+    assert costs.flash_attn_scores["on"] == 1.0 < costs.flash_attn_scores["off"]
     assert costs.curves[0][0] == pytest.approx(1e-3 + 0.5e-6 * 64)
     assert costs.curves[1][4] == pytest.approx(5 * (1e-3 + 0.5e-6 * 1024))
     assert costs.prefill_token_seconds == pytest.approx(1e-3 + 0.5e-6 * 64, rel=1e-6)
@@ -456,3 +456,17 @@ def test_find_match_reports_how_long_the_context_agrees():
     # the 3-gram (11, 12, 13) matches in the file, and the token before it (10) agrees too
     assert find_match(tokens, 3, 1, 3) == ([14, 15, 16], 3, 4)
     assert find_match([1, 2, 3, 4], 3, 1, 5) == ([], 0, 0)
+
+
+def test_flash_attn_scores_weigh_decode_and_verification_alike():
+    from localspec.costmodel import flash_attn_scores
+
+    def mc(*curves):
+        return ModelCosts(seconds=list(curves[0]), contexts=[64, 1024][: len(curves)], curves=[list(c) for c in curves])
+
+    # on: 10 % slower for one token, half the time for a 9-token pass, at both contexts -> on
+    sc = flash_attn_scores({"off": mc([1.0, 10.0], [2.0, 20.0]), "on": mc([1.1, 5.0], [2.2, 10.0])})
+    assert sc == pytest.approx({"off": 1.5, "on": 1.05})
+    # on: 10 % slower for one token, 5 % faster for the pass -> off (a big pass does not outweigh decoding)
+    sc = flash_attn_scores({"off": mc([1.0, 10.0]), "on": mc([1.1, 9.5])})
+    assert sc["off"] < sc["on"]

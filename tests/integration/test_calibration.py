@@ -92,12 +92,12 @@ def test_auto_on_tiny_calibrates_the_draft_catch_up_and_stays_exact(tiny_path, t
 def test_calibrate_command_prints_both_contexts_and_the_ceiling(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
     args = ["--target", "smollm2-135m", "--draft", "smollm2-135m", "--draft-max", "3", "--repeats", "1",
-            "--n-ctx", "256", "--long-context", "128", "--flash-attn", "off"]
+            "--n-ctx", "256", "--long-context", "192", "--flash-attn", "off"]
     assert costmodel.cli_calibrate(args) == 0
     out = capsys.readouterr().out
     assert out.startswith("CPU ")
-    assert "ms @64" in out and "ms @128" in out
+    assert "ms @64" in out and "ms @192" in out
     assert "flash attention off (as asked)" in out and "prefill (catch-up)" in out
-    assert "calibrated ceiling at 64 tokens of context" in out and "calibrated ceiling at 128 tokens" in out
+    assert "calibrated ceiling at 64 tokens of context" in out and "calibrated ceiling at 192 tokens" in out
     with pytest.raises(costmodel.ConfigError):
         costmodel.cli_calibrate(args[:-6] + ["--long-context", "0"])

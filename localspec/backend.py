@@ -36,6 +36,28 @@ def _llama():
     return llama_cpp
 
 
+def llama_cpp_version() -> str:
+    """llama-cpp-python's version and the llama.cpp build it wraps, e.g. ``"0.3.36 (llama.cpp b6xxx)"``."""
+    lc = _llama()
+    ver = str(getattr(lc, "__version__", "?"))
+    try:
+        raw = lc.llama_version()
+        if raw:
+            ver += f" (llama.cpp {raw.decode(errors='replace')})"
+    except Exception:  # pragma: no cover - older bindings have no llama_version
+        pass
+    return ver
+
+
+def system_info() -> str:
+    """llama.cpp's ``llama_print_system_info()``: the CPU features its kernels use, e.g. ``AVX2 = 1``."""
+    _ensure_init()
+    try:
+        return _llama().llama_print_system_info().decode(errors="replace").strip()
+    except Exception:  # pragma: no cover
+        return ""
+
+
 def _ensure_init(verbose: bool = False) -> None:
     global _initialized, _log_callback
     with _init_lock:
@@ -103,6 +125,9 @@ class LlamaModel:
         n_threads: CPU threads for decoding.
         n_gpu_layers: layers offloaded to the GPU (-1 = all, 0 = none). Needs a GPU
             build of llama-cpp-python; on a CPU build it is ignored by llama.cpp.
+        flash_attn: True / False sets llama.cpp's flash attention on / off
+            (``flash_attn_type``); None leaves llama.cpp's default (auto). llama-cpp-python's
+            ``Llama`` sets it off unless asked. :meth:`set_flash_attn` changes it later.
 
     Raises:
         ModelError: the file is missing, not a GGUF, truncated, or fails to load.
@@ -117,6 +142,7 @@ class LlamaModel:
         n_batch: int = 512,
         n_threads: int | None = None,
         n_gpu_layers: int = 0,
+        flash_attn: bool | None = None,
         verbose: bool = False,
     ) -> None:
         self.path = Path(path)
@@ -136,28 +162,18 @@ class LlamaModel:
         self.n_vocab = int(lc.llama_vocab_n_tokens(self._vocab))
         n_train = int(lc.llama_model_n_ctx_train(self._model))
         self.n_ctx_train = n_train
-        cparams = lc.llama_context_default_params()
-        cparams.n_ctx = n_ctx
-        cparams.n_batch = n_batch
-        cparams.n_ubatch = n_batch
-        cparams.n_seq_max = 1
         threads = n_threads or os.cpu_count() or 1
-        cparams.n_threads = threads
-        cparams.n_threads_batch = threads
-        self._ctx = lc.llama_init_from_model(self._model, cparams)
-        if not self._ctx:
+        self._ctx_args = (n_ctx, n_batch, threads)
+        self._ctx = None
+        self.flash_attn = flash_attn
+        try:
+            self._new_context(flash_attn)
+        except BackendError:
             lc.llama_model_free(self._model)
             self._model = None
-            raise BackendError(f"could not create a llama.cpp context for {self.path} (n_ctx={n_ctx})",
-                               "lower n_ctx or n_batch")
-        # llama.cpp pads n_ctx up (to a multiple of 256) but clamps n_batch/n_ubatch to the
-        # n_ctx asked for; a decode call longer than its n_batch aborts the process
-        # (GGML_ASSERT), so keep to the smaller of what was asked and what it set.
-        self.n_ctx = min(n_ctx, int(lc.llama_n_ctx(self._ctx)))
-        self.n_batch = max(1, min(n_batch, int(lc.llama_n_batch(self._ctx)), int(lc.llama_n_ubatch(self._ctx))))
+            raise
         self.n_threads = threads
         self.n_gpu_layers = n_gpu_layers
-        self._mem = lc.llama_get_memory(self._ctx)
         self._batch = lc.llama_batch_init(n_batch, 0, 1)
         self.cached_tokens: list[int] = []
         self.bos = int(lc.llama_vocab_bos(self._vocab))
@@ -173,6 +189,52 @@ class LlamaModel:
         self._logits_rows = 0
 
     # -- lifecycle ------------------------------------------------------------------
+    def _new_context(self, flash_attn: bool | None) -> None:
+        lc = self._lc
+        n_ctx, n_batch, threads = self._ctx_args
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = n_batch
+        cparams.n_seq_max = 1
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        if flash_attn is not None:
+            cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        ctx = lc.llama_init_from_model(self._model, cparams)
+        if not ctx:
+            raise BackendError(f"could not create a llama.cpp context for {self.path} (n_ctx={n_ctx})"
+                               f"{_last_error()}", "lower n_ctx or n_batch")
+        self._ctx = ctx
+        self._mem = lc.llama_get_memory(ctx)
+        # llama.cpp pads n_ctx up (to a multiple of 256) but clamps n_batch/n_ubatch to the
+        # n_ctx asked for; a decode call longer than its n_batch aborts the process
+        # (GGML_ASSERT), so keep to the smaller of what was asked and what it set.
+        self.n_ctx = min(n_ctx, int(lc.llama_n_ctx(ctx)))
+        self.n_batch = max(1, min(n_batch, int(lc.llama_n_batch(ctx)), int(lc.llama_n_ubatch(ctx))))
+        self.n_ubatch = int(lc.llama_n_ubatch(ctx))
+
+    def set_flash_attn(self, flash_attn: bool | None) -> None:
+        """Recreate the llama.cpp context with flash attention on (True), off (False) or auto (None).
+
+        The weights stay loaded; the KV cache starts empty (:attr:`cached_tokens` is cleared).
+        A no-op when the setting is unchanged.
+
+        Raises:
+            BackendError: the new context cannot be created (the old one is kept).
+        """
+        if flash_attn == self.flash_attn and self._ctx:
+            return
+        old_ctx, old_mem = self._ctx, self._mem
+        try:
+            self._new_context(flash_attn)
+        except BackendError:
+            self._ctx, self._mem = old_ctx, old_mem
+            raise
+        self._lc.llama_free(old_ctx)
+        self.flash_attn = flash_attn
+        self.cached_tokens.clear()
+
     def close(self) -> None:
         """Free the context, batch and model. Safe to call twice."""
         lc = getattr(self, "_lc", None)

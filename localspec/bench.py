@@ -36,6 +36,7 @@ from .config import DraftParams, GenerationParams, SamplingParams
 from .costmodel import (
     acceptance_by_position,
     add_model_arguments,
+    ceiling,
     engine_costs,
     expected_tokens,
     settings_from_args,
@@ -324,7 +325,7 @@ def _top2_gap(target, seq: Sequence[int]) -> float | None:
 
 def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: int, max_tokens: int,
               target_path: Path, n_ctx: int, n_threads: int, n_gpu_layers: int = 0,
-              wait_idle: float = 0.0, busy_threshold: float = 0.15, max_retries: int = 2,
+              wait_idle: float = 0.0, busy_threshold: float = 0.15, max_retries: int = 2, recalibrate: bool = False,
               log: Callable[[str], None] = print, checkpoint: Callable[[dict], None] | None = None) -> dict:
     """Run every (task, mode) ``repeats`` times side by side; return the JSON-able result.
 
@@ -337,14 +338,16 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
 
     sampling = SamplingParams(temperature=0.0)
     gen = GenerationParams(max_tokens=max_tokens)
-    ec = engine_costs(engine, max([8] + [m.g for m in modes if m.family in ("lookup", "draft")]))
+    # auto may draft as long as the longest fixed length, so the oracle is within its reach
+    draft_max_auto = max([8] + [m.g for m in modes if m.family in ("lookup", "draft")])
+    ec = engine_costs(engine, draft_max_auto, remeasure=recalibrate)
     verify = list(ec.target.seconds)
     t1 = verify[0]
     draft_token = ec.draft_token or 0.0
     runs: list[Run] = []
     mismatches: list[dict] = []
     busy_reps: list[dict] = []
-    draft_max_auto = 8
+    prompt_tokens: dict[str, int] = {}
 
     def ours(task_tokens, mode: Mode, n: int) -> tuple[list[int], float, object]:
         if mode.family == "target":
@@ -390,6 +393,7 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
     try:
         for task in tasks:
             tokens = engine.chat_tokens(task.messages)
+            prompt_tokens[task.name] = len(tokens)
             log(f"task {task.name}: prompt {len(tokens)} tokens")
             # warm-up: every cache holds the prompt before timing (ours, the draft model's, each peer's)
             ours(tokens, Mode("draft", "draft", 1) if engine.drafter else Mode("target", "target"), 4)
@@ -427,12 +431,14 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
                     + (f" (others used {busy:.0%} of the CPUs)" if busy is not None else ""))
             if checkpoint is not None:  # results so far, so a long run that is stopped is not lost
                 done = [t for t in tasks if any(r.task == t.name for r in runs)]
-                part = summarise(done, modes, runs, mismatches, verify, draft_token, t1, repeats, max_tokens, ec)
+                part = summarise(done, modes, runs, mismatches, verify, draft_token, t1, repeats, max_tokens, ec,
+                                 prompt_tokens)
                 part["repeats"] = busy_reps
                 checkpoint(part)
     finally:
         close_llama_cpp_peers()
-    result = summarise(tasks, modes, runs, mismatches, verify, draft_token, t1, repeats, max_tokens, ec)
+    result = summarise(tasks, modes, runs, mismatches, verify, draft_token, t1, repeats, max_tokens, ec,
+                       prompt_tokens)
     result["repeats"] = busy_reps
     return result
 
@@ -442,9 +448,39 @@ def _median(xs):
     return statistics.median(xs) if xs else None
 
 
-def summarise(tasks, modes, runs, mismatches, verify, draft_token, t1, repeats, max_tokens, ec) -> dict:
+#: the fixed modes the oracle picks from (ours; auto chooses among these)
+ORACLE_FAMILIES = ("target", "lookup", "draft")
+
+
+def oracle_row(task_rows: list[dict], runs: Sequence[Run]) -> dict | None:
+    """The oracle of one task: the fixed mode of ours with the highest median speedup, as a row.
+
+    Also sets ``auto_oracle`` on the task's auto row: the median over repetitions of auto's
+    rate over the oracle mode's rate in the same repetition.
+    """
+    fixed = [r for r in task_rows if r["family"] in ORACLE_FAMILIES and r["speedup"] is not None]
+    if not fixed:
+        return None
+    best = max(fixed, key=lambda r: r["speedup"])
+    row = dict(best, mode="oracle", family="oracle", oracle_of=best["mode"])
+    task = best["task"]
+    rate = {(r.mode, r.repeat): r.rate for r in runs if r.task == task}
+    for auto in (r for r in task_rows if r["family"] == "auto"):
+        ratios = [rate[(auto["mode"], rep)] / rate[(best["mode"], rep)] for (m, rep) in rate
+                  if m == auto["mode"] and rate.get((best["mode"], rep))]
+        auto["auto_oracle"] = _median(ratios)
+        auto["oracle_of"] = best["mode"]
+    return row
+
+
+def summarise(tasks, modes, runs, mismatches, verify, draft_token, t1, repeats, max_tokens, ec,
+              prompt_tokens: dict[str, int] | None = None) -> dict:
     rows = []
+    g_ceiling = max([8] + [m.g for m in modes if m.family in ("lookup", "draft")])
+    g_ceiling = min(g_ceiling, len(ec.target.seconds) - 1)
+    ceilings = []
     for task in tasks:
+        task_start = len(rows)
         base_rates = [r.rate for r in runs if r.task == task.name and r.mode == "target"]
         for m in modes:
             rs = [r for r in runs if r.task == task.name and r.mode == m.name]
@@ -488,16 +524,33 @@ def summarise(tasks, modes, runs, mismatches, verify, draft_token, t1, repeats, 
                 row["auto_choices"] = dict(sorted(reasons.items(), key=lambda kv: -kv[1])[:6])
                 row["mean_draft_len"] = drafted / drafting_rounds if drafting_rounds else 0.0
             rows.append(row)
+        orc = oracle_row(rows[task_start:], runs)
+        if orc is not None:
+            rows.append(orc)
+        if prompt_tokens and task.name in prompt_tokens:
+            pos = prompt_tokens[task.name] + max_tokens // 2  # the middle of the answer
+            x, g = ceiling(ec.target.curve_at(pos), g_ceiling)
+            ceilings.append({"task": task.name, "position": pos, "speedup": x, "g": g})
     goals = evaluate_goals(rows, t1)
     return {
         "version": 1,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": {"hostname": socket.gethostname(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
-                    "python": sys.version.split()[0], "load_avg_end": _loadavg()},
+                    "python": sys.version.split()[0], "load_avg_end": _loadavg(), **_machine_info()},
         "settings": {"repeats": repeats, "max_tokens": max_tokens, "greedy": True},
         "costs": {"target_seconds": verify, "target_ratios": [v / verify[0] for v in verify],
                   "draft_token_seconds": draft_token, "draft_ratio": draft_token / t1 if t1 else None,
-                  "target_key": ec.target.key, "draft_key": ec.draft.key if ec.draft else None},
+                  "target_key": ec.target.key, "draft_key": ec.draft.key if ec.draft else None,
+                  "contexts": ec.target.contexts, "target_curves": ec.target.curves,
+                  "target_prefill_token_seconds": ec.target.prefill_token_seconds,
+                  "draft_prefill_token_seconds": ec.draft_prefill_token_seconds,
+                  "target_flash_attn": ec.target.flash_attn, "target_flash_attn_scores": ec.target.flash_attn_scores,
+                  "draft_flash_attn": ec.draft.flash_attn if ec.draft else None,
+                  "calibration_seconds": ec.target.calibration_seconds + (ec.draft.calibration_seconds if ec.draft
+                                                                          else 0.0),
+                  "ceiling": [{"context": c, "speedup": x, "g": g} for c in ec.target.contexts
+                              for x, g in [ceiling(ec.target.curve_at(c), g_ceiling)]],
+                  "ceiling_by_task": ceilings},
         "rows": rows,
         "mismatches": mismatches,
         "goals": goals,
@@ -507,6 +560,15 @@ def summarise(tasks, modes, runs, mismatches, verify, draft_token, t1, repeats, 
                   "rounds": r.stats.get("rounds"), "drafted": r.stats.get("drafted"),
                   "accepted": r.stats.get("accepted"), "drafters": r.drafters} for r in runs],
     }
+
+
+def _machine_info() -> dict:
+    from .machine import machine_info
+
+    try:
+        return machine_info()
+    except Exception:  # pragma: no cover - diagnostics only
+        return {}
 
 
 def _loadavg():
@@ -525,6 +587,19 @@ def evaluate_goals(rows: list[dict], t1: float) -> list[dict]:
         goals.append({"goal": "auto >= 0.97x target-only on every task", "met": (worst["speedup"] or 0) >= 0.97,
                       "value": {r["task"]: r["speedup"] for r in autos},
                       "detail": f"worst {worst['task']} {worst['speedup']:.2f}x"})
+        orc = [r for r in autos if r.get("auto_oracle") is not None]
+        if orc:
+            w = min(orc, key=lambda r: r["auto_oracle"])
+            goals.append({"goal": "auto >= 0.9x the oracle (best fixed mode of the run) on every task",
+                          "met": w["auto_oracle"] >= 0.9, "value": {r["task"]: r["auto_oracle"] for r in orc},
+                          "detail": f"worst {w['task']} {w['auto_oracle']:.2f}x of {w['oracle_of']}"})
+    peer = [r for r in rows if r["family"] == "peer-target" and r["speedup"]]
+    if peer:
+        # speedup of peer-target = peer rate / ours (median of per-repetition ratios); ours / peer is its inverse
+        w = max(peer, key=lambda r: r["speedup"])
+        goals.append({"goal": "our target-only >= 0.98x llama-cpp-python's Llama on every task",
+                      "met": 1.0 / w["speedup"] >= 0.98, "value": {r["task"]: 1.0 / r["speedup"] for r in peer},
+                      "detail": f"worst {w['task']} {1.0 / w['speedup']:.2f}x"})
     edit = [r for r in rows if r["task"] == "code-edit"]
     lk = [r for r in edit if r["family"] == "lookup"]
     if lk:
@@ -553,16 +628,26 @@ def _f(x, fmt="{:.2f}", none="n/a"):
 
 
 def format_table(result: dict) -> str:
-    head = (f"{'task':<16} {'mode':<16} {'tok/s':>6} {'speedup':>7} {'accept':>7} {'drafted':>7} "
+    head = (f"{'task':<16} {'mode':<16} {'tok/s':>6} {'speedup':>7} {'auto/orc':>8} {'accept':>7} {'drafted':>7} "
             f"{'mean acc':>8} {'tok/pass':>8} {'pred':>5} {'textbk':>6} {'ovh ms':>6} {'same':>4}")
+    mach = result.get("machine", {})
     lines = [head, "-" * len(head)]
+    if mach.get("cpu"):
+        avx = mach.get("avx512")
+        lines.insert(0, f"CPU {mach['cpu']}, {mach.get('cpu_count')} CPUs; vector extensions: "
+                        f"{' '.join(mach.get('vector_extensions') or []) or 'unknown'}"
+                        + ("" if avx is None else ("" if avx else " (no AVX-512)"))
+                        + f"; llama-cpp-python {mach.get('llama_cpp', '?')}")
     last = None
     for r in result["rows"]:
         if last is not None and r["task"] != last:
             lines.append("")
         last = r["task"]
-        same = "" if r["identical"] is None or r["mode"] == "target" else ("yes" if r["identical"] else "NO")
-        lines.append(f"{r['task']:<16} {r['mode']:<16} {_f(r['tok_s'], '{:.1f}'):>6} {_f(r['speedup']):>7} "
+        same = ("" if r["identical"] is None or r["mode"] == "target" or r["family"] == "oracle"
+                else ("yes" if r["identical"] else "NO"))
+        name = f"oracle={r['oracle_of']}" if r["family"] == "oracle" else r["mode"]
+        lines.append(f"{r['task']:<16} {name:<16} {_f(r['tok_s'], '{:.1f}'):>6} {_f(r['speedup']):>7} "
+                     f"{_f(r.get('auto_oracle'), none=''):>8} "
                      f"{_f(r['acceptance_rate']):>7} {_f(r['drafted'], '{:d}', ''):>7} "
                      f"{_f(r['mean_accepted_length']):>8} {_f(r['tokens_per_pass']):>8} {_f(r['predicted'], none=''):>5} "
                      f"{_f(r['textbook'], none=''):>6} {_f(r['overhead_ms_per_round'], none=''):>6} {same:>4}")
@@ -573,6 +658,27 @@ def format_table(result: dict) -> str:
                  f"; one target token {c['target_seconds'][0] * 1e3:.1f} ms" +
                  (f"; draft token {c['draft_token_seconds'] * 1e3:.1f} ms = {c['draft_ratio']:.2f} of a target pass"
                   if c["draft_token_seconds"] else ""))
+    for ctx, curve in zip(c.get("contexts") or [], c.get("target_curves") or []):
+        lines.append(f"  at {ctx} tokens of context: " + " ".join(f"{x / curve[0]:.2f}" for x in curve)
+                     + f"; one token {curve[0] * 1e3:.1f} ms")
+    if c.get("ceiling"):
+        lines.append("calibrated ceiling (a perfect free drafter with this curve): " + ", ".join(
+            f"{x['speedup']:.2f}x at g={x['g']} ({x['context']} tokens of context)" for x in c["ceiling"])
+            + ("; by task (middle of the answer): " + ", ".join(
+                f"{x['task']} {x['speedup']:.2f}x" for x in c.get("ceiling_by_task", [])) if c.get("ceiling_by_task")
+               else ""))
+    fa = c.get("target_flash_attn")
+    if fa is not None or c.get("target_prefill_token_seconds"):
+        sc = c.get("target_flash_attn_scores") or {}
+        lines.append(f"target flash attention {'on' if fa else 'off' if fa is not None else 'llama.cpp default'}"
+                     + (" (measured, time relative to the faster: " + ", ".join(
+                         f"{k} {v:.3f}" for k, v in sorted(sc.items())) + ")"
+                        if sc else "")
+                     + (f"; prefill {c['target_prefill_token_seconds'] * 1e3:.2f} ms/token"
+                        if c.get("target_prefill_token_seconds") else "")
+                     + (f"; draft catch-up {c['draft_prefill_token_seconds'] * 1e3:.2f} ms/token"
+                        if c.get("draft_prefill_token_seconds") else "")
+                     + (f"; calibration {c['calibration_seconds']:.0f} s" if c.get("calibration_seconds") else ""))
     busy = [r["other_cpu"] for r in result.get("repeats", []) if r.get("other_cpu") is not None]
     if busy:
         lines.append(f"CPU share used by other processes during a repetition: median {statistics.median(busy):.0%}, "
@@ -679,6 +785,9 @@ def cli_bench(argv: list[str]) -> int:
     p.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
                    help="before each repetition wait up to SECONDS for other processes to leave the CPUs, and "
                         "run a repetition again when others used over 15%% of the CPUs during it (shared machines)")
+    p.add_argument("--recalibrate", action="store_true",
+                   help="measure the cost curves (and the flash-attention choice) again before the run instead of "
+                        "using the cached calibration")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: tasks code-edit and chat, 1 repeat, 24 tokens, one length per drafter")
     args = p.parse_args(argv)
@@ -722,7 +831,8 @@ def cli_bench(argv: list[str]) -> int:
         result = run_bench(engine, tasks, modes, repeats=args.repeats, max_tokens=args.max_tokens,
                            target_path=resolve_model(settings.target.model), n_ctx=settings.target.n_ctx,
                            n_threads=settings.target.n_threads, n_gpu_layers=settings.target.n_gpu_layers,
-                           wait_idle=args.wait_idle, log=lambda s: print(s, file=sys.stderr),
+                           wait_idle=args.wait_idle, recalibrate=args.recalibrate,
+                           log=lambda s: print(s, file=sys.stderr),
                            checkpoint=lambda part: (out / "bench.partial.json").write_text(json.dumps(part, indent=1)))
     finally:
         engine.close()

@@ -53,9 +53,9 @@ def value_range(model: type, name: str, var: str = "x") -> str:
 #: settings section -> (model, {command-line dest: field}); the flag is ``--`` + dest with dashes
 SECTION_ARGS: dict[str, tuple[type, dict[str, str]]] = {
     "target": (ModelSettings, {"target": "model", "n_ctx": "n_ctx", "n_batch": "n_batch", "n_threads": "n_threads",
-                               "n_gpu_layers": "n_gpu_layers"}),
+                               "n_gpu_layers": "n_gpu_layers", "flash_attn": "flash_attn"}),
     "draft": (ModelSettings, {"draft": "model", "n_ctx": "n_ctx", "n_batch": "n_batch", "n_threads": "n_threads",
-                              "draft_n_gpu_layers": "n_gpu_layers"}),
+                              "draft_n_gpu_layers": "n_gpu_layers", "flash_attn": "flash_attn"}),
     "sampling": (SamplingParams, {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
                                   "seed": "seed"}),
     "drafting": (DraftParams, {"mode": "mode", "draft_max": "draft_max", "draft_min": "draft_min",
@@ -88,6 +88,9 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     _numeric(g, "n_gpu_layers", int, "target",
              "target layers on the GPU, -1 = all; needs a CUDA/Metal build of llama-cpp-python", "0")
     _numeric(g, "draft_n_gpu_layers", int, "draft", "draft layers on the GPU, -1 = all", "0")
+    g.add_argument("--flash-attn", choices=["auto", "on", "off"], default=None,
+                   help="llama.cpp flash attention: auto (default) = the faster one as measured by "
+                        "localspec calibrate (off until measured)")
 
 
 def add_generation_arguments(p: argparse.ArgumentParser) -> None:
@@ -289,6 +292,12 @@ def cmd_generate(ns: argparse.Namespace) -> int:
                   + "[/dim]")
     engine = load_engine(settings, progress=None if ns.json else _progress_printer(sys.stderr))
     try:
+        if settings.drafting.mode == "auto" and not ns.json:
+            from .costmodel import load_costs
+
+            if load_costs(engine.target, settings.drafting.draft_max + 1) is None:
+                err.print("[dim]measuring this machine's decode costs once (cached; localspec calibrate shows them)"
+                          "…[/dim]")
         prediction = engine.tokenize(predicted_text, special=False) if predicted_text else None
         if raw is not None:
             prompt = engine.tokenize(raw)

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 DraftMode = Literal["auto", "draft", "lookup", "none"]
+FlashAttn = Literal["auto", "on", "off"]
 
 
 class _Strict(BaseModel):
@@ -63,6 +64,8 @@ class ModelSettings(_Strict):
     n_batch: int = Field(512, ge=1, le=1 << 16, description="most tokens per llama_decode call")
     n_threads: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=1024)
     n_gpu_layers: int = Field(0, ge=-1, description="layers offloaded to the GPU; -1 = all; 0 = CPU only")
+    flash_attn: FlashAttn = Field("auto", description="llama.cpp flash attention: auto = the faster one as measured "
+                                  "by the calibration (off until measured), on, off")
 
 
 class GenerationParams(_Strict):

@@ -356,15 +356,16 @@ class SpeculativeEngine:
             predicted = prediction.draft(committed, min(drafting.draft_max, limit), sampling, drafting, rng)
             see_prediction = getattr(policy, "see_prediction", None)
             if see_prediction is not None:
-                see_prediction(committed, predicted.tokens)
+                see_prediction(committed, predicted.tokens, predicted.match_length)
             extra["prediction_match"] = len(predicted.tokens)
         lookup_draft: Draft | None = None
         if limit > 0 and policy.uses_lookup:
             lookup_draft = self.lookup.draft(committed, min(drafting.draft_max, limit), sampling, drafting, rng)
             see_lookup = getattr(policy, "see_lookup", None)  # adaptive policy: scores lookup every round
             if see_lookup is not None:
-                see_lookup(committed, lookup_draft.tokens)
-        choice = policy.choose(limit, len(lookup_draft.tokens) if lookup_draft is not None else None, **extra)
+                see_lookup(committed, lookup_draft.tokens, lookup_draft.match_length)
+        choice = policy.choose(limit, len(lookup_draft.tokens) if lookup_draft is not None else None,
+                               position=len(committed), **extra)
         g = min(choice.draft_len, limit)
         draft = _EMPTY_DRAFT
         if g > 0 and choice.drafter == "prediction" and predicted is not None:

@@ -19,8 +19,14 @@ StageFn = Callable[[str], None]
 def load_model(ms: ModelSettings, progress: ProgressFn | None = None) -> LlamaModel:
     """Resolve and load one model. Raises ModelError / ConfigError / BackendError."""
     path = resolve_model(ms.model, progress)
-    return LlamaModel(path, n_ctx=ms.n_ctx, n_batch=ms.n_batch, n_threads=ms.n_threads,
-                      n_gpu_layers=ms.n_gpu_layers)
+    model = LlamaModel(path, n_ctx=ms.n_ctx, n_batch=ms.n_batch, n_threads=ms.n_threads,
+                       n_gpu_layers=ms.n_gpu_layers, flash_attn={"on": True}.get(ms.flash_attn, False))
+    model.flash_attn_mode = ms.flash_attn
+    if ms.flash_attn == "auto":
+        from .costmodel import apply_cached_flash_attn
+
+        apply_cached_flash_attn(model)  # the faster setting, if this machine has measured it
+    return model
 
 
 def needs_draft_model(settings: Settings) -> bool:

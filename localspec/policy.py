@@ -29,8 +29,10 @@ class DraftPolicy(Protocol):
     #: whether :meth:`choose` wants the length of the prompt-lookup proposal
     uses_lookup: bool
 
-    def choose(self, limit: int, lookup_match: int | None = None) -> Choice:
-        """Choose for the next round; ``limit`` caps the draft length (context, max_tokens).
+    def choose(self, limit: int, lookup_match: int | None = None, position: int | None = None,
+               prediction_match: int | None = None) -> Choice:
+        """Choose for the next round; ``limit`` caps the draft length (context, max_tokens);
+        ``position`` is the number of tokens committed (prompt included).
 
         When the generation has a predicted output, the engine also passes
         ``prediction_match=`` (the length of the prediction drafter's proposal, 0 while
@@ -55,7 +57,8 @@ class FixedPolicy:
         self.draft_max = draft_max if drafter != "none" else 0
         self.uses_lookup = False
 
-    def choose(self, limit: int, lookup_match: int | None = None, prediction_match: int | None = None) -> Choice:
+    def choose(self, limit: int, lookup_match: int | None = None, position: int | None = None,
+               prediction_match: int | None = None) -> Choice:
         if prediction_match and self.draft_max:
             return Choice("prediction", max(0, min(self.draft_max, limit, prediction_match)), "fixed, prediction first")
         return Choice(self.drafter, max(0, min(self.draft_max, limit)), "fixed")

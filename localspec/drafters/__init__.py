@@ -24,9 +24,8 @@ class Draft:
         probs: shape (g, n_vocab) float64, the distributions the tokens were sampled
             from; ``None`` for a point-mass drafter (prompt lookup) or in greedy mode.
         source: ``"draft"``, ``"lookup"`` or ``"prediction"``.
-        match_length: prompt lookup: the length of the matched n-gram; prediction: the
-            committed tokens in a row that agree with the prediction before the
-            proposal (0 otherwise).
+        match_length: a free drafter (prompt lookup, a prediction): over how many tokens
+            the place it copies from agrees with the end of the context (0 otherwise).
     """
 
     tokens: tuple[int, ...]
@@ -60,8 +59,9 @@ class Drafter(Protocol):
         ...
 
 
-from .lookup import PromptLookupDrafter, find_candidate  # noqa: E402
+from .lookup import PromptLookupDrafter, find_candidate, find_match  # noqa: E402
 from .model import DraftModelDrafter  # noqa: E402
 from .prediction import PredictionDrafter  # noqa: E402
 
-__all__ = ["Draft", "Drafter", "PromptLookupDrafter", "DraftModelDrafter", "PredictionDrafter", "find_candidate"]
+__all__ = ["Draft", "Drafter", "PromptLookupDrafter", "DraftModelDrafter", "PredictionDrafter", "find_candidate",
+           "find_match"]

@@ -36,6 +36,14 @@ def ngram_starts(haystack: np.ndarray, pattern: np.ndarray, m: int) -> np.ndarra
 def find_candidate(
     tokens: np.ndarray | Sequence[int], max_ngram: int, min_ngram: int, draft_max: int
 ) -> tuple[list[int], int]:
+    """:func:`find_match` without the match length: (proposed ids, matched n-gram length)."""
+    copied, n, _ = find_match(tokens, max_ngram, min_ngram, draft_max)
+    return copied, n
+
+
+def find_match(
+    tokens: np.ndarray | Sequence[int], max_ngram: int, min_ngram: int, draft_max: int
+) -> tuple[list[int], int, int]:
     """Find a continuation of ``tokens`` by n-gram lookup in ``tokens`` itself.
 
     The last n tokens, n from ``max_ngram`` down to ``min_ngram``, are searched for in
@@ -53,12 +61,15 @@ def find_candidate(
         draft_max: tokens proposed.
 
     Returns:
-        (proposed ids, matched n-gram length); ``([], 0)`` when nothing matches.
+        (proposed ids, matched n-gram length n, match length): the match length counts the
+        n-gram plus the tokens before it that agree with the tokens before the last n (at
+        most ``MAX_CONTEXT``), i.e. over how many tokens the copied place agrees with the end
+        of the text; ``([], 0, 0)`` when nothing matches.
     """
     t = np.asarray(tokens, dtype=np.int64)
     L = t.shape[0]
     if draft_max <= 0:
-        return [], 0
+        return [], 0, 0
     for n in range(max_ngram, min_ngram - 1, -1):
         if L < n + 1:
             continue
@@ -78,11 +89,15 @@ def find_candidate(
             k += 1
         s = int(starts[-1])
         period = L - n - s  # >= 1: the match repeats the text every ``period`` tokens
+        # how far the earlier context of the chosen match agrees (the loop above may stop early)
+        k = 0
+        while k < MAX_CONTEXT and s - k - 1 >= 0 and t[s - k - 1] == t[L - n - k - 1]:
+            k += 1
         copied = t[s + n : s + n + draft_max].tolist()
         while len(copied) < draft_max:
             copied.append(copied[len(copied) - period])
-        return copied, n
-    return [], 0
+        return copied, n, n + k
+    return [], 0, 0
 
 
 class PromptLookupDrafter:
@@ -98,8 +113,8 @@ class PromptLookupDrafter:
         drafting: DraftParams,
         rng: np.random.Generator,
     ) -> Draft:
-        tokens, n = find_candidate(context, drafting.max_ngram, drafting.min_ngram, max_tokens)
-        return Draft(tuple(tokens), None, "lookup", n)
+        tokens, _, m = find_match(context, drafting.max_ngram, drafting.min_ngram, max_tokens)
+        return Draft(tuple(tokens), None, "lookup", m)
 
     def rollback(self, committed: Sequence[int]) -> None:
         pass

@@ -10,9 +10,11 @@ from localspec.costmodel import (
     AdaptivePolicy,
     EngineCosts,
     EWAcceptance,
+    MatchAcceptance,
     ModelCosts,
     acceptance_by_position,
     best_draft_length,
+    ceiling,
     cost_cache_path,
     default_curve,
     expected_tokens,
@@ -22,6 +24,7 @@ from localspec.costmodel import (
     predicted_speedup,
     round_rate,
     save_costs,
+    succession_prior,
     textbook_speedup,
     verify_cost,
 )
@@ -150,7 +153,7 @@ def test_policy_counts_draft_catchup_as_drafting_cost():
     # a GPU-like machine where the draft pays: cheap draft tokens, flat verify curve,
     # catch-up measured at 3 ms per token (1,000 tokens: 3 s, ~90 target passes)
     costs = _costs(FLAT_CURVE, draft_token=T1 * 0.05)
-    costs.draft_prefill_token = 0.003
+    costs.draft_prefill_token_seconds = 0.003
     pol = AdaptivePolicy(costs, 8, has_draft=True, prior_draft=0.8)
     pol.see_draft_cache(pending=1, generated=10)  # steady state: nothing to catch up
     assert pol.catchup_seconds() == (0, 0.0)
@@ -173,11 +176,11 @@ def test_policy_counts_draft_catchup_as_drafting_cost():
 def test_catchup_cost_estimate_follows_observed_catchups():
     costs = _costs(FLAT_CURVE, draft_token=T1 * 0.5)
     # before any catch-up: one draft token scaled by the target curve's cost per token at b=9
-    assert costs.draft_prefill_token == pytest.approx(T1 * 0.5 * FLAT_CURVE[-1] / (9 * T1))
+    assert costs.draft_prefill_token_seconds == pytest.approx(T1 * 0.5 * FLAT_CURVE[-1] / (9 * T1))
     costs.observe_catchup(500, 1.0)
-    assert costs.draft_prefill_token == pytest.approx(0.002)  # the first observation replaces it
+    assert costs.draft_prefill_token_seconds == pytest.approx(0.002)  # the first observation replaces it
     costs.observe_catchup(100, 0.4)
-    assert 0.002 < costs.draft_prefill_token < 0.004
+    assert 0.002 < costs.draft_prefill_token_seconds < 0.004
 
 
 def test_policy_lookup_choice_follows_shadow_scoring():
@@ -273,18 +276,232 @@ def test_measure_restores_cache_and_round_trips(tmp_path, monkeypatch):
 
 
 def test_see_lookup_scores_deep_positions_without_speculating():
-    # one token committed per round (no speculation): the proposal is scored once its fate is known
+    # one token committed per round (no speculation): the proposal is scored once its fate is known;
+    # no match length reported: bucket 0, which starts from prior_lookup
     pol = AdaptivePolicy(_costs(CPU_CURVE), 4, has_draft=False, weight=0.5)
     committed = [1, 2, 3]
     pol.see_lookup(committed, [10, 11, 12, 13])
     for tok, prop in ((10, [99]), (11, [98]), (12, [97])):
         committed.append(tok)
         pol.see_lookup(committed, prop)  # still pending: new proposals inside it are skipped
-        assert pol.lookup_est.counts == [0, 0, 0, 0]
+        assert pol.lookup_est.bucket(0).counts == [0, 0, 0, 0]
     committed.append(13)
     pol.see_lookup(committed, [20, 21])  # all four matched -> scored; [20, 21] now pending
-    assert pol.lookup_est.values == pytest.approx([0.75] * 4)
+    assert pol.lookup_est.values(0) == pytest.approx([0.75] * 4)
     committed.extend([20, 5])
     pol.see_lookup(committed, [])  # mismatch at position 1
-    assert pol.lookup_est.values == pytest.approx([0.875, 0.375, 0.75, 0.75])
-    assert pol.lookup_est.counts == [2, 2, 1, 1]
+    assert pol.lookup_est.values(0) == pytest.approx([0.875, 0.375, 0.75, 0.75])
+    assert pol.lookup_est.bucket(0).counts == [2, 2, 1, 1]
+
+
+# -- issue 12: curves by position, match-length prior, the policy against the closed form --------
+#: T(b)/T(1), b = 1..9, measured on this project's machines: an AVX-512 CPU (docs/benchmark.md) and a
+#: 2-core CPU without AVX-512 whose verification pass jumps between 7 and 8 tokens (issue 12)
+AVX512_RATIOS = (1.00, 1.81, 2.30, 2.82, 3.50, 4.13, 4.69, 4.83, 5.18)
+NO_AVX512_RATIOS = (1.00, 1.59, 2.28, 3.36, 4.16, 4.75, 4.79, 8.11, 8.11)
+
+
+def _curve(ratios, t1=T1):
+    return [t1 * r for r in ratios]
+
+
+def _closed_form_best(a, curve, g_max=8):
+    """argmax over g of (1 - a^(g+1)) / (1 - a) / T(g + 1), and the best and runner-up rates."""
+    rates = sorted(((expected_tokens_constant(a, g) / curve[g], g) for g in range(g_max + 1)), reverse=True)
+    return rates[0][1], rates[0][0], rates[1][0]
+
+
+def _feed_history(pol, a, rounds, match_length, g=8):
+    """Lookup proposals of g tokens whose per-position conditional acceptance is a, through see_lookup.
+
+    Error diffusion per position (no randomness): position i of a proposal that reaches it
+    is accepted exactly a of the time in the long run.
+    """
+    acc = [0.0] * g
+    committed = [1, 2, 3]
+    nxt = 1000
+    for _ in range(rounds):
+        proposal = list(range(nxt, nxt + g))
+        nxt += g + 1
+        pol.see_lookup(committed, proposal, match_length)
+        k = 0
+        while k < g:
+            acc[k] += a
+            if acc[k] < 1.0 - 1e-9:
+                break
+            acc[k] -= 1.0
+            k += 1
+        committed.extend(proposal[:k] + ([nxt - 1] if k < g else []))  # a mismatch after k accepted
+    # scores the last proposal and makes this round's, as the engine does before asking the policy
+    pol.see_lookup(committed, list(range(nxt, nxt + g)), match_length)
+    return committed
+
+
+@pytest.mark.parametrize("ratios, a, expected_g", [
+    (AVX512_RATIOS, 1.0, 8),      # long drafts pay where a 9-token pass costs 5 single ones
+    (AVX512_RATIOS, 0.87, 3),
+    (AVX512_RATIOS, 0.6, 0),
+    (NO_AVX512_RATIOS, 1.0, 6),   # never into the jump between 7 and 8 tokens
+    (NO_AVX512_RATIOS, 0.98, 6),
+    (NO_AVX512_RATIOS, 0.75, 1),
+    (NO_AVX512_RATIOS, 0.5, 0),
+])
+def test_policy_picks_the_closed_form_best_length(ratios, a, expected_g):
+    curve = _curve(ratios)
+    best_g, best, second = _closed_form_best(a, curve)
+    assert best_g == expected_g
+    # the case is well separated: a history within 0.02 of a has the same best length
+    for da in (-0.02, 0.02):
+        assert _closed_form_best(min(a + da, 1.0), curve)[0] == best_g
+    pol = AdaptivePolicy(_costs(curve), 8, has_draft=False, weight=0.02)
+    _feed_history(pol, a, 2000, match_length=5)
+    est = pol.lookup_est.values(5)
+    tried = [v for v, n in zip(est, pol.lookup_est.bucket(5).counts) if n > 150]
+    assert tried and all(abs(v - a) < 0.03 for v in tried)
+    ch = pol.choose(8, 8, position=500)
+    assert ch.draft_len == best_g
+    assert ch.drafter == ("lookup" if best_g else "none")
+
+
+def test_policy_follows_the_curve_at_the_current_position():
+    """Short context: the AVX-512-like curve (g = 8 best); long context: the one with the jump (g = 6)."""
+    short, long_ = _curve(AVX512_RATIOS), _curve(NO_AVX512_RATIOS, T1 * 1.5)
+    mc = ModelCosts(seconds=short, contexts=[64, 2048], curves=[short, long_])
+    costs = EngineCosts(verify=list(short), draft_token=None, target=mc, draft=None)
+    pol = AdaptivePolicy(costs, 8, has_draft=False, weight=0.02)
+    _feed_history(pol, 1.0, 100, match_length=40)
+    assert pol.choose(8, 8, position=64).draft_len == 8
+    assert pol.choose(8, 8, position=2048).draft_len == 6
+    assert costs.verify == pytest.approx(long_)
+    mid = pol.costs
+    mid.set_position(64 + (2048 - 64) // 2)
+    assert mid.verify[0] == pytest.approx((short[0] + long_[0]) / 2)
+
+
+def test_curve_interpolates_and_extrapolates_by_position():
+    short, long_ = [1.0, 2.0, 3.0], [2.0, 3.0, 5.0]
+    mc = ModelCosts(seconds=short, contexts=[100, 1100], curves=[short, long_])
+    assert mc.curve_at(None) == short and mc.curve_at(10) == short
+    assert mc.curve_at(600) == pytest.approx([1.5, 2.5, 4.0])
+    assert mc.curve_at(2100) == pytest.approx([3.0, 4.0, 7.0])  # linear in the context beyond it
+    assert mc.t(3, 1100) == 5.0 and mc.t(4, 1100) == pytest.approx(7.0)
+    back = ModelCosts.from_json(json.loads(json.dumps(mc.to_json())))
+    assert back.contexts == [100, 1100] and back.curves == [short, long_]
+
+
+def test_engine_costs_learn_a_ratio_at_any_position():
+    short, long_ = [1.0, 2.0, 3.0], [2.0, 4.0, 6.0]
+    mc = ModelCosts(seconds=short, contexts=[100, 1100], curves=[short, long_])
+    costs = EngineCosts(verify=list(short), draft_token=None, target=mc, draft=None)
+    costs.set_position(1100)
+    for _ in range(40):
+        costs.observe_verify(2, 2.0)  # b = 2 at 1,100 tokens takes half the calibrated time
+    assert costs.verify[1] == pytest.approx(2.0, rel=0.02)
+    costs.set_position(100)
+    assert costs.verify[1] == pytest.approx(1.0, rel=0.02)  # the same ratio applied at the other position
+    assert costs.verify[0] == pytest.approx(0.5, rel=0.05)  # unobserved b: the overall scale
+
+
+def test_start_of_copy_trusts_a_long_match():
+    curve = _curve(NO_AVX512_RATIOS)
+    pol = AdaptivePolicy(_costs(curve), 8, has_draft=False)
+    # no history at all: a proposal whose source agrees over 40 tokens is drafted at once
+    pol.see_lookup([1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11], 40)
+    ch = pol.choose(8, 8)
+    prior = succession_prior(32, 8)
+    g_cf = best_draft_length(prior, curve, 0.0, 8)[0]
+    assert ch.drafter == "lookup" and ch.draft_len == g_cf == 6
+    # a single matching token is no evidence: no speculation on the AVX-512-like curve
+    pol2 = AdaptivePolicy(_costs(_curve(AVX512_RATIOS)), 8, has_draft=False)
+    pol2.see_lookup([1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11], 1)
+    assert pol2.choose(8, 8).drafter == "none"
+
+
+def test_match_length_buckets_learn_separately():
+    est = MatchAcceptance(4, prior=0.5, weight=0.5)
+    assert est.values(0) == [0.5] * 4
+    assert est.values(3) == pytest.approx(succession_prior(2, 4))
+    assert est.values(100) == pytest.approx(succession_prior(64, 4))
+    assert [MatchAcceptance.bucket_index(m) for m in (0, 1, 2, 3, 4, 7, 8, 63, 64, 500)] == [0, 1, 2, 2, 3, 3, 4, 6, 7, 7]
+    est.update(5, drafted=4, accepted=0)
+    assert est.values(5)[0] == pytest.approx(0.5 * succession_prior(4, 1)[0])
+    assert est.values(40) == pytest.approx(succession_prior(32, 4))  # other buckets untouched
+    assert succession_prior(0, 3) == pytest.approx([1 / 2, 2 / 3, 3 / 4])
+
+
+def test_ceiling():
+    assert ceiling(_curve(NO_AVX512_RATIOS), 8) == (pytest.approx(7 / 4.79), 6)
+    assert ceiling(_curve(AVX512_RATIOS), 8) == (pytest.approx(9 / 5.18), 8)
+    assert ceiling(_curve(AVX512_RATIOS), 3) == (pytest.approx(4 / 2.82), 3)
+    assert ceiling([1.0, 2.5, 4.0], 2) == (1.0, 0)
+
+
+class _FlashFakeModel(_FakeModel):
+    """A fake whose decode advances a fake clock: 1 ms per token, plus per cached token 1 us (off) or 0.5 us (on)."""
+
+    clock = [0.0]
+    n_ctx = 4096
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.flash_attn = False
+        self.flash_attn_mode = "auto"
+        self.switches = 0
+
+    def set_flash_attn(self, on):
+        if on != self.flash_attn:
+            self.switches += 1
+            self.cached_tokens = []
+        self.flash_attn = on
+
+    def decode(self, tokens, logits_for="last"):
+        per_cached = 0.5e-6 if self.flash_attn else 1e-6
+        self.clock[0] += len(tokens) * (1e-3 + per_cached * len(self.cached_tokens))
+        self.cached_tokens.extend(tokens)
+
+
+def test_calibration_measures_two_contexts_and_keeps_the_faster_flash_attn(tmp_path, monkeypatch):
+    from localspec import costmodel
+
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(costmodel.time, "perf_counter", lambda: _FlashFakeModel.clock[0])
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF" + b"\0" * 2000)
+    m = _FlashFakeModel(f)
+    costs = costmodel.get_costs(m, 5, repeats=1)
+    assert costs.contexts == [64, 1024]
+    assert m.flash_attn is True and costs.flash_attn is True
+    assert costs.flash_attn_scores["on"] == 1.0 < costs.flash_attn_scores["off"]
+    assert costs.curves[0][0] == pytest.approx(1e-3 + 0.5e-6 * 64)
+    assert costs.curves[1][4] == pytest.approx(5 * (1e-3 + 0.5e-6 * 1024))
+    assert costs.prefill_token_seconds == pytest.approx(1e-3 + 0.5e-6 * 64, rel=1e-6)
+    assert costs.key["flash_attn"] == "auto"
+    # a new model object of the same file and settings: the cached choice is applied without measuring
+    m2 = _FlashFakeModel(f)
+    assert costmodel.apply_cached_flash_attn(m2) is True and m2.flash_attn is True
+    m2.flash_attn_mode = "off"  # asked explicitly: another cache entry, measured as asked
+    assert costmodel.load_costs(m2, 5) is None
+
+
+def test_find_match_reports_how_long_the_context_agrees():
+    from localspec.drafters.lookup import find_match
+
+    file = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
+    tokens = [5] + file + [50] + [10, 11, 12, 13]
+    # the 3-gram (11, 12, 13) matches in the file, and the token before it (10) agrees too
+    assert find_match(tokens, 3, 1, 3) == ([14, 15, 16], 3, 4)
+    assert find_match([1, 2, 3, 4], 3, 1, 5) == ([], 0, 0)
+
+
+def test_flash_attn_scores_weigh_decode_and_verification_alike():
+    from localspec.costmodel import flash_attn_scores
+
+    def mc(*curves):
+        return ModelCosts(seconds=list(curves[0]), contexts=[64, 1024][: len(curves)], curves=[list(c) for c in curves])
+
+    # on: 10 % slower for one token, half the time for a 9-token pass, at both contexts -> on
+    sc = flash_attn_scores({"off": mc([1.0, 10.0], [2.0, 20.0]), "on": mc([1.1, 5.0], [2.2, 10.0])})
+    assert sc == pytest.approx({"off": 1.5, "on": 1.05})
+    # on: 10 % slower for one token, 5 % faster for the pass -> off (a big pass does not outweigh decoding)
+    sc = flash_attn_scores({"off": mc([1.0, 10.0]), "on": mc([1.1, 9.5])})
+    assert sc["off"] < sc["on"]

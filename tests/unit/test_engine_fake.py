@@ -207,7 +207,7 @@ def test_chosen_draft_length_reported():
     class Half:
         uses_lookup = False
 
-        def choose(self, limit, lookup_len=None):
+        def choose(self, limit, lookup_len=None, position=None):
             return Choice("draft", min(2, limit), "test policy")
 
         def observe(self, *a):
@@ -285,3 +285,40 @@ def test_stats_are_counted_live_by_the_one_accumulator():
             assert sum(gen.stats.kinds.values()) == n_tokens
             assert gen.stats.elapsed_seconds > 0
     assert gen.stats.tokens == len(gen.token_ids) == n_tokens
+
+
+def test_policy_is_asked_at_the_current_position_with_the_lookup_match_length():
+    """The policy predicts costs where the round runs (tokens committed) and sees each lookup proposal's match length."""
+
+    class Recorder:
+        uses_lookup = True
+
+        def __init__(self):
+            self.positions, self.matches = [], []
+
+        def see_lookup(self, committed, proposal, match_length=0):
+            self.matches.append((len(committed), tuple(proposal), match_length))
+
+        def choose(self, limit, lookup_len=None, position=None):
+            self.positions.append(position)
+            return Choice("lookup", min(2, limit), "test policy")
+
+        def observe(self, *a):
+            pass
+
+    eng = SpeculativeEngine(FakeModel(), None)
+    pol = Recorder()
+    gen = eng.generate(PROMPT, drafting=DraftParams(mode="lookup"), policy=pol,
+                       generation=GenerationParams(max_tokens=12)).run()
+    committed = len(PROMPT)
+    for pos, rs in zip(pol.positions, gen.rounds):
+        assert pos == committed
+        committed += rs.committed
+    from localspec.drafters.lookup import find_match
+
+    # the match length the engine passes is the lookup drafter's, for the same committed tokens
+    seq = PROMPT + gen.token_ids
+    assert any(m > 0 for _, _, m in pol.matches)
+    for n, proposal, m in pol.matches:
+        cand, _, m_ref = find_match(seq[:n], 3, 1, len(proposal))
+        assert (list(proposal), m) == (cand, m_ref)

@@ -1,0 +1,103 @@
+"""Calibration on the real tiny model: two contexts, flash attention chosen by measurement, the cache."""
+
+import numpy as np
+import pytest
+
+from localspec import costmodel
+from localspec.backend import LlamaModel
+from localspec.config import DraftParams, GenerationParams, ModelSettings, SamplingParams
+from localspec.engine import SpeculativeEngine
+from localspec.loader import load_model
+
+pytestmark = pytest.mark.tiny
+
+
+def _log_softmax(x):
+    x = x.astype(np.float64) - x.max()
+    return x - np.log(np.exp(x).sum())
+
+
+def test_flash_attn_switch_recreates_the_context(tiny_path):
+    with LlamaModel(tiny_path, n_ctx=512, n_batch=128, flash_attn=False) as m:
+        prompt = m.tokenize("The capital of France is")
+        off = m.decode(prompt, "last")[0]
+        m.set_flash_attn(True)
+        assert m.flash_attn is True and m.cached_tokens == []  # a new context: the cache starts empty
+        on = m.decode(prompt, "last")[0]
+        assert m.cached_tokens == prompt
+        # the same model either way: the same next token; log-probabilities of the 20 most likely
+        # tokens equal up to rounding (flash attention accumulates in f16: about 0.3 on this model)
+        assert int(np.argmax(on)) == int(np.argmax(off))
+        top = np.argsort(off)[-20:]
+        assert np.max(np.abs(_log_softmax(on)[top] - _log_softmax(off)[top])) < 0.5
+        m.set_flash_attn(True)  # unchanged: the cache is kept
+        assert m.cached_tokens == prompt
+
+
+def test_calibration_measures_both_settings_and_the_choice_is_cached(tiny_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    ms = ModelSettings(model=str(tiny_path), n_ctx=1024, n_batch=256, n_threads=2, flash_attn="auto")
+    m = load_model(ms)
+    try:
+        assert m.flash_attn is False  # not measured on this machine yet: off, as llama-cpp-python's Llama
+        costs = costmodel.get_costs(m, 5, repeats=1, contexts=(64, 256))
+        assert set(costs.flash_attn_scores) == {"on", "off"}
+        chosen = min(costs.flash_attn_scores, key=costs.flash_attn_scores.get) == "on"
+        assert costs.flash_attn is chosen and m.flash_attn is chosen
+        assert costs.contexts == [64, 256]
+        assert all(len(c) == 5 and list(c) == sorted(c) for c in costs.curves)
+        assert costs.prefill_token_seconds is not None and costs.prefill_token_seconds > 0
+        assert costs.calibration_seconds > 0
+        key = costs.key
+        assert (key["flash_attn"], key["n_ctx"], key["n_batch"], key["n_ubatch"]) == ("auto", 1024, 256, 256)
+        assert "llama.cpp" in key["llama_cpp_python"] and key["cpu"]
+        assert m.cached_tokens == []
+    finally:
+        m.close()
+    m2 = load_model(ms)  # a fresh load applies the cached choice without measuring
+    try:
+        assert m2.flash_attn is chosen
+        assert costmodel.get_costs(m2, 5).created == costs.created
+    finally:
+        m2.close()
+    forced = load_model(ms.model_copy(update={"flash_attn": "on"}))
+    try:
+        assert forced.flash_attn is True and costmodel.load_costs(forced, 5) is None  # its own cache entry
+    finally:
+        forced.close()
+
+
+def test_auto_on_tiny_calibrates_the_draft_catch_up_and_stays_exact(tiny_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    target = LlamaModel(tiny_path, n_ctx=512, n_batch=256)
+    draft = LlamaModel(tiny_path, n_ctx=512, n_batch=128)  # another cache entry than the target
+    engine = SpeculativeEngine(target, draft)
+    try:
+        text = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
+        prompt = engine.chat_tokens([{"role": "user", "content": "Repeat this code exactly:\n" + text}])
+        greedy, gen = SamplingParams(temperature=0.0), GenerationParams(max_tokens=40)
+        ref = engine.generate(prompt, greedy, DraftParams(mode="none"), gen).run()
+        auto = engine.generate(prompt, greedy, DraftParams(mode="auto", draft_max=8), gen).run()
+        assert auto.token_ids == ref.token_ids
+        ec = engine.cost_model
+        # the long context as long as the window allows; the short one exactly, although the cache held the prompt
+        assert ec.target.contexts == [64, 512 - 9]
+        assert ec.draft.contexts == [64, 512 - 2]
+        assert ec.draft_prefill_token_seconds == ec.draft.prefill_token_seconds > 0
+        assert ec.position is not None and ec.position >= len(prompt)  # the policy predicted where it ran
+    finally:
+        engine.close()
+
+
+def test_calibrate_command_prints_both_contexts_and_the_ceiling(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    args = ["--target", "smollm2-135m", "--draft", "smollm2-135m", "--draft-max", "3", "--repeats", "1",
+            "--n-ctx", "256", "--long-context", "192", "--flash-attn", "off"]
+    assert costmodel.cli_calibrate(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("CPU ")
+    assert "ms @64" in out and "ms @192" in out
+    assert "flash attention off (as asked)" in out and "prefill (catch-up)" in out
+    assert "calibrated ceiling at 64 tokens of context" in out and "calibrated ceiling at 192 tokens" in out
+    with pytest.raises(costmodel.ConfigError):
+        costmodel.cli_calibrate(args[:-6] + ["--long-context", "0"])

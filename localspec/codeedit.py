@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import LocalspecError
-from .fileio import FileError, atomic_write_text, expand_path, read_text_file, replace_with_backup
+from .fileio import FileError, atomic_write_text, expand_path, free_name, read_text_file, replace_with_backup
 
 BOM = "\ufeff"
 
@@ -409,12 +409,7 @@ def apply_answer(original: str, answer: str, *, name: str = "file", end_reason: 
 
 def edited_path(path: Path) -> Path:
     """``name.edited.ext``, or ``name.edited-2.ext`` ... when taken."""
-    cand = path.with_name(f"{path.stem}.edited{path.suffix}")
-    n = 2
-    while cand.exists():
-        cand = path.with_name(f"{path.stem}.edited-{n}{path.suffix}")
-        n += 1
-    return cand
+    return free_name(path, f"{path.stem}.edited{path.suffix}", lambda n: f"{path.stem}.edited-{n + 1}{path.suffix}")
 
 
 def save_new(path: str | os.PathLike, result: EditResult) -> Path:

@@ -89,18 +89,22 @@ def read_text_file(path: str | os.PathLike, max_bytes: int = MAX_EDIT_BYTES) -> 
                         "convert the file to UTF-8 first") from e
 
 
-def backup_path_for(path: Path) -> Path:
-    """``name.bak``, or ``name.bak-<timestamp>`` when that exists already."""
-    candidate = path.with_name(path.name + ".bak")
-    if not candidate.exists():
-        return candidate
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    candidate = path.with_name(f"{path.name}.bak-{stamp}")
+def free_name(path: Path, first: str, numbered) -> Path:
+    """``path``'s sibling ``first``, or ``numbered(n)`` for n = 1, 2, ... while the name is taken."""
+    candidate = path.with_name(first)
     n = 1
     while candidate.exists():
-        candidate = path.with_name(f"{path.name}.bak-{stamp}-{n}")
+        candidate = path.with_name(numbered(n))
         n += 1
     return candidate
+
+
+def backup_path_for(path: Path) -> Path:
+    """``name.bak``, or ``name.bak-<timestamp>`` when that exists already."""
+    if not path.with_name(path.name + ".bak").exists():
+        return path.with_name(path.name + ".bak")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return free_name(path, f"{path.name}.bak-{stamp}", lambda n: f"{path.name}.bak-{stamp}-{n}")
 
 
 def replace_with_backup(path: str | os.PathLike, new_text: str) -> Path:

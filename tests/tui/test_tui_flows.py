@@ -11,20 +11,10 @@ from localspec.config import Settings
 from localspec.errors import ModelError
 from localspec.userconfig import config_path, load_settings
 from tui_fakes import REPLY, FakeClock, FakeEngine
-from tui_helpers import build
+from tui_helpers import build, idle
 
 pytestmark = pytest.mark.asyncio
 SIZE = (120, 40)
-
-
-async def idle(pilot, timeout=10.0):
-    app = pilot.app
-    for _ in range(int(timeout / 0.02)):
-        await pilot.pause(0.02)
-        if app.busy is None and app.engine_state != "loading":
-            await pilot.pause()
-            return
-    raise AssertionError(f"still busy: {app.busy}")
 
 
 async def submit(pilot, selector, text):

@@ -410,20 +410,16 @@ class SpeculativeEngine:
             :class:`Prefill`: target and draft-model seconds (wall time) and how many
             prompt tokens the target's cache already held.
         """
-        target = self.target
-        t0 = time.perf_counter()
-        n_cached = n = target.sync(prompt)
-        if n < len(prompt) - 1:
-            target.decode(prompt[n : len(prompt) - 1], logits_for=())
-        t_target = time.perf_counter() - t0
-        t_draft = 0.0
-        model = getattr(self.drafter, "model", None)
-        if draft and model is not None and len(prompt) > 1:
+        def warm(model) -> tuple[float, int]:
             t0 = time.perf_counter()
             n = model.sync(prompt)
             if n < len(prompt) - 1:
                 model.decode(prompt[n : len(prompt) - 1], logits_for=())
-            t_draft = time.perf_counter() - t0
+            return time.perf_counter() - t0, n
+
+        t_target, n_cached = warm(self.target)
+        model = getattr(self.drafter, "model", None)
+        t_draft = warm(model)[0] if draft and model is not None and len(prompt) > 1 else 0.0
         return Prefill(t_target, t_draft, n_cached)
 
     def drafter_rollback(self, committed: Sequence[int]) -> None:

@@ -33,17 +33,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .config import DraftParams, GenerationParams, SamplingParams
-from .costmodel import (
-    acceptance_by_position,
-    add_model_arguments,
-    ceiling,
-    engine_costs,
-    expected_tokens,
-    settings_from_args,
-    textbook_speedup,
-    verify_cost,
-)
+from .costmodel import acceptance_by_position, ceiling, expected_tokens, textbook_speedup, verify_cost
 from .errors import ConfigError
+from .machine import load_average
+from .options import add_model_arguments, add_numeric, settings_from_args
 
 # -- the built-in suite ------------------------------------------------------------------
 _EDIT_FILE = '''import csv
@@ -340,7 +333,7 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
     gen = GenerationParams(max_tokens=max_tokens)
     # auto may draft as long as the longest fixed length, so the oracle is within its reach
     draft_max_auto = max([8] + [m.g for m in modes if m.family in ("lookup", "draft")])
-    ec = engine_costs(engine, draft_max_auto, remeasure=recalibrate)
+    ec = engine.calibrated_costs(draft_max_auto, remeasure=recalibrate)
     verify = list(ec.target.seconds)
     t1 = verify[0]
     draft_token = ec.draft_token or 0.0
@@ -536,7 +529,7 @@ def summarise(tasks, modes, runs, mismatches, verify, draft_token, t1, repeats, 
         "version": 1,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": {"hostname": socket.gethostname(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
-                    "python": sys.version.split()[0], "load_avg_end": _loadavg(), **_machine_info()},
+                    "python": sys.version.split()[0], "load_avg_end": load_average(), **_machine_info()},
         "settings": {"repeats": repeats, "max_tokens": max_tokens, "greedy": True},
         "costs": {"target_seconds": verify, "target_ratios": [v / verify[0] for v in verify],
                   "draft_token_seconds": draft_token, "draft_ratio": draft_token / t1 if t1 else None,
@@ -569,13 +562,6 @@ def _machine_info() -> dict:
         return machine_info()
     except Exception:  # pragma: no cover - diagnostics only
         return {}
-
-
-def _loadavg():
-    try:
-        return list(os.getloadavg())
-    except (OSError, AttributeError):  # pragma: no cover
-        return None
 
 
 def evaluate_goals(rows: list[dict], t1: float) -> list[dict]:
@@ -769,6 +755,7 @@ def cli_bench(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="localspec bench", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(p)
+    add_numeric(p, "draft_max", int, "drafting", "most tokens drafted per round in the settings", "8")
     p.add_argument("--out", default="bench-out", help="output folder for bench.json and bench.png (default bench-out/)")
     p.add_argument("--prompts", type=Path, default=None, help="extra prompts: .jsonl or text separated by --- lines")
     p.add_argument("--only-prompts", action="store_true", help="run the --prompts file only, not the built-in suite")
@@ -800,7 +787,8 @@ def cli_bench(argv: list[str]) -> int:
         raise ConfigError("--repeats and --max-tokens must be >= 1")
     if args.n_ctx is None:
         args.n_ctx = 2048
-    settings = settings_from_args(args, mode="draft" if not args.no_draft else "lookup")
+    args.mode = "draft" if not args.no_draft else "lookup"
+    settings = settings_from_args(args, command="bench")
 
     tasks: list[Task] = []
     if not args.only_prompts:
@@ -820,8 +808,8 @@ def cli_bench(argv: list[str]) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    print(f"load average {_loadavg()} on {os.cpu_count()} CPUs"
-          + ("  (busy machine: timings will be noisy)" if (_loadavg() or [0])[0] > 0.5 * (os.cpu_count() or 1) else ""),
+    print(f"load average {load_average()} on {os.cpu_count()} CPUs"
+          + ("  (busy machine: timings will be noisy)" if (load_average() or [0])[0] > 0.5 * (os.cpu_count() or 1) else ""),
           file=sys.stderr)
     engine = load_engine(settings, stage=lambda s: print(s, file=sys.stderr))
     try:

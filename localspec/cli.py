@@ -9,14 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
+import time
 
-from pydantic import ValidationError
-
-from .config import DraftParams, GenerationParams, ModelSettings, SamplingParams, Settings, format_validation_error
+from .calibration import LONG_CONTEXT
 from .errors import ConfigError, LocalspecError
 from .fileio import expand_path
+from .options import add_numeric, add_generation_arguments, add_model_arguments, settings_from_args
 
 #: terminal style per token kind (the TUI keeps its colours in tui/app.tcss)
 KIND_STYLES = {
@@ -26,140 +25,6 @@ KIND_STYLES = {
     "target": "",
 }
 LEGEND = [("accepted", "accepted draft"), ("resampled", "resampled"), ("bonus", "bonus"), ("target", "target-only")]
-
-
-def value_range(model: type, name: str, var: str = "x") -> str:
-    """The allowed range of a numeric settings field, from its pydantic constraints:
-    ``"1..64"``, ``"0 < x <= 1"``, ``"x >= 0"``."""
-    lo = hi = None
-    for m in model.model_fields[name].metadata:
-        for attr, op in (("ge", "<="), ("gt", "<")):
-            if getattr(m, attr, None) is not None:
-                lo = (getattr(m, attr), op)
-        for attr, op in (("le", "<="), ("lt", "<")):
-            if getattr(m, attr, None) is not None:
-                hi = (getattr(m, attr), op)
-    if lo and hi and lo[1] == hi[1] == "<=" and all(isinstance(v[0], int) for v in (lo, hi)):
-        return f"{lo[0]}..{hi[0]}"
-    if lo and hi:
-        return f"{lo[0]} {lo[1]} {var} {hi[1]} {hi[0]}"
-    if lo:
-        return f"{var} {'>=' if lo[1] == '<=' else '>'} {lo[0]}"
-    if hi:
-        return f"{var} {hi[1]} {hi[0]}"
-    return "any"
-
-
-#: settings section -> (model, {command-line dest: field}); the flag is ``--`` + dest with dashes
-SECTION_ARGS: dict[str, tuple[type, dict[str, str]]] = {
-    "target": (ModelSettings, {"target": "model", "n_ctx": "n_ctx", "n_batch": "n_batch", "n_threads": "n_threads",
-                               "n_gpu_layers": "n_gpu_layers", "flash_attn": "flash_attn"}),
-    "draft": (ModelSettings, {"draft": "model", "n_ctx": "n_ctx", "n_batch": "n_batch", "n_threads": "n_threads",
-                              "draft_n_gpu_layers": "n_gpu_layers", "flash_attn": "flash_attn"}),
-    "sampling": (SamplingParams, {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
-                                  "seed": "seed"}),
-    "drafting": (DraftParams, {"mode": "mode", "draft_max": "draft_max", "draft_min": "draft_min",
-                               "draft_p_min": "draft_p_min"}),
-    "generation": (GenerationParams, {"max_tokens": "max_tokens", "stop": "stop"}),
-}
-
-
-def _flag(dest: str) -> str:
-    return "--" + dest.replace("_", "-")
-
-
-def _numeric(g, dest: str, kind: type, section: str, what: str, default: str = "") -> None:
-    """A numeric option whose help ends with its allowed range (from the settings model)."""
-    model, fields = SECTION_ARGS[section]
-    rng = value_range(model, fields[dest], "N" if kind is int else "X")
-    g.add_argument(_flag(dest), type=kind, default=None, metavar="N" if kind is int else "X",
-                   help=f"{what} ({rng}" + (f"; default {default}" if default else "") + ")")
-
-
-def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    """Model and hardware options shared by every subcommand that loads models."""
-    g = p.add_argument_group("models")
-    g.add_argument("--target", default=None, help="target model: preset name, .gguf path or hf:OWNER/REPO/FILE "
-                   "(default qwen2.5-coder-1.5b)")
-    g.add_argument("--draft", default=None, help="draft model (default qwen2.5-coder-0.5b); same tokenizer as the target")
-    _numeric(g, "n_ctx", int, "target", "context window, tokens", "4096")
-    _numeric(g, "n_batch", int, "target", "most tokens per llama_decode", "512")
-    _numeric(g, "n_threads", int, "target", "CPU threads", "all cores")
-    _numeric(g, "n_gpu_layers", int, "target",
-             "target layers on the GPU, -1 = all; needs a CUDA/Metal build of llama-cpp-python", "0")
-    _numeric(g, "draft_n_gpu_layers", int, "draft", "draft layers on the GPU, -1 = all", "0")
-    g.add_argument("--flash-attn", choices=["auto", "on", "off"], default=None,
-                   help="llama.cpp flash attention: auto (default) = the faster one as measured by "
-                        "localspec calibrate (off until measured)")
-
-
-def add_generation_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("decoding")
-    g.add_argument("--mode", choices=["auto", "draft", "lookup", "none"], default=None,
-                   help="auto: measured choice per round; draft: draft model; lookup: prompt lookup; none: target only")
-    _numeric(g, "draft_max", int, "drafting", "most tokens drafted per round (gamma)", "8")
-    _numeric(g, "draft_min", int, "drafting", "drafts shorter than this are not verified; at most --draft-max", "0")
-    _numeric(g, "draft_p_min", float, "drafting", "the draft model stops below this top-1 probability", "0")
-    _numeric(g, "temperature", float, "sampling", "0 = greedy", "0")
-    _numeric(g, "top_k", int, "sampling", "keep the k most probable tokens, 0 = off", "0")
-    _numeric(g, "top_p", float, "sampling", "nucleus sampling, 1 = off", "1")
-    _numeric(g, "min_p", float, "sampling", "drop tokens below min-p x the top probability, 0 = off", "0")
-    _numeric(g, "seed", int, "sampling", "random seed", "fresh entropy")
-    _numeric(g, "max_tokens", int, "generation", "most tokens generated", "512")
-    g.add_argument("--stop", action="append", default=None, help="stop string, not empty (repeatable)")
-
-
-def _pick(ns: argparse.Namespace, mapping: dict[str, str]) -> dict:
-    return {field: getattr(ns, arg) for arg, field in mapping.items() if getattr(ns, arg, None) is not None}
-
-
-def _cli_errors(section: str, err: ValidationError, given: dict[str, str]) -> list[str]:
-    """One line per invalid value, naming the flag that set it (``--top-p: ...``), else
-    the settings field (``sampling.top_p: ...``, a value from the settings file)."""
-    flags = {field: _flag(dest) for dest, field in given.items()}
-    lines = []
-    for line in format_validation_error(err).splitlines():
-        name, sep, rest = line.partition(": ")
-        if sep and name in flags:
-            lines.append(f"{flags[name]}: {rest}")
-        elif sep and name in SECTION_ARGS[section][0].model_fields:
-            lines.append(f"{section}.{name}: {rest}")
-        else:  # a rule between fields (draft_min <= draft_max): name them by their flags
-            line = line.removeprefix("settings: ").replace("Value error, ", "")
-            named = line
-            for field, flag in flags.items():
-                if "_" in field:
-                    named = re.sub(rf"\b{field}\b", flag, named)
-            if named == line and flags:
-                named = f"{', '.join(flags.values())}: {line}"
-            lines.append(named)
-    return lines
-
-
-def settings_from_args(ns: argparse.Namespace, base: Settings | None = None) -> Settings:
-    """Merge command-line options over ``base`` and validate.
-
-    Raises:
-        ConfigError: with one line per invalid setting, each naming its flag.
-    """
-    base = base or Settings()
-    sections: dict[str, object] = {}
-    errors: list[str] = []
-    for section, (model, mapping) in SECTION_ARGS.items():
-        mapping = {d: f for d, f in mapping.items() if d != "stop"}
-        given = {d: f for d, f in mapping.items() if getattr(ns, d, None) is not None}
-        data = getattr(base, section).model_dump() | _pick(ns, mapping)
-        if section == "generation" and getattr(ns, "stop", None):
-            data["stop"] = tuple(ns.stop)
-            given["stop"] = "stop"
-        try:
-            sections[section] = model(**data)
-        except ValidationError as e:
-            errors += _cli_errors(section, e, given)
-    if errors:
-        raise ConfigError("invalid settings:\n" + "\n".join(dict.fromkeys(errors)),
-                          "see localspec generate --help for the allowed values")
-    return Settings(**sections)
 
 
 def _progress_printer(stream):
@@ -293,9 +158,7 @@ def cmd_generate(ns: argparse.Namespace) -> int:
     engine = load_engine(settings, progress=None if ns.json else _progress_printer(sys.stderr))
     try:
         if settings.drafting.mode == "auto" and not ns.json:
-            from .costmodel import load_costs
-
-            if load_costs(engine.target, settings.drafting.draft_max + 1) is None:
+            if engine.cost_model is None:
                 err.print("[dim]measuring this machine's decode costs once (cached; localspec calibrate shows them)"
                           "…[/dim]")
         prediction = engine.tokenize(predicted_text, special=False) if predicted_text else None
@@ -440,9 +303,76 @@ def build_parser() -> argparse.ArgumentParser:
     add_generation_arguments(sv)
     add_model_arguments(sv)
     sub.add_parser("bench", help="benchmark modes side by side (localspec bench --help)", add_help=False)
-    sub.add_parser("calibrate", help="measure the cost curve of the loaded models (localspec calibrate --help)",
-                   add_help=False)
+    cal = sub.add_parser("calibrate", help="measure the cost curve of the loaded models",
+                         description="Measure the target's verify cost for b = 1..draft_max+1 tokens at a short and "
+                                     "a long context, with flash attention off and on (keeping the faster), and the "
+                                     "draft model's cost per token and per catch-up token on this machine; cached per "
+                                     "model, settings, llama.cpp build and machine.")
+    cal.add_argument("--remeasure", action="store_true", help="measure again even if a cached measurement exists")
+    cal.add_argument("--repeats", type=int, default=5, help="repetitions per batch size (median)")
+    cal.add_argument("--long-context", type=int, default=LONG_CONTEXT,
+                     help=f"the long context measured, tokens (default {LONG_CONTEXT}; capped by --n-ctx)")
+    cal.add_argument("--no-draft", action="store_true", help="measure the target only")
+    cal.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_numeric(cal.add_argument_group("decoding"), "draft_max", int, "drafting",
+                "most tokens drafted per round (gamma)", "8")
+    add_model_arguments(cal)
     return p
+
+
+def cmd_calibrate(ns: argparse.Namespace) -> int:
+    """``localspec calibrate``: measure (or show the cached) cost curve of the loaded models."""
+    from .calibration import calibration_contexts, cost_cache_path, describe_costs, format_curve, get_costs
+    from .costmodel import ceiling, expected_tokens
+    from .loader import load_model
+    from .machine import describe
+
+    if ns.repeats < 1 or ns.long_context < 1:
+        raise ConfigError("--repeats and --long-context must be >= 1")
+    settings = settings_from_args(ns, command="calibrate")
+    draft_max = settings.drafting.draft_max
+    out: dict = {}
+    target = load_model(settings.target)
+    try:
+        out["target"] = get_costs(target, draft_max + 1, remeasure=ns.remeasure, repeats=ns.repeats,
+                                  contexts=calibration_contexts(target, draft_max + 1, ns.long_context))
+    finally:
+        target.close()
+    if not ns.no_draft:
+        draft = load_model(settings.draft)
+        try:
+            out["draft"] = get_costs(draft, 2, remeasure=ns.remeasure, repeats=max(ns.repeats, 5),
+                                     contexts=calibration_contexts(draft, 2, ns.long_context))
+        finally:
+            draft.close()
+    if ns.json:
+        print(json.dumps({k: v.to_json() for k, v in out.items()}, indent=1))
+        return 0
+    tc = out["target"]
+    if tc.load > 0.5 * (os.cpu_count() or 1) and time.time() - tc.created < 120:
+        print(f"warning: load average {tc.load:.2f} on {os.cpu_count()} CPUs while measuring; other processes "
+              "distort these numbers (rerun with --remeasure on an idle machine)", file=sys.stderr)
+    src = "measured now" if time.time() - tc.created < 120 else "cached " + time.strftime(
+        "%Y-%m-%d %H:%M", time.localtime(tc.created))
+    print(describe())
+    print(format_curve(tc, f"target {settings.target.model} ({src}, {tc.key.get('n_threads')} threads, "
+                           f"median of {tc.repeats}); cache: {cost_cache_path(tc.key)}"))
+    print(describe_costs(tc))
+    if "draft" in out:
+        dc = out["draft"]
+        c = dc.seconds[0] / tc.seconds[0]
+        print(f"\ndraft {settings.draft.model}: {dc.seconds[0] * 1e3:.2f} ms/token = {c:.2f} of a target pass; "
+              + describe_costs(dc))
+        best = []
+        for g in range(1, draft_max + 1):
+            best.append((expected_tokens([1.0] * g) / (tc.t(g + 1) + g * dc.seconds[0]) * tc.seconds[0], g))
+        bound, g = max(best)
+        verdict = "can pay" if bound > 1.0 else "cannot pay on this machine: auto will not use it"
+        print(f"upper bound with a perfect draft (every token accepted): {bound:.2f}x at g={g} -> draft model {verdict}")
+    for ctx in tc.contexts:
+        x, g = ceiling(tc.curve_at(ctx), draft_max)
+        print(f"calibrated ceiling at {ctx} tokens of context (free drafts, every token accepted): {x:.2f}x at g={g}")
+    return 0
 
 
 def _run_tui(ns: argparse.Namespace) -> int:
@@ -464,10 +394,6 @@ def main(argv: list[str] | None = None) -> int:
             from .bench import cli_bench
 
             return cli_bench(argv[1:])
-        if argv and argv[0] == "calibrate":
-            from .costmodel import cli_calibrate
-
-            return cli_calibrate(argv[1:])
         ns = build_parser().parse_args(argv)
         if ns.command == "generate":
             return cmd_generate(ns)
@@ -475,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_models(ns)
         if ns.command == "serve":
             return cmd_serve(ns)
+        if ns.command == "calibrate":
+            return cmd_calibrate(ns)
         if ns.command is None:
             ns = build_parser().parse_args(["chat", *argv])
         return _run_tui(ns)

@@ -26,10 +26,11 @@ from typing import Iterator, NamedTuple, Sequence
 import numpy as np
 
 from .config import DraftParams, GenerationParams, SamplingParams
-from .drafters import Draft, DraftModelDrafter, PredictionDrafter, PromptLookupDrafter
+from .calibration import EngineCosts, engine_costs
+from .drafters import Draft, DraftModelDrafter, Drafter, PredictionDrafter, PromptLookupDrafter
 from .errors import ConfigError, ContextOverflowError
 from .events import EndReason, GenerationStats, RoundStats, TokenEvent, TokenKind
-from .policy import Choice, DraftPolicy, FixedPolicy
+from .policy import AdaptivePolicy, Choice, DraftPolicy, FixedPolicy
 from .streaming import TextAssembler
 from .tokenizer import check_compatible
 from .verify import verify
@@ -176,10 +177,10 @@ class Generation:
                     break
                 limit = min(gen.max_tokens - generated - 1, room - 1)
                 # 1. draft (a draft model first catches up on tokens its cache lacks: timed apart)
-                eng.show_draft_cache(self.policy, committed, len(committed) - n_prompt)
+                self.policy.see_draft_cache(eng.draft_catchup_tokens(committed), generated)
                 t0 = time.perf_counter()
-                draft, choice = eng.make_draft(self.policy, committed, limit, sampling, drafting, rng, self.prediction)
-                catchup_tokens, catchup_seconds = eng.take_catchup()
+                draft, choice, (catchup_tokens, catchup_seconds) = eng.make_draft(
+                    self.policy, committed, limit, sampling, drafting, rng, self.prediction)
                 t_draft = time.perf_counter() - t0 - catchup_seconds
                 # 2. verify
                 t0 = time.perf_counter()
@@ -233,9 +234,8 @@ class Generation:
                     catchup_seconds=catchup_seconds,
                 )
                 self.policy.observe(rs.drafter, rs.drafted, k, t_draft, t_verify)
-                observe_catchup = getattr(self.policy, "observe_catchup", None)
-                if observe_catchup is not None and catchup_tokens:
-                    observe_catchup(catchup_tokens, catchup_seconds)
+                if catchup_tokens:
+                    self.policy.observe_catchup(catchup_tokens, catchup_seconds)
                 stats.add_round(rs)
                 self.rounds.append(rs)
                 round_idx += 1
@@ -277,12 +277,15 @@ class SpeculativeEngine:
         target: the target :class:`localspec.backend.LlamaModel`.
         draft_model: a draft model with the target's tokenizer, or None (prompt lookup
             and target-only decoding still work).
+        costs: this machine's measured costs for mode ``auto``
+            (:func:`localspec.calibration.cached_engine_costs`), or None: measured on
+            the first generation in mode ``auto`` (:meth:`calibrated_costs`).
 
     Raises:
         TokenizerMismatchError: the draft's tokenizer differs from the target's.
     """
 
-    def __init__(self, target, draft_model=None) -> None:
+    def __init__(self, target, draft_model=None, costs: EngineCosts | None = None) -> None:
         self.target = target
         self.draft_model = draft_model
         self.lookup = PromptLookupDrafter()
@@ -290,7 +293,19 @@ class SpeculativeEngine:
         if draft_model is not None:
             n_shared = check_compatible(target.vocab_info(), draft_model.vocab_info())
             self.drafter = DraftModelDrafter(draft_model, n_propose=min(n_shared, target.n_vocab))
-        self.cost_model = None  # set by localspec.costmodel for mode "auto"
+        self._costs = costs
+
+    @property
+    def cost_model(self) -> EngineCosts | None:
+        """The measured costs mode ``auto`` uses (None until loaded or measured)."""
+        return self._costs
+
+    def calibrated_costs(self, draft_max: int, remeasure: bool = False) -> EngineCosts:
+        """The costs for draft lengths up to ``draft_max``: kept while they cover it, else
+        loaded from this machine's cache or measured once (:func:`localspec.calibration.engine_costs`)."""
+        self._costs = engine_costs(self.target, self.draft_model, draft_max, existing=self._costs,
+                                   remeasure=remeasure)
+        return self._costs
 
     @property
     def n_ctx(self) -> int:
@@ -340,42 +355,40 @@ class SpeculativeEngine:
         if mode == "draft" and self.drafter is None:
             raise ConfigError("mode 'draft' needs a draft model", "load a draft model, or use --mode lookup")
         if mode == "auto":
-            from .costmodel import AdaptivePolicy
-
-            return AdaptivePolicy.for_engine(self, drafting)
+            return AdaptivePolicy(self.calibrated_costs(drafting.draft_max), drafting.draft_max,
+                                  has_draft=self.drafter is not None)
         return FixedPolicy(mode, drafting.draft_max)
 
     def make_draft(self, policy: DraftPolicy, committed: list[int], limit: int, sampling: SamplingParams,
                    drafting: DraftParams, rng: np.random.Generator,
-                   prediction: PredictionDrafter | None = None) -> tuple[Draft, Choice]:
-        """Ask the policy, then the chosen drafter, for this round's draft (at most ``limit`` tokens)."""
+                   prediction: PredictionDrafter | None = None) -> tuple[Draft, Choice, tuple[int, float]]:
+        """Step 1 of a round: ask the policy, then the chosen drafter, for a draft of at most ``limit`` tokens.
+
+        The free drafters the policy names propose first (every round, so it can score
+        them); the one it chooses keeps its proposal, any other drafter drafts now.
+
+        Returns:
+            (the draft, the policy's choice, (tokens, seconds) of the draft model's catch-up).
+        """
         limit = max(limit, 0)
-        extra = {}  # what only a generation with a predicted output tells the policy
-        predicted: Draft | None = None
-        if limit > 0 and prediction is not None:  # free: follows the committed tokens every round
-            predicted = prediction.draft(committed, min(drafting.draft_max, limit), sampling, drafting, rng)
-            see_prediction = getattr(policy, "see_prediction", None)
-            if see_prediction is not None:
-                see_prediction(committed, predicted.tokens, predicted.match_length)
-            extra["prediction_match"] = len(predicted.tokens)
-        lookup_draft: Draft | None = None
-        if limit > 0 and policy.uses_lookup:
-            lookup_draft = self.lookup.draft(committed, min(drafting.draft_max, limit), sampling, drafting, rng)
-            see_lookup = getattr(policy, "see_lookup", None)  # adaptive policy: scores lookup every round
-            if see_lookup is not None:
-                see_lookup(committed, lookup_draft.tokens, lookup_draft.match_length)
-        choice = policy.choose(limit, len(lookup_draft.tokens) if lookup_draft is not None else None,
-                               position=len(committed), **extra)
+        drafters: dict[str, Drafter] = {d.name: d for d in (prediction, self.lookup, self.drafter) if d is not None}
+        proposals: dict[str, Draft] = {}
+        if limit > 0:
+            for name in policy.free_drafters:
+                if name in drafters:
+                    proposals[name] = p = drafters[name].draft(committed, min(drafting.draft_max, limit), sampling,
+                                                               drafting, rng)
+                    policy.see_free(name, committed, p.tokens, p.match_length)
+        choice = policy.choose(limit, {n: len(p.tokens) for n, p in proposals.items()}, position=len(committed))
         g = min(choice.draft_len, limit)
-        draft = _EMPTY_DRAFT
-        if g > 0 and choice.drafter == "prediction" and predicted is not None:
-            draft = Draft(predicted.tokens[:g], None, "prediction", predicted.match_length)
-        elif g > 0 and choice.drafter == "lookup":
-            if lookup_draft is None:
-                lookup_draft = self.lookup.draft(committed, g, sampling, drafting, rng)
-            draft = Draft(lookup_draft.tokens[:g], None, "lookup", lookup_draft.match_length)
-        elif g > 0 and choice.drafter == "draft" and self.drafter is not None:
-            draft = self.drafter.draft(committed, g, sampling, drafting, rng)
+        draft, catchup = _EMPTY_DRAFT, (0, 0.0)
+        drafter = drafters.get(choice.drafter)
+        if g > 0 and choice.drafter in proposals:
+            p = proposals[choice.drafter]
+            draft = Draft(p.tokens[:g], None if p.probs is None else p.probs[:g], p.source, p.match_length)
+        elif g > 0 and drafter is not None:
+            draft = drafter.draft(committed, g, sampling, drafting, rng)
+            catchup = drafter.last_catchup
         # nothing after an end-of-generation token can be committed: never verify past one
         eog_at = next((i for i, t in enumerate(draft.tokens) if self.target.is_eog(t)), None)
         if eog_at is not None and eog_at + 1 < len(draft.tokens):
@@ -383,22 +396,11 @@ class SpeculativeEngine:
             draft = Draft(draft.tokens[: eog_at + 1], probs, draft.source, draft.match_length)
         if len(draft.tokens) < drafting.draft_min:
             draft = _EMPTY_DRAFT
-        return draft, choice
+        return draft, choice, catchup
 
-    def show_draft_cache(self, policy: DraftPolicy, committed: Sequence[int], generated: int) -> None:
-        """Tell a policy that prices catch-up (``see_draft_cache``) how far the draft cache lags."""
-        see = getattr(policy, "see_draft_cache", None)
-        pending = getattr(self.drafter, "pending", None)
-        if see is not None and pending is not None:
-            see(pending(committed), generated)
-
-    def take_catchup(self) -> tuple[int, float]:
-        """(tokens, seconds) of the draft model's catch-up in the latest draft; then forget it."""
-        out = getattr(self.drafter, "last_catchup", None)
-        if out is None:
-            return 0, 0.0
-        self.drafter.last_catchup = (0, 0.0)
-        return out
+    def draft_catchup_tokens(self, committed: Sequence[int]) -> int:
+        """Tokens the draft model would catch up on before drafting after ``committed`` (0 without one)."""
+        return self.drafter.catchup_tokens(committed) if self.drafter is not None else 0
 
     def prefill(self, prompt: Sequence[int], draft: bool = True) -> "Prefill":
         """Put ``prompt[:-1]`` in the target's KV cache and, with ``draft``, in the draft model's.
@@ -418,7 +420,7 @@ class SpeculativeEngine:
             return time.perf_counter() - t0, n
 
         t_target, n_cached = warm(self.target)
-        model = getattr(self.drafter, "model", None)
+        model = self.draft_model
         t_draft = warm(model)[0] if draft and model is not None and len(prompt) > 1 else 0.0
         return Prefill(t_target, t_draft, n_cached)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .backend import LlamaModel
+from .calibration import apply_cached_flash_attn, cached_engine_costs
 from .config import ModelSettings, Settings
 from .engine import SpeculativeEngine
 from .models import ProgressFn, resolve_model
@@ -23,8 +24,6 @@ def load_model(ms: ModelSettings, progress: ProgressFn | None = None) -> LlamaMo
                        n_gpu_layers=ms.n_gpu_layers, flash_attn={"on": True}.get(ms.flash_attn, False))
     model.flash_attn_mode = ms.flash_attn
     if ms.flash_attn == "auto":
-        from .costmodel import apply_cached_flash_attn
-
         apply_cached_flash_attn(model)  # the faster setting, if this machine has measured it
     return model
 
@@ -53,7 +52,10 @@ def load_engine(settings: Settings, progress: ProgressFn | None = None, stage: S
             draft = load_model(settings.draft, progress)
         if stage:
             stage("checking tokenizers")
-        return SpeculativeEngine(target, draft)
+        # mode auto: this machine's measured costs, when cached (else measured on the first generation)
+        costs = cached_engine_costs(target, draft, settings.drafting.draft_max) if settings.drafting.mode == "auto" \
+            else None
+        return SpeculativeEngine(target, draft, costs=costs)
     except BaseException:
         target.close()
         if draft is not None:

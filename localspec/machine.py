@@ -17,6 +17,14 @@ VECTOR_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "
                 "asimd", "asimddp", "asimdhp", "i8mm", "sve", "sve2", "bf16")
 
 
+def load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages (runnable processes), or None where the platform has none."""
+    try:
+        return list(os.getloadavg())
+    except (OSError, AttributeError):  # pragma: no cover - not on every platform
+        return None
+
+
 @functools.lru_cache(maxsize=1)
 def _cpuinfo() -> tuple[str, frozenset[str]]:
     model, flags = "", set()

@@ -35,9 +35,16 @@ class Draft:
 
 
 class Drafter(Protocol):
-    """What the engine asks of a drafter."""
+    """What the engine asks of a drafter.
+
+    A *free* drafter (prompt lookup, a predicted output) costs no model pass: the engine
+    asks it every round for the policy to score; a draft model is asked only when chosen.
+    """
 
     name: str
+    #: (tokens, seconds) of the catch-up (its KV cache brought up to the context) done by the
+    #: latest :meth:`draft` before drafting; always (0, 0.0) for a drafter without a cache
+    last_catchup: tuple[int, float]
 
     def draft(
         self,
@@ -48,6 +55,10 @@ class Drafter(Protocol):
         rng: np.random.Generator,
     ) -> Draft:
         """Propose up to ``max_tokens`` ids continuing ``context``."""
+        ...
+
+    def catchup_tokens(self, context: Sequence[int]) -> int:
+        """Tokens :meth:`draft` would evaluate as catch-up before drafting after ``context`` (0 without a cache)."""
         ...
 
     def rollback(self, committed: Sequence[int]) -> None:

@@ -104,6 +104,7 @@ class PromptLookupDrafter:
     """Drafter that proposes tokens by prompt lookup (point-mass draft: no probabilities)."""
 
     name = "lookup"
+    last_catchup = (0, 0.0)  #: no cache, nothing to catch up
 
     def draft(
         self,
@@ -115,6 +116,9 @@ class PromptLookupDrafter:
     ) -> Draft:
         tokens, _, m = find_match(context, drafting.max_ngram, drafting.min_ngram, max_tokens)
         return Draft(tuple(tokens), None, "lookup", m)
+
+    def catchup_tokens(self, context: Sequence[int]) -> int:
+        return 0
 
     def rollback(self, committed: Sequence[int]) -> None:
         pass

@@ -46,11 +46,19 @@ class DraftModelDrafter:
         """Tokens of ``context`` the draft model's KV cache lacks (context length minus the
         cached common prefix, capped one short of the context as :meth:`sync` keeps it)."""
         cached = self.model.cached_tokens
-        m = min(len(cached), len(context) - 1)
+        m = max(0, min(len(cached), len(context) - 1))
+        if list(cached[:m]) == list(context[:m]):  # the usual case, compared at C speed
+            return len(context) - m
         common = 0
         while common < m and cached[common] == context[common]:
             common += 1
         return len(context) - common
+
+    def catchup_tokens(self, context: Sequence[int]) -> int:
+        """Tokens :meth:`draft` would evaluate as catch-up before drafting after ``context``
+        (:meth:`catch_up`: the missing ones but the newest, when more than the steady gap)."""
+        n = self.pending(context)
+        return n - 1 if n > STEADY_GAP else 0
 
     def catch_up(self, context: Sequence[int]) -> tuple[int, float]:
         """Bring the draft cache up to ``context[:-1]`` when it lacks more than the steady gap.

@@ -37,6 +37,7 @@ class PredictionDrafter:
     """
 
     name = "prediction"
+    last_catchup = (0, 0.0)  #: no cache, nothing to catch up
 
     def __init__(self, prediction: Sequence[int], n_prompt: int) -> None:
         self.prediction = np.asarray(list(prediction), dtype=np.int64)
@@ -111,6 +112,9 @@ class PredictionDrafter:
             return Draft((), None, self.name)
         tokens = self.prediction[self._pos : self._pos + max_tokens].tolist()
         return Draft(tuple(tokens), None, self.name, self._run)
+
+    def catchup_tokens(self, context: Sequence[int]) -> int:
+        return 0
 
     def rollback(self, committed: Sequence[int]) -> None:
         """Nothing to roll back: the place follows the committed tokens on the next call."""

@@ -2,8 +2,9 @@
 
 import pytest
 
+from localspec.calibration import EngineCosts
 from localspec.config import DraftParams, GenerationParams, SamplingParams
-from localspec.costmodel import AdaptivePolicy, EngineCosts
+from localspec.policy import AdaptivePolicy
 
 pytestmark = pytest.mark.pair
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from localspec import costmodel
+from localspec import calibration, cli
 from localspec.backend import LlamaModel
 from localspec.config import DraftParams, GenerationParams, ModelSettings, SamplingParams
 from localspec.engine import SpeculativeEngine
@@ -40,7 +40,7 @@ def test_calibration_measures_both_settings_and_the_choice_is_cached(tiny_path, 
     m = load_model(ms)
     try:
         assert m.flash_attn is False  # not measured on this machine yet: off, as llama-cpp-python's Llama
-        costs = costmodel.get_costs(m, 5, repeats=1, contexts=(64, 256))
+        costs = calibration.get_costs(m, 5, repeats=1, contexts=(64, 256))
         assert set(costs.flash_attn_scores) == {"on", "off"}
         chosen = min(costs.flash_attn_scores, key=costs.flash_attn_scores.get) == "on"
         assert costs.flash_attn is chosen and m.flash_attn is chosen
@@ -57,12 +57,12 @@ def test_calibration_measures_both_settings_and_the_choice_is_cached(tiny_path, 
     m2 = load_model(ms)  # a fresh load applies the cached choice without measuring
     try:
         assert m2.flash_attn is chosen
-        assert costmodel.get_costs(m2, 5).created == costs.created
+        assert calibration.get_costs(m2, 5).created == costs.created
     finally:
         m2.close()
     forced = load_model(ms.model_copy(update={"flash_attn": "on"}))
     try:
-        assert forced.flash_attn is True and costmodel.load_costs(forced, 5) is None  # its own cache entry
+        assert forced.flash_attn is True and calibration.load_costs(forced, 5) is None  # its own cache entry
     finally:
         forced.close()
 
@@ -93,11 +93,11 @@ def test_calibrate_command_prints_both_contexts_and_the_ceiling(tmp_path, monkey
     monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
     args = ["--target", "smollm2-135m", "--draft", "smollm2-135m", "--draft-max", "3", "--repeats", "1",
             "--n-ctx", "256", "--long-context", "192", "--flash-attn", "off"]
-    assert costmodel.cli_calibrate(args) == 0
+    assert cli.main(["calibrate", *args]) == 0
     out = capsys.readouterr().out
     assert out.startswith("CPU ")
     assert "ms @64" in out and "ms @192" in out
     assert "flash attention off (as asked)" in out and "prefill (catch-up)" in out
     assert "calibrated ceiling at 64 tokens of context" in out and "calibrated ceiling at 192 tokens" in out
-    with pytest.raises(costmodel.ConfigError):
-        costmodel.cli_calibrate(args[:-6] + ["--long-context", "0"])
+    assert cli.main(["calibrate", *args[:-6], "--long-context", "0"]) != 0
+    assert "error: --repeats and --long-context must be >= 1" in capsys.readouterr().err

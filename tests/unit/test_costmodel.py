@@ -6,28 +6,30 @@ import json
 
 import pytest
 
-from localspec.costmodel import (
-    AdaptivePolicy,
+from localspec.calibration import (
     EngineCosts,
+    ModelCosts,
+    cost_cache_path,
+    default_curve,
+    load_costs,
+    measure_decode_costs,
+    save_costs,
+)
+from localspec.costmodel import (
     EWAcceptance,
     MatchAcceptance,
-    ModelCosts,
     acceptance_by_position,
     best_draft_length,
     ceiling,
-    cost_cache_path,
-    default_curve,
     expected_tokens,
     expected_tokens_constant,
-    load_costs,
-    measure_decode_costs,
     predicted_speedup,
     round_rate,
-    save_costs,
     succession_prior,
     textbook_speedup,
     verify_cost,
 )
+from localspec.policy import AdaptivePolicy
 
 # models.md: Qwen2.5-Coder-1.5B on 2 cores, 33 ms per token, ratios b=1..5
 T1 = 0.033
@@ -131,7 +133,7 @@ def test_policy_never_drafts_when_draft_cannot_pay():
     curve = CPU_CURVE + [T1 * 3.8, T1 * 4.4, T1 * 5.2, T1 * 5.95]
     pol = AdaptivePolicy(_costs(curve, draft_token=0.024), 8, has_draft=True, prior_draft=1.0)
     assert not pol.draft_can_pay(8)
-    ch = pol.choose(8, None)
+    ch = pol.choose(8, {})
     assert ch.drafter == "none" and ch.draft_len == 0
     assert ch.reason.startswith("no speculation: best g=0")
     assert "draft cannot pay" in ch.reason
@@ -139,13 +141,13 @@ def test_policy_never_drafts_when_draft_cannot_pay():
 
 def test_policy_drafts_with_cheap_draft_on_flat_curve():
     pol = AdaptivePolicy(_costs(FLAT_CURVE, draft_token=T1 * 0.05), 8, has_draft=True, prior_draft=0.8)
-    ch = pol.choose(8, None)
+    ch = pol.choose(8, {})
     assert ch.drafter == "draft" and ch.draft_len > 2
     assert ch.reason.startswith(f"g={ch.draft_len} draft: est ")
     # a run of rejections at position 0 drives the draft length to 0
     for _ in range(20):
         pol.observe("draft", ch.draft_len, 0, 0.01, T1)
-    assert pol.choose(8, None).drafter == "none"
+    assert pol.choose(8, {}).drafter == "none"
 
 
 def test_policy_counts_draft_catchup_as_drafting_cost():
@@ -155,22 +157,22 @@ def test_policy_counts_draft_catchup_as_drafting_cost():
     costs = _costs(FLAT_CURVE, draft_token=T1 * 0.05)
     costs.draft_prefill_token_seconds = 0.003
     pol = AdaptivePolicy(costs, 8, has_draft=True, prior_draft=0.8)
-    pol.see_draft_cache(pending=1, generated=10)  # steady state: nothing to catch up
+    pol.see_draft_cache(catchup_tokens=0, generated=10)  # steady state: nothing to catch up
     assert pol.catchup_seconds() == (0, 0.0)
-    assert pol.choose(400, None).drafter == "draft"
-    pol.see_draft_cache(pending=1001, generated=10)  # cold draft cache, 10 tokens into the answer
+    assert pol.choose(400, {}).drafter == "draft"
+    pol.see_draft_cache(catchup_tokens=1000, generated=10)  # cold draft cache, 10 tokens into the answer
     assert pol.catchup_seconds() == (1000, pytest.approx(3.0))
-    ch = pol.choose(400, None)
+    ch = pol.choose(400, {})
     assert ch.drafter == "none" and ch.draft_len == 0
     assert "incl. catch-up of 1000 tok" in ch.reason
     # over the 64-token horizon: 64 tokens at the draft rate plus 3 s, against 64 target passes
     g, r, r0 = best_draft_length(pol.draft_est.values, FLAT_CURVE, T1 * 0.05, 8)
     assert 64 / (64 / r + 3.0) < r0
     # the same catch-up amortises over a long answer (2,000 tokens so far, 2,000 left)
-    pol.see_draft_cache(pending=1001, generated=2000)
-    assert pol.choose(2000, None).drafter == "draft"
+    pol.see_draft_cache(catchup_tokens=1000, generated=2000)
+    assert pol.choose(2000, {}).drafter == "draft"
     # ... but not when only 30 tokens are left to generate
-    assert pol.choose(30, None).drafter == "none"
+    assert pol.choose(30, {}).drafter == "none"
 
 
 def test_catchup_cost_estimate_follows_observed_catchups():
@@ -186,32 +188,32 @@ def test_catchup_cost_estimate_follows_observed_catchups():
 def test_policy_lookup_choice_follows_shadow_scoring():
     pol = AdaptivePolicy(_costs(CPU_CURVE), 4, has_draft=False)
     # prior 0.5: lookup does not pay on the CPU curve
-    assert pol.choose(4, 4).drafter == "none"
+    assert pol.choose(4, {"lookup": 4}).drafter == "none"
     # no proposal -> no lookup, whatever the estimates
     committed = list(range(100))
     for step in range(12):
         # the lookup proposal made last round always equals what the target then committed
         proposal = [1000 + step * 10 + i for i in range(4)]
-        pol.see_lookup(committed, proposal)
+        pol.see_free("lookup", committed, proposal)
         committed.extend(proposal[:2])  # two tokens committed per round: positions 0,1 scored
-    ch = pol.choose(4, 4)
+    ch = pol.choose(4, {"lookup": 4})
     assert ch.drafter == "lookup" and ch.draft_len >= 1
     assert "lookup" in ch.reason and "tok/pass" in ch.reason
-    assert pol.choose(4, 0).drafter == "none"
-    assert pol.choose(4, None).drafter == "none"
+    assert pol.choose(4, {"lookup": 0}).drafter == "none"
+    assert pol.choose(4, {}).drafter == "none"
     # then the proposals stop matching: lookup is switched off again
     for step in range(12):
-        pol.see_lookup(committed, [7, 7, 7, 7])
+        pol.see_free("lookup", committed, [7, 7, 7, 7])
         committed.extend([8, 8])
-    assert pol.choose(4, 4).drafter == "none"
+    assert pol.choose(4, {"lookup": 4}).drafter == "none"
 
 
 def test_policy_lookup_limited_by_match_and_limit():
     pol = AdaptivePolicy(_costs(CPU_CURVE), 4, has_draft=False, prior_lookup=0.99)
-    assert pol.choose(4, 4).draft_len == 3
-    assert pol.choose(4, 1).draft_len == 1
-    assert pol.choose(2, 4).draft_len == 2
-    assert pol.choose(0, 4).drafter == "none"
+    assert pol.choose(4, {"lookup": 4}).draft_len == 3
+    assert pol.choose(4, {"lookup": 1}).draft_len == 1
+    assert pol.choose(2, {"lookup": 4}).draft_len == 2
+    assert pol.choose(0, {"lookup": 4}).drafter == "none"
 
 
 def test_policy_refines_verify_costs_from_observations():
@@ -280,16 +282,16 @@ def test_see_lookup_scores_deep_positions_without_speculating():
     # no match length reported: bucket 0, which starts from prior_lookup
     pol = AdaptivePolicy(_costs(CPU_CURVE), 4, has_draft=False, weight=0.5)
     committed = [1, 2, 3]
-    pol.see_lookup(committed, [10, 11, 12, 13])
+    pol.see_free("lookup", committed, [10, 11, 12, 13])
     for tok, prop in ((10, [99]), (11, [98]), (12, [97])):
         committed.append(tok)
-        pol.see_lookup(committed, prop)  # still pending: new proposals inside it are skipped
+        pol.see_free("lookup", committed, prop)  # still pending: new proposals inside it are skipped
         assert pol.lookup_est.bucket(0).counts == [0, 0, 0, 0]
     committed.append(13)
-    pol.see_lookup(committed, [20, 21])  # all four matched -> scored; [20, 21] now pending
+    pol.see_free("lookup", committed, [20, 21])  # all four matched -> scored; [20, 21] now pending
     assert pol.lookup_est.values(0) == pytest.approx([0.75] * 4)
     committed.extend([20, 5])
-    pol.see_lookup(committed, [])  # mismatch at position 1
+    pol.see_free("lookup", committed, [])  # mismatch at position 1
     assert pol.lookup_est.values(0) == pytest.approx([0.875, 0.375, 0.75, 0.75])
     assert pol.lookup_est.bucket(0).counts == [2, 2, 1, 1]
 
@@ -323,7 +325,7 @@ def _feed_history(pol, a, rounds, match_length, g=8):
     for _ in range(rounds):
         proposal = list(range(nxt, nxt + g))
         nxt += g + 1
-        pol.see_lookup(committed, proposal, match_length)
+        pol.see_free("lookup", committed, proposal, match_length)
         k = 0
         while k < g:
             acc[k] += a
@@ -333,7 +335,7 @@ def _feed_history(pol, a, rounds, match_length, g=8):
             k += 1
         committed.extend(proposal[:k] + ([nxt - 1] if k < g else []))  # a mismatch after k accepted
     # scores the last proposal and makes this round's, as the engine does before asking the policy
-    pol.see_lookup(committed, list(range(nxt, nxt + g)), match_length)
+    pol.see_free("lookup", committed, list(range(nxt, nxt + g)), match_length)
     return committed
 
 
@@ -358,7 +360,7 @@ def test_policy_picks_the_closed_form_best_length(ratios, a, expected_g):
     est = pol.lookup_est.values(5)
     tried = [v for v, n in zip(est, pol.lookup_est.bucket(5).counts) if n > 150]
     assert tried and all(abs(v - a) < 0.03 for v in tried)
-    ch = pol.choose(8, 8, position=500)
+    ch = pol.choose(8, {"lookup": 8}, position=500)
     assert ch.draft_len == best_g
     assert ch.drafter == ("lookup" if best_g else "none")
 
@@ -370,8 +372,8 @@ def test_policy_follows_the_curve_at_the_current_position():
     costs = EngineCosts(verify=list(short), draft_token=None, target=mc, draft=None)
     pol = AdaptivePolicy(costs, 8, has_draft=False, weight=0.02)
     _feed_history(pol, 1.0, 100, match_length=40)
-    assert pol.choose(8, 8, position=64).draft_len == 8
-    assert pol.choose(8, 8, position=2048).draft_len == 6
+    assert pol.choose(8, {"lookup": 8}, position=64).draft_len == 8
+    assert pol.choose(8, {"lookup": 8}, position=2048).draft_len == 6
     assert costs.verify == pytest.approx(long_)
     mid = pol.costs
     mid.set_position(64 + (2048 - 64) // 2)
@@ -406,15 +408,15 @@ def test_start_of_copy_trusts_a_long_match():
     curve = _curve(NO_AVX512_RATIOS)
     pol = AdaptivePolicy(_costs(curve), 8, has_draft=False)
     # no history at all: a proposal whose source agrees over 40 tokens is drafted at once
-    pol.see_lookup([1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11], 40)
-    ch = pol.choose(8, 8)
+    pol.see_free("lookup", [1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11], 40)
+    ch = pol.choose(8, {"lookup": 8})
     prior = succession_prior(32, 8)
     g_cf = best_draft_length(prior, curve, 0.0, 8)[0]
     assert ch.drafter == "lookup" and ch.draft_len == g_cf == 6
     # a single matching token is no evidence: no speculation on the AVX-512-like curve
     pol2 = AdaptivePolicy(_costs(_curve(AVX512_RATIOS)), 8, has_draft=False)
-    pol2.see_lookup([1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11], 1)
-    assert pol2.choose(8, 8).drafter == "none"
+    pol2.see_free("lookup", [1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11], 1)
+    assert pol2.choose(8, {"lookup": 8}).drafter == "none"
 
 
 def test_match_length_buckets_learn_separately():
@@ -461,14 +463,14 @@ class _FlashFakeModel(_FakeModel):
 
 
 def test_calibration_measures_two_contexts_and_keeps_the_faster_flash_attn(tmp_path, monkeypatch):
-    from localspec import costmodel
+    from localspec import calibration
 
     monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
-    monkeypatch.setattr(costmodel.time, "perf_counter", lambda: _FlashFakeModel.clock[0])
+    monkeypatch.setattr(calibration.time, "perf_counter", lambda: _FlashFakeModel.clock[0])
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF" + b"\0" * 2000)
     m = _FlashFakeModel(f)
-    costs = costmodel.get_costs(m, 5, repeats=1)
+    costs = calibration.get_costs(m, 5, repeats=1)
     assert costs.contexts == [64, 1024]
     assert m.flash_attn is True and costs.flash_attn is True
     assert costs.flash_attn_scores["on"] == 1.0 < costs.flash_attn_scores["off"]
@@ -478,9 +480,9 @@ def test_calibration_measures_two_contexts_and_keeps_the_faster_flash_attn(tmp_p
     assert costs.key["flash_attn"] == "auto"
     # a new model object of the same file and settings: the cached choice is applied without measuring
     m2 = _FlashFakeModel(f)
-    assert costmodel.apply_cached_flash_attn(m2) is True and m2.flash_attn is True
+    assert calibration.apply_cached_flash_attn(m2) is True and m2.flash_attn is True
     m2.flash_attn_mode = "off"  # asked explicitly: another cache entry, measured as asked
-    assert costmodel.load_costs(m2, 5) is None
+    assert calibration.load_costs(m2, 5) is None
 
 
 def test_find_match_reports_how_long_the_context_agrees():
@@ -494,7 +496,7 @@ def test_find_match_reports_how_long_the_context_agrees():
 
 
 def test_flash_attn_scores_weigh_decode_and_verification_alike():
-    from localspec.costmodel import flash_attn_scores
+    from localspec.calibration import flash_attn_scores
 
     def mc(*curves):
         return ModelCosts(seconds=list(curves[0]), contexts=[64, 1024][: len(curves)], curves=[list(c) for c in curves])

@@ -9,7 +9,7 @@ from localspec.drafters import Draft
 from localspec.engine import SpeculativeEngine
 from localspec.errors import ConfigError, ContextOverflowError
 from localspec.events import EndReason, RoundStats, TokenEvent, TokenKind
-from localspec.policy import Choice
+from localspec.policy import Choice, FixedPolicy
 
 PROMPT = [3, 5, 7, 3, 5]
 
@@ -38,6 +38,10 @@ class PlantingDrafter:
     """Proposes the right tokens but plants a wrong one every ``every`` positions."""
 
     name = "draft"
+    last_catchup = (0, 0.0)
+
+    def catchup_tokens(self, context):
+        return 0
 
     def __init__(self, every=3):
         self.every = every
@@ -204,17 +208,14 @@ def test_rounds_never_accept_more_than_drafted():
 
 
 def test_chosen_draft_length_reported():
-    class Half:
-        uses_lookup = False
+    class Half(FixedPolicy):
+        free_drafters = ()
 
-        def choose(self, limit, lookup_len=None, position=None):
+        def choose(self, limit, proposals, position=None):
             return Choice("draft", min(2, limit), "test policy")
 
-        def observe(self, *a):
-            pass
-
     eng = SpeculativeEngine(FakeModel(), FakeModel())
-    gen = eng.generate(PROMPT, drafting=DraftParams(mode="draft"), policy=Half(),
+    gen = eng.generate(PROMPT, drafting=DraftParams(mode="draft"), policy=Half("draft", 4),
                        generation=GenerationParams(max_tokens=10))
     rounds = [e for e in gen if isinstance(e, RoundStats)]
     assert all(r.draft_len_chosen <= 2 and r.reason == "test policy" for r in rounds)
@@ -290,21 +291,20 @@ def test_stats_are_counted_live_by_the_one_accumulator():
 def test_policy_is_asked_at_the_current_position_with_the_lookup_match_length():
     """The policy predicts costs where the round runs (tokens committed) and sees each lookup proposal's match length."""
 
-    class Recorder:
-        uses_lookup = True
+    class Recorder(FixedPolicy):
+        free_drafters = ("lookup",)
 
         def __init__(self):
+            super().__init__("lookup", 2)
             self.positions, self.matches = [], []
 
-        def see_lookup(self, committed, proposal, match_length=0):
+        def see_free(self, name, committed, proposal, match_length=0):
+            assert name == "lookup"
             self.matches.append((len(committed), tuple(proposal), match_length))
 
-        def choose(self, limit, lookup_len=None, position=None):
+        def choose(self, limit, proposals, position=None):
             self.positions.append(position)
             return Choice("lookup", min(2, limit), "test policy")
-
-        def observe(self, *a):
-            pass
 
     eng = SpeculativeEngine(FakeModel(), None)
     pol = Recorder()
@@ -322,3 +322,20 @@ def test_policy_is_asked_at_the_current_position_with_the_lookup_match_length():
     for n, proposal, m in pol.matches:
         cand, _, m_ref = find_match(seq[:n], 3, 1, len(proposal))
         assert (list(proposal), m) == (cand, m_ref)
+
+
+def test_draft_model_drafter_reports_the_catchup_it_will_do():
+    """The policy prices exactly the catch-up draft() then does (more than the steady gap: all but the newest)."""
+    from localspec.drafters import DraftModelDrafter
+
+    model = FakeModel()
+    d = DraftModelDrafter(model)
+    context = list(range(1, 40))
+    assert d.catchup_tokens(context) == len(context) - 1  # cold cache
+    model.sync(context)
+    model.decode(context[:-1], logits_for=())
+    assert d.catchup_tokens(context) == 0  # steady state: only the newest one is missing
+    assert d.catchup_tokens(context + [5]) == 0  # two missing: still the steady gap
+    assert d.catchup_tokens(context + [5, 6, 7]) == 3
+    d.draft(context + [5, 6, 7], 2, SamplingParams(), DraftParams(), np.random.default_rng(0))
+    assert d.last_catchup[0] == 3

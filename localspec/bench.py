@@ -389,7 +389,7 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
             prompt_tokens[task.name] = len(tokens)
             log(f"task {task.name}: prompt {len(tokens)} tokens")
             # warm-up: every cache holds the prompt before timing (ours, the draft model's, each peer's)
-            ours(tokens, Mode("draft", "draft", 1) if engine.drafter else Mode("target", "target"), 4)
+            ours(tokens, Mode("draft", "draft", 1) if engine.has_draft_model else Mode("target", "target"), 4)
             for m in modes:
                 if not m.ours:
                     run_llama_cpp_peer(target_path, tokens, 1, n_ctx=n_ctx, n_threads=n_threads,
@@ -814,7 +814,7 @@ def cli_bench(argv: list[str]) -> int:
     engine = load_engine(settings, stage=lambda s: print(s, file=sys.stderr))
     try:
         modes = build_modes(args.lookup_lengths, args.peer_lookup, args.draft_lengths, peers=not args.no_peers,
-                            draft=engine.drafter is not None)
+                            draft=engine.has_draft_model)
         t0 = time.perf_counter()
         result = run_bench(engine, tasks, modes, repeats=args.repeats, max_tokens=args.max_tokens,
                            target_path=resolve_model(settings.target.model), n_ctx=settings.target.n_ctx,

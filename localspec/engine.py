@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Iterator, NamedTuple, Sequence
+from typing import Iterator, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
@@ -270,6 +270,44 @@ class Generation:
             stats.elapsed_seconds = time.perf_counter() - t_start
 
 
+class Engine(Protocol):
+    """The engine's public surface: all that a front-end (the CLI, the TUI, the server, the
+    benchmarks) may use. :class:`SpeculativeEngine` implements it, and so do the test fakes
+    (``tests/tui/tui_fakes.py``); nothing outside the engine reaches for its models.
+    """
+
+    @property
+    def n_ctx(self) -> int:
+        """The context window, tokens (prompt and output together)."""
+        ...
+
+    @property
+    def has_draft_model(self) -> bool:
+        """Whether a draft model is loaded (mode ``draft`` needs one)."""
+        ...
+
+    @property
+    def cost_model(self) -> EngineCosts | None:
+        """The measured costs mode ``auto`` uses, None until loaded or measured."""
+        ...
+
+    def tokenize(self, text: str, *, special: bool = True) -> list[int]: ...
+
+    def chat_tokens(self, messages: Sequence[dict]) -> list[int]: ...
+
+    def token_text(self, token_id: int) -> str: ...
+
+    def calibrated_costs(self, draft_max: int, remeasure: bool = False) -> EngineCosts: ...
+
+    def prefill(self, prompt: Sequence[int], draft: bool = True) -> Prefill: ...
+
+    def generate(self, prompt: Sequence[int], sampling: SamplingParams | None = None,
+                 drafting: DraftParams | None = None, generation: GenerationParams | None = None,
+                 policy: DraftPolicy | None = None, prediction: Sequence[int] | None = None) -> Generation: ...
+
+    def close(self) -> None: ...
+
+
 class SpeculativeEngine:
     """A target model, optionally a draft model, and the drafters built on them.
 
@@ -334,6 +372,13 @@ class SpeculativeEngine:
         The draft model receives these identical ids.
         """
         return self.target.tokenize(self.target.render_chat(messages))
+
+    def token_text(self, token_id: int) -> str:
+        """One token's text (a special token such as ``<|im_end|>`` as its text); invalid UTF-8 replaced.
+
+        For showing single tokens (the round inspector); generated text comes in the events.
+        """
+        return self.target.token_bytes(int(token_id), special=True).decode("utf-8", errors="replace")
 
     def check_prompt(self, prompt: Sequence[int]) -> None:
         """Raise ConfigError for an empty prompt, ContextOverflowError when it does not fit."""

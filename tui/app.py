@@ -7,7 +7,6 @@ workers post Messages and never touch widgets.
 
 from __future__ import annotations
 
-import importlib
 import threading
 import time
 from typing import Callable, Iterable
@@ -30,15 +29,6 @@ from .screens import ChatScreen, EditScreen, RaceScreen
 #: engine_factory(settings, progress, stage) -> engine (default: localspec.loader.load_engine)
 EngineFactory = Callable[..., object]
 MODE_CYCLE = ("draft", "lookup", "none", "auto")
-
-
-def costmodel_available() -> bool:
-    """Mode ``auto`` needs localspec.costmodel (the adaptive policy)."""
-    try:
-        importlib.import_module("localspec.costmodel")
-        return True
-    except Exception:
-        return False
 
 
 def _default_factory(settings: Settings, progress=None, stage=None):
@@ -93,8 +83,6 @@ class LocalspecApp(App):
 
         for problem in take_reports():  # e.g. a corrupt settings file set aside by the CLI
             self.notify(problem, title="settings", severity="warning", timeout=10)
-        if self.settings.drafting.mode == "auto" and not costmodel_available():
-            self.settings = self._auto_fallback(self.settings)
         if self.start_race_mode:
             self.switch_mode("race")
         elif self.pending_edit_file:
@@ -102,11 +90,6 @@ class LocalspecApp(App):
         else:
             self.switch_mode("chat")
         self.load()
-
-    def _auto_fallback(self, s: Settings) -> Settings:
-        self.notify("mode auto is not available yet (localspec.costmodel is missing); using the draft model",
-                    severity="warning", timeout=6)
-        return s.model_copy(update={"drafting": s.drafting.model_copy(update={"mode": "draft"})})
 
     def notify_error(self, message: str, hint: str = "") -> None:
         self.notify(message + (f"\nhint: {hint}" if hint else ""), title="error", severity="error", timeout=12)
@@ -191,7 +174,7 @@ class LocalspecApp(App):
             except Exception as e:  # never crash the UI on a load failure
                 self.post_message(LoadFailed(f"{type(e).__name__}: {e}", "this looks like a bug in localspec"))
                 return
-        draft = settings.draft.model if getattr(engine, "drafter", None) is not None else "no draft model"
+        draft = settings.draft.model if engine.has_draft_model else "no draft model"
         self.post_message(EngineReady(engine, f"{settings.target.model} + {draft}"))
 
     def on_load_progress(self, msg: LoadProgress) -> None:
@@ -228,8 +211,6 @@ class LocalspecApp(App):
     def action_cycle_mode(self) -> None:
         cur = self.settings.drafting.mode
         nxt = MODE_CYCLE[(MODE_CYCLE.index(cur) + 1) % len(MODE_CYCLE)]
-        if nxt == "auto" and not costmodel_available():
-            nxt = MODE_CYCLE[0]
         self.apply_settings(self.settings.model_copy(
             update={"drafting": self.settings.drafting.model_copy(update={"mode": nxt})}))
         self.notify(f"mode: {self.mode_label()}", timeout=2)
@@ -237,8 +218,6 @@ class LocalspecApp(App):
     def apply_settings(self, new: Settings | None) -> None:
         if new is None or new == self.settings:
             return
-        if new.drafting.mode == "auto" and not costmodel_available():
-            new = self._auto_fallback(new)
         old = self.settings
         self.settings = new
         if self.remember:
@@ -255,7 +234,7 @@ class LocalspecApp(App):
             screen._titles()
         models_changed = new.target != old.target or new.draft != old.draft
         needs_draft = (new.drafting.mode in ("draft", "auto") and self.engine is not None
-                       and getattr(self.engine, "drafter", None) is None)
+                       and not self.engine.has_draft_model)
         if models_changed or needs_draft or self.engine_state == "failed":
             if self.busy:
                 self._reload_pending = True
@@ -263,13 +242,8 @@ class LocalspecApp(App):
             else:
                 self.load()
 
-    def effective_drafting(self, drafting: DraftParams) -> DraftParams:
-        if drafting.mode == "auto" and not costmodel_available():
-            return drafting.model_copy(update={"mode": "draft"})
-        return drafting
-
     def race_drafting(self) -> DraftParams:
-        d = self.effective_drafting(self.settings.drafting)
+        d = self.settings.drafting
         return d if d.mode != "none" else d.model_copy(update={"mode": "draft"})
 
     # -- generation ---------------------------------------------------------------------------
@@ -355,7 +329,7 @@ class LocalspecApp(App):
             with self.engine_lock:
                 try:
                     spec_engine = self.engine
-                    if drafting.mode == "draft" and getattr(spec_engine, "drafter", None) is None:
+                    if drafting.mode == "draft" and not spec_engine.has_draft_model:
                         drafting = drafting.model_copy(update={"mode": "lookup"})
                     if self.target_engine is None:
                         # the engine holds one KV cache per model, so two generations cannot

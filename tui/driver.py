@@ -19,28 +19,6 @@ PostFn = Callable[[list, list, LiveStats], None]
 Clock = Callable[[], float]
 
 
-def token_text_fn(engine) -> Callable[[int], str]:
-    """id -> text for the inspector; call only from the thread that owns the engine.
-
-    The engine has no public per-token text method, so this uses ``engine.token_text``
-    when a (fake) engine has one, else the target model's ``token_bytes``.
-    """
-    f = getattr(engine, "token_text", None)
-    if f is not None:
-        return f
-    target = getattr(engine, "target", None)
-    if target is not None and hasattr(target, "token_bytes"):
-        def text(t: int) -> str:
-            try:  # special tokens (<|im_end|>) as their text, not as nothing
-                raw = target.token_bytes(int(t), special=True)
-            except TypeError:
-                raw = target.token_bytes(int(t))
-            return raw.decode("utf-8", errors="replace")
-
-        return text
-    return lambda t: f"#{t}"
-
-
 def drive(gen, engine, post: PostFn, clock: Clock = time.perf_counter, batch_seconds: float = 0.1
           ) -> tuple[LiveStats, list[RoundView]]:
     """Consume ``gen``, posting batches of tokens at most every ``batch_seconds``.
@@ -49,7 +27,7 @@ def drive(gen, engine, post: PostFn, clock: Clock = time.perf_counter, batch_sec
     (``gen.stats``, up to date after every round) plus the latest round's choice: the
     TUI counts nothing itself. Returns the final statistics and every round.
     """
-    text_of = token_text_fn(engine)
+    text_of = engine.token_text
     stats = LiveStats()
     all_rounds: list[RoundView] = []
     pieces: list[tuple[str, str, int]] = []
@@ -77,8 +55,8 @@ def drive(gen, engine, post: PostFn, clock: Clock = time.perf_counter, batch_sec
 def warm_up(engine, prompt) -> float:
     """Race mode, before timing: put ``prompt`` in the engine's KV caches (target and draft
     model) with ``engine.prefill``, untimed in the race; returns the seconds it took."""
-    prefill = getattr(engine, "prefill", None)
-    return float(sum(prefill(prompt))) if prefill is not None else 0.0
+    done = engine.prefill(prompt)
+    return float(done.target_seconds + done.draft_seconds)
 
 
 class RaceSide:
@@ -93,7 +71,7 @@ class RaceSide:
     def __init__(self, name: str, gen, engine, warmup_seconds: float = 0.0) -> None:
         self.name = name
         self.gen = gen
-        self.text_of = token_text_fn(engine)
+        self.text_of = engine.token_text
         self.stats = LiveStats(warmup_seconds=warmup_seconds)
         self.seconds = 0.0  #: wall time of this side's own rounds
         self.ttft: float | None = None

@@ -257,7 +257,7 @@ class ChatScreen(GenerationScreen):
         self.query_one(StatsPanel).show(LiveStats(), mode=self.mode_label())
         chat = [{"role": m["role"], "content": m["content"]} for m in self.messages]
         settings = app.settings
-        drafting = app.effective_drafting(settings.drafting)
+        drafting = settings.drafting
         engine = app.engine
 
         def make_gen():
@@ -576,7 +576,7 @@ class EditScreen(GenerationScreen):
         name = self.path.name if self.path else "file"
         result = self.result = apply_answer(
             self.original, self._answer_text, name=name, end_reason=msg.stats.end_reason,
-            tokens=len(self._answer_ids) or msg.stats.tokens, n_ctx=getattr(self.app.engine, "n_ctx", None))
+            tokens=len(self._answer_ids) or msg.stats.tokens, n_ctx=self.app.engine.n_ctx)
         self.query_one(DiffView).set_diff(result.diff)
         self.query_one("#edit-switcher", ContentSwitcher).current = "edit-diff-scroll"
         added, removed = diff_counts(result.diff)

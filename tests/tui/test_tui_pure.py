@@ -139,3 +139,21 @@ def test_wrap_rows_appending_equals_wrapping_everything():
             assert _cells(row.rstrip(" \t")) <= width or len(row.rstrip(" \t")) == 1
         # rows cover the text: joined with the newlines and soft breaks they came from
         assert "".join(text[a:b] for a, b in rows).replace("\n", "") == text.replace("\n", "")
+
+
+def test_the_fake_engine_implements_the_engines_public_surface():
+    """The TUI is tested against a fake: it must offer exactly what the real engine promises."""
+    import inspect
+
+    from localspec.engine import Engine, SpeculativeEngine
+
+    members = [n for n in vars(Engine) if not n.startswith("_")]
+    assert {"n_ctx", "has_draft_model", "token_text", "chat_tokens", "generate", "prefill"} <= set(members)
+    fake = FakeEngine()
+    for name in members:
+        assert hasattr(fake, name), name
+        assert hasattr(SpeculativeEngine, name), name
+        real = getattr(SpeculativeEngine, name)
+        if callable(real) and not isinstance(real, property):
+            want = list(inspect.signature(real).parameters)[1:]
+            assert list(inspect.signature(getattr(fake, name)).parameters) == want, name

@@ -11,7 +11,9 @@ import re
 import threading
 import time
 
+from localspec.calibration import EngineCosts, ModelCosts
 from localspec.config import DraftParams, GenerationParams, SamplingParams
+from localspec.engine import Prefill
 from localspec.events import EndReason, GenerationStats, RoundStats, TokenEvent, TokenKind
 
 REPLY = ("Here is a function that reverses a string:\n\n```python\ndef reverse(s: str) -> str:\n"
@@ -125,7 +127,7 @@ class FakeGeneration:
 
 
 class FakeEngine:
-    """chat_tokens, tokenize, token_text, generate, close; records what it was asked."""
+    """The engine's public surface (:class:`localspec.engine.Engine`), scripted; records what it was asked."""
 
     def __init__(self, clock: FakeClock | None = None, reply: str = REPLY, *, has_draft: bool = True,
                  round_delay: float = 0.0, prefill_seconds: float = 0.05, verify_seconds: float = 0.05,
@@ -134,7 +136,8 @@ class FakeEngine:
         self.clock = clock or FakeClock()
         self.reply = reply
         self.replies = replies or {}
-        self.drafter = object() if has_draft else None
+        self.has_draft_model = has_draft
+        self.cost_model = None
         self.round_delay = round_delay
         self.prefill_seconds = prefill_seconds
         self.verify_seconds = verify_seconds
@@ -154,10 +157,10 @@ class FakeEngine:
             self.texts.append(text)
         return self.vocab[text]
 
-    def token_text(self, tid: int) -> str:
-        return self.texts[tid]
+    def token_text(self, token_id: int) -> str:
+        return self.texts[token_id]
 
-    def tokenize(self, text: str) -> list[int]:
+    def tokenize(self, text: str, *, special: bool = True) -> list[int]:
         return [self.token_id(w) for w in split_tokens(text)]
 
     def chat_tokens(self, messages) -> list[int]:
@@ -172,15 +175,21 @@ class FakeEngine:
                 return reply
         return self.reply
 
-    def prefill(self, prompt, draft: bool = True) -> tuple[float, float]:
+    def prefill(self, prompt, draft: bool = True) -> Prefill:
         """Like the engine's: costs ``prefill_seconds`` on the clock unless the prompt is cached."""
         if list(prompt) == self.cached_prompt:
-            return 0.0, 0.0
+            return Prefill(0.0, 0.0, len(prompt) - 1)
         self.cached_prompt = list(prompt)
         self.clock.advance(self.prefill_seconds)
-        return self.prefill_seconds, 0.0
+        return Prefill(self.prefill_seconds, 0.0, 0)
 
-    def generate(self, prompt, sampling=None, drafting=None, generation=None, policy=None):
+    def calibrated_costs(self, draft_max: int, remeasure: bool = False) -> EngineCosts:
+        """A flat cost curve: every verification pass costs ``verify_seconds``."""
+        curve = [self.verify_seconds] * (draft_max + 1)
+        self.cost_model = EngineCosts(verify=list(curve), draft_token=None, target=ModelCosts(seconds=curve), draft=None)
+        return self.cost_model
+
+    def generate(self, prompt, sampling=None, drafting=None, generation=None, policy=None, prediction=None):
         drafting = drafting or DraftParams()
         self.calls.append({"prompt": list(prompt), "sampling": sampling, "drafting": drafting,
                            "generation": generation, "messages": getattr(self, "last_messages", None)})

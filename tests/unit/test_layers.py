@@ -1,23 +1,31 @@
 """The layers contract of pyproject.toml ([tool.importlinter]): modules import only downward.
 
 README "How it works" draws the same layers. A new upward import (the engine importing the
-loader, the cost model importing the engine, ...) fails here.
+loader, the cost model importing the engine, ...) fails here. import-linter runs in a child
+process: it reconfigures logging, which other tests read.
 """
 
 import re
+import subprocess
+import sys
 from pathlib import Path
-
-from importlinter.cli import lint_imports
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_every_module_imports_only_from_the_layers_below(capsys):
-    assert lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True) == 0, capsys.readouterr().out
-    assert "1 kept, 0 broken" in capsys.readouterr().out
+def lint_imports(config: Path) -> subprocess.CompletedProcess:
+    code = ("import sys; from importlinter.cli import lint_imports; "
+            "sys.exit(lint_imports(config_filename=sys.argv[1], no_cache=True))")
+    return subprocess.run([sys.executable, "-c", code, str(config)], capture_output=True, text=True, timeout=120)
 
 
-def test_the_contract_catches_an_upward_import(tmp_path, capsys):
+def test_every_module_imports_only_from_the_layers_below():
+    r = lint_imports(ROOT / "pyproject.toml")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 kept, 0 broken" in r.stdout
+
+
+def test_the_contract_catches_an_upward_import(tmp_path):
     """The same contract with the engine put above the loader breaks (loader -> engine is then upward)."""
     text = (ROOT / "pyproject.toml").read_text()
     config = text[text.index("[tool.importlinter]"):]
@@ -26,6 +34,6 @@ def test_the_contract_catches_an_upward_import(tmp_path, capsys):
     assert swapped != config
     path = tmp_path / "contract.toml"
     path.write_text(swapped)
-    assert lint_imports(config_filename=str(path), no_cache=True) == 1
-    out = capsys.readouterr().out
-    assert "BROKEN" in out and "localspec.loader -> localspec.engine" in out
+    r = lint_imports(path)
+    assert r.returncode == 1
+    assert "BROKEN" in r.stdout and "localspec.loader -> localspec.engine" in r.stdout

@@ -227,7 +227,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     engine = load_engine(settings, progress=_progress_printer(sys.stderr))
     try:
         if settings.drafting.mode == "auto":
-            engine.make_policy(settings.drafting)  # measure (or load) this machine's costs before serving
+            engine.calibrated_costs(settings.drafting.draft_max)  # measure (or load) this machine's costs first
         serve(engine, settings, host=ns.host, port=ns.port, api_key=ns.api_key or os.environ.get("LOCALSPEC_API_KEY"),
               max_queue=ns.queue_size, max_body=int(ns.max_body_mb * (1 << 20)), default_max_tokens=ns.max_tokens,
               log_level=ns.log_level)

@@ -19,6 +19,7 @@ draft cache is a prefix of ``committed``.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple, Protocol, Sequence
@@ -33,10 +34,21 @@ from .events import EndReason, GenerationStats, RoundStats, TokenEvent, TokenKin
 from .policy import AdaptivePolicy, Choice, DraftPolicy, FixedPolicy
 from .streaming import TextAssembler
 from .tokenizer import check_compatible
-from .verify import verify
+from .verify import Verdict, verify
 
 Event = TokenEvent | RoundStats
 _EMPTY_DRAFT = Draft((), None, "none")
+
+
+class Speculated(NamedTuple):
+    """Steps 1-3 of one round (:meth:`SpeculativeEngine.speculate`)."""
+
+    draft: Draft
+    choice: Choice
+    verdict: Verdict
+    draft_seconds: float  #: drafting, the draft model's catch-up excluded
+    verify_seconds: float  #: the verification pass and the acceptance rule
+    catchup: tuple[int, float]  #: (tokens, seconds) of the draft model's catch-up
 
 
 class Prefill(NamedTuple):
@@ -176,21 +188,11 @@ class Generation:
                     end = EndReason.CONTEXT
                     break
                 limit = min(gen.max_tokens - generated - 1, room - 1)
-                # 1. draft (a draft model first catches up on tokens its cache lacks: timed apart)
-                self.policy.see_draft_cache(eng.draft_catchup_tokens(committed), generated)
-                t0 = time.perf_counter()
-                draft, choice, (catchup_tokens, catchup_seconds) = eng.make_draft(
-                    self.policy, committed, limit, sampling, drafting, rng, self.prediction)
-                t_draft = time.perf_counter() - t0 - catchup_seconds
-                # 2. verify
-                t0 = time.perf_counter()
-                logits = target.decode([committed[-1], *draft.tokens], logits_for="all")
-                # 3. accept
-                verdict = verify(draft.tokens, draft.probs, logits, sampling, rng)
+                # 1.-3. draft, verify, accept
+                draft, choice, verdict, t_draft, t_verify, (catchup_tokens, catchup_seconds) = eng.speculate(
+                    self.policy, committed, limit, generated, sampling, drafting, rng, self.prediction)
                 k = verdict.accepted
-                # 4. roll back the rejected draft tokens
-                target.truncate(len(committed) + k)
-                t_verify = time.perf_counter() - t0
+                # 4. commit d_1..d_k, t (cut short at an end-of-generation token, a stop string, max_tokens) ...
                 new = [*draft.tokens[:k], verdict.token]
                 kinds = [TokenKind.ACCEPTED] * k + [verdict.kind]
                 n_before = len(committed)
@@ -214,9 +216,10 @@ class Generation:
                     del committed[n_prompt + keep :]
                     del pending[keep:]
                 n_committed_round = max(len(committed) - n_before, 0)
-                # the target holds every committed token but the newest
-                target.truncate(len(committed) - 1)
-                eng.drafter_rollback(committed)
+                # ... and roll back: the target holds every committed token but the newest
+                eng.rollback(committed)
+                if eng.debug:
+                    eng.check_caches(committed)
                 # statistics
                 rs = RoundStats(
                     round=round_idx,
@@ -259,9 +262,7 @@ class Generation:
                 self.text = assembler.text[: assembler.safe_end()]
             self.token_ids = committed[n_prompt:]
             # whatever happened, leave the caches consistent with what was committed
-            n_keep = max(len(committed) - 1, 0)
-            target.truncate(n_keep)
-            eng.drafter_rollback(committed)
+            eng.rollback(committed)
             stats.tokens = len(self.token_ids)
             stats.kinds = {}
             for p in pending[: stats.tokens]:
@@ -332,6 +333,8 @@ class SpeculativeEngine:
             n_shared = check_compatible(target.vocab_info(), draft_model.vocab_info())
             self.drafter = DraftModelDrafter(draft_model, n_propose=min(n_shared, target.n_vocab))
         self._costs = costs
+        #: check the caches after every round (:meth:`check_caches`): set ``LOCALSPEC_DEBUG=1``
+        self.debug = bool(os.environ.get("LOCALSPEC_DEBUG"))
 
     @property
     def cost_model(self) -> EngineCosts | None:
@@ -469,10 +472,46 @@ class SpeculativeEngine:
         t_draft = warm(model)[0] if draft and model is not None and len(prompt) > 1 else 0.0
         return Prefill(t_target, t_draft, n_cached)
 
-    def drafter_rollback(self, committed: Sequence[int]) -> None:
-        """Roll the drafter's cache back to (a prefix of) ``committed[:-1]``."""
+    def speculate(self, policy: DraftPolicy, committed: list[int], limit: int, generated: int,
+                  sampling: SamplingParams, drafting: DraftParams, rng: np.random.Generator,
+                  prediction: PredictionDrafter | None = None) -> Speculated:
+        """Steps 1-3 of a round (module docstring) after ``committed``, which is left unchanged.
+
+        Afterwards the target's KV cache holds ``committed`` and the accepted draft tokens
+        (the rejected ones are removed); the caller commits (step 4) and calls :meth:`rollback`.
+        """
+        # 1. draft (a draft model first catches up on tokens its cache lacks: timed apart)
+        policy.see_draft_cache(self.draft_catchup_tokens(committed), generated)
+        t0 = time.perf_counter()
+        draft, choice, catchup = self.make_draft(policy, committed, limit, sampling, drafting, rng, prediction)
+        t_draft = time.perf_counter() - t0 - catchup[1]
+        # 2. verify: one target pass over [x_last, d_1..d_g] gives g + 1 rows of logits
+        t0 = time.perf_counter()
+        logits = self.target.decode([committed[-1], *draft.tokens], logits_for="all")
+        # 3. accept: the longest accepted prefix d_1..d_k and one target token t
+        verdict = verify(draft.tokens, draft.probs, logits, sampling, rng)
+        self.target.truncate(len(committed) + verdict.accepted)  # the rejected draft tokens leave the cache
+        return Speculated(draft, choice, verdict, t_draft, time.perf_counter() - t0, catchup)
+
+    def rollback(self, committed: Sequence[int]) -> None:
+        """End of a round: the target's KV cache to ``committed[:-1]``, the draft model's to a prefix of it."""
+        self.target.truncate(max(len(committed) - 1, 0))
         if self.drafter is not None:
             self.drafter.rollback(committed)
+
+    def check_caches(self, committed: Sequence[int]) -> None:
+        """Assert the end-of-round invariant: the target caches ``committed[:-1]``, the draft model a prefix
+        of ``committed``. Run after every round when ``LOCALSPEC_DEBUG`` is set (:attr:`debug`).
+
+        Raises:
+            AssertionError: naming the cache that is off.
+        """
+        cached = list(self.target.cached_tokens)
+        assert cached == list(committed[:-1]), f"target cache holds {len(cached)} tokens, not committed[:-1]"
+        d = self.draft_model
+        if d is not None and d is not self.target:
+            dc = list(d.cached_tokens)
+            assert len(dc) <= len(committed) and dc == list(committed[: len(dc)]), "draft cache is not a prefix"
 
     # -- generation -----------------------------------------------------------------
     def generate(self, prompt: Sequence[int], sampling: SamplingParams | None = None,

@@ -34,12 +34,7 @@ def run(engine, prompt, mode, max_tokens, draft_max=6, temperature=0.0, seed=0, 
     for ev in gen:
         events.append(ev)
         if check_invariant and isinstance(ev, RoundStats):
-            committed = gen.committed
-            assert engine.target.cached_tokens == committed[:-1], f"target cache off after round {ev.round}"
-            if engine.draft_model is not None and engine.draft_model is not engine.target:
-                d = engine.draft_model
-                assert d.cached_tokens == committed[: d.n_cached] and d.n_cached <= len(committed), \
-                    f"draft cache off after round {ev.round}"
+            engine.check_caches(gen.committed)
     assert [e.token_id for e in events if isinstance(e, TokenEvent)] == gen.token_ids
     assert "".join(e.text for e in events if isinstance(e, TokenEvent)) == gen.text
     return gen, events

@@ -67,10 +67,7 @@ def test_fifty_turns_flat_memory_and_overflow_policy(engine, mode):
         assert g.stats.end_reason in (EndReason.EOG, EndReason.MAX_TOKENS)
         assert not set(g.token_ids) & eog
         assert "<|im_start|>" not in g.text and "<|im_end|>" not in g.text and "<|endoftext|>" not in g.text
-        committed = list(p.tokens) + g.token_ids
-        assert engine.target.cached_tokens == committed[:-1]
-        d = engine.draft_model
-        assert d.cached_tokens == committed[: d.n_cached]
+        engine.check_caches(list(p.tokens) + g.token_ids)
         dropped.append(p.dropped)
         rss.append(rss_mb())
     assert session.messages[0]["role"] == "system" and len(session.messages) == 1 + 2 * N_TURNS

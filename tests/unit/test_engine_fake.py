@@ -26,11 +26,7 @@ def run(engine, prompt=PROMPT, mode="draft", draft_max=4, max_tokens=30, stop=()
             committed = gen.committed
             released = [e.token_id for e in events if isinstance(e, TokenEvent)]
             assert committed[len(prompt) : len(prompt) + len(released)] == released
-            # the target caches every committed token but the newest
-            assert engine.target.cached_tokens == committed[: len(committed) - 1]
-            d = engine.draft_model
-            if d is not None:
-                assert d.cached_tokens == committed[: d.n_cached]
+            engine.check_caches(committed)
     return gen, events
 
 
@@ -339,3 +335,21 @@ def test_draft_model_drafter_reports_the_catchup_it_will_do():
     assert d.catchup_tokens(context + [5, 6, 7]) == 3
     d.draft(context + [5, 6, 7], 2, SamplingParams(), DraftParams(), np.random.default_rng(0))
     assert d.last_catchup[0] == 3
+
+
+def test_debug_runs_assert_the_cache_invariant_every_round(monkeypatch):
+    """With LOCALSPEC_DEBUG set, a target cache that keeps rejected draft tokens stops the generation."""
+    monkeypatch.setenv("LOCALSPEC_DEBUG", "1")
+    eng = SpeculativeEngine(FakeModel(), FakeModel())
+    assert eng.debug
+    eng.drafter = PlantingDrafter(every=2)
+    eng.target.truncate = lambda n: None  # a rollback that silently fails
+    with pytest.raises(AssertionError, match="target cache"):
+        run(eng, mode="draft", check_invariant=False)
+    # the check itself, on a healthy engine
+    eng = SpeculativeEngine(FakeModel(), FakeModel())
+    gen, _ = run(eng, mode="draft")
+    eng.check_caches(gen.committed)
+    eng.draft_model.cached_tokens.append(12345)
+    with pytest.raises(AssertionError, match="draft cache"):
+        eng.check_caches(gen.committed)

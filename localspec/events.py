@@ -158,6 +158,16 @@ class GenerationStats(SpeculationRates):
         self.catchup_tokens += rs.catchup_tokens
         self.catchup_seconds += rs.catchup_seconds
 
+    def add(self, other: "GenerationStats") -> None:
+        """Add another generation's counters and times: totals over several generations (a
+        benchmark's repetitions). ``prompt_tokens`` and ``time_to_first_token`` are left as they are."""
+        for name in ("tokens", "rounds", "target_passes", "drafted", "accepted", "drafting_rounds",
+                     "prefill_seconds", "draft_seconds", "verify_seconds", "elapsed_seconds", "catchup_tokens",
+                     "catchup_seconds", "cached_prompt_tokens"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for k, v in other.kinds.items():
+            self.kinds[k] = self.kinds.get(k, 0) + v
+
     def add_token(self, kind: TokenKind | str) -> None:
         """Count one token given to the consumer."""
         k = kind.value if isinstance(kind, TokenKind) else str(kind)

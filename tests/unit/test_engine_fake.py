@@ -353,3 +353,21 @@ def test_debug_runs_assert_the_cache_invariant_every_round(monkeypatch):
     eng.draft_model.cached_tokens.append(12345)
     with pytest.raises(AssertionError, match="draft cache"):
         eng.check_caches(gen.committed)
+
+
+def test_statistics_of_several_generations_add_up_in_the_one_accumulator():
+    """localspec bench pools its repetitions with GenerationStats.add: the rates are the pooled ones."""
+    from localspec.events import GenerationStats
+
+    eng = SpeculativeEngine(FakeModel(), FakeModel())
+    eng.drafter = PlantingDrafter(every=3)
+    a, _ = run(eng, mode="draft", max_tokens=20)
+    b, _ = run(eng, prompt=[4, 6, 8, 4, 6], mode="draft", max_tokens=25)
+    total = GenerationStats()
+    total.add(a.stats)
+    total.add(b.stats)
+    assert total.tokens == a.stats.tokens + b.stats.tokens == 45
+    assert total.drafted == a.stats.drafted + b.stats.drafted > 0
+    assert total.acceptance_rate == (a.stats.accepted + b.stats.accepted) / total.drafted
+    assert total.mean_accepted_length == total.accepted / (a.stats.drafting_rounds + b.stats.drafting_rounds)
+    assert sum(total.kinds.values()) == total.tokens

@@ -1,0 +1,7 @@
+"""``python -m localspec.bench``: the same as ``localspec bench``."""
+
+import sys
+
+from .command import cli_bench
+
+sys.exit(cli_bench(sys.argv[1:]))

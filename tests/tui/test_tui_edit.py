@@ -64,7 +64,7 @@ async def test_answer_cut_at_max_tokens_says_why_and_continues(clock, tmp_path, 
     (tmp_path / "m.py").write_text(original)
     eng = FakeEngine(clock, reply="```python\n" + new + "```\n")
     # a budget the answer does not fit in: it needs two parts
-    monkeypatch.setattr("tui.screens.edit_max_tokens", lambda n_prompt, max_tokens: 60)
+    monkeypatch.setattr("tui.screens.edit.edit_max_tokens", lambda n_prompt, max_tokens: 60)
     app = build(eng, edit_file="m.py", remember=False)
     async with app.run_test(size=SIZE) as pilot:
         await idle(pilot)

@@ -1,0 +1,183 @@
+"""What the screens share: the load bar, the chat bubbles, the side panel and the generation plumbing."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import ProgressBar, Static
+
+from ..messages import GenerationFailed, GenerationFinished, TokensEmitted
+from ..stats import LiveStats, RoundView
+from ..widgets import RoundInspector, StatsPanel, TokenStream
+
+_tags = itertools.count(1)
+#: while an answer streams, the statistics panel and the round inspector redraw at most this often
+PANEL_SECONDS = 0.5
+
+
+def new_tag(kind: str) -> str:
+    return f"{kind}-{next(_tags)}"
+
+
+class LoadBar(Vertical):
+    """Model loading: a stage line and a progress bar; hidden once the engine is ready."""
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="load-stage")
+        yield ProgressBar(total=None, show_eta=False, id="load-progress")
+
+    def on_mount(self) -> None:
+        self.watch(self.app, "load_text", self._update)
+        self.watch(self.app, "load_fraction", self._update)
+        self.watch(self.app, "engine_state", self._update)
+
+    def _update(self, _=None) -> None:
+        app = self.app
+        self.display = app.engine_state == "loading"
+        self.query_one("#load-stage", Static).update(app.load_text)
+        bar = self.query_one("#load-progress", ProgressBar)
+        if app.load_fraction is None:
+            bar.update(total=None)
+        else:
+            bar.update(total=1000, progress=int(app.load_fraction * 1000))
+
+
+class UserMessage(Static):
+    def on_mount(self) -> None:
+        self.border_title = "You"
+
+
+class AssistantMessage(Vertical):
+    """An answer: its coloured stream, and once finished its statistics and rounds."""
+
+    def __init__(self, pieces=None, stats: LiveStats | None = None, rounds=None, **kw) -> None:
+        super().__init__(**kw)
+        self.stream = TokenStream(pieces)
+        self.stats = stats or LiveStats()
+        self.rounds: list[RoundView] = list(rounds or [])
+        self.finished = stats is not None
+
+    def compose(self) -> ComposeResult:
+        yield self.stream
+
+    def on_mount(self) -> None:
+        self.border_title = "Assistant"
+
+
+def side_panel() -> ComposeResult:
+    with Vertical(id="side"):
+        yield StatsPanel(id="stats")
+        yield RoundInspector(id="inspector")
+
+
+class GenerationScreen(Screen):
+    """What chat and code-edit share: the stats panel, the inspector and the streaming handlers."""
+
+    tag: str | None = None
+    _panel_at = 0.0  #: time.monotonic() of the latest panel redraw while streaming
+    current: AssistantMessage | None = None  #: the answer being streamed (or the latest)
+    inspected: AssistantMessage | None = None  #: the answer whose rounds the inspector shows
+
+    def mode_label(self) -> str:
+        return self.app.mode_label()
+
+    def on_screen_resume(self) -> None:
+        self.refresh_stats()
+
+    def refresh_stats(self) -> None:
+        panel = self.query_one(StatsPanel)
+        sp = self.app.last_speedup
+        panel.show(mode=self.mode_label(), speedup=sp, note="n/a (race: F3)" if sp is None
+                   else f"(race, {self.app.last_speedup_mode})")
+
+    def answer_scroll(self) -> VerticalScroll:
+        raise NotImplementedError
+
+    @on(TokensEmitted)
+    def _tokens(self, msg: TokensEmitted) -> None:
+        if msg.tag != self.tag or self.current is None:
+            return
+        self.current.stream.add(msg.pieces)
+        self.current.rounds.extend(msg.rounds)
+        if msg.stats is not None:
+            self.current.stats = msg.stats
+        # the tables of the panel and the inspector cost far more to draw than the tokens:
+        # while streaming they follow at most every PANEL_SECONDS (the final figures always show)
+        now = time.monotonic()
+        if now - self._panel_at >= PANEL_SECONDS:
+            self._panel_at = now
+            if msg.stats is not None:
+                self.query_one(StatsPanel).show(msg.stats)
+            if self.inspected in (None, self.current):
+                self.query_one(RoundInspector).set_rounds(self.current.rounds)
+        self.answer_scroll().scroll_end(animate=False)
+
+    @on(GenerationFinished)
+    def _finished(self, msg: GenerationFinished) -> None:
+        if msg.tag != self.tag or self.current is None:
+            return
+        cur = self.current
+        cur.stream.settle()
+        cur.stats = msg.stats
+        cur.rounds = list(msg.rounds)
+        cur.finished = True
+        self.query_one(StatsPanel).show(msg.stats)
+        if self.inspected in (None, cur):
+            self.query_one(RoundInspector).set_rounds(cur.rounds)
+        if msg.stats.end_reason == "cancelled":
+            cur.border_subtitle = "stopped"
+            self.notify("stopped; the KV caches are consistent", timeout=3)
+        self.answer_scroll().scroll_end(animate=False)
+        self.generation_done(msg)
+
+    @on(GenerationFailed)
+    def _failed(self, msg: GenerationFailed) -> None:
+        if msg.tag != self.tag:
+            return
+        self.app.notify_error(msg.message, msg.hint)
+        if self.current is not None:
+            self.current.stream.settle()
+            self.current.border_subtitle = "failed"
+        self.generation_failed(msg)
+
+    def generation_done(self, msg: GenerationFinished) -> None:
+        pass
+
+    def generation_failed(self, msg: GenerationFailed) -> None:
+        pass
+
+    @on(TokenStream.RoundClicked)
+    def _round_clicked(self, msg: TokenStream.RoundClicked) -> None:
+        """A click on a token opens its round in the inspector."""
+        answer = msg.stream.parent
+        if not isinstance(answer, AssistantMessage):
+            return
+        for other in self.query(AssistantMessage):
+            if other is not answer:
+                other.stream.selected_round = None
+        self.inspected = answer
+        insp = self.query_one(RoundInspector)
+        insp.set_rounds(answer.rounds)
+        if insp.show_round(msg.round):
+            answer.stream.selected_round = msg.round
+
+    def action_prev_round(self) -> None:
+        self._step_round(-1)
+
+    def action_next_round(self) -> None:
+        self._step_round(+1)
+
+    def _step_round(self, delta: int) -> None:
+        answer = self.inspected or self.current
+        if answer is None:
+            return
+        insp = self.query_one(RoundInspector)
+        if insp.rounds != answer.rounds:
+            insp.set_rounds(answer.rounds)
+        rnd = insp.step(delta)
+        answer.stream.selected_round = rnd

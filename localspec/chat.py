@@ -141,7 +141,6 @@ class Turn:
             return
         self._done = True
         self.session.messages.append({"role": "assistant", "content": self.generation.text})
-        self.session.last_turn = self
 
     def cancel(self) -> None:
         """End after the current round."""
@@ -192,7 +191,6 @@ class ChatSession:
             else:
                 self.messages.insert(0, {"role": "system", "content": system})
         self.last_prompt: FittedPrompt | None = None
-        self.last_turn: Turn | None = None
 
     def _start(self, prediction: Sequence[int] | None = None) -> Turn:
         s = self.settings

@@ -17,14 +17,13 @@ from .errors import ConfigError, LocalspecError
 from .fileio import expand_path
 from .options import add_numeric, add_generation_arguments, add_model_arguments, settings_from_args
 
-#: terminal style per token kind (the TUI keeps its colours in tui/app.tcss)
+#: terminal style per token kind (the TUI keeps its colours in tui/app.tcss); labels: TokenKind.label
 KIND_STYLES = {
     "accepted": "bold green",
     "resampled": "bold red",
     "bonus": "bold cyan",
     "target": "",
 }
-LEGEND = [("accepted", "accepted draft"), ("resampled", "resampled"), ("bonus", "bonus"), ("target", "target-only")]
 
 
 def _progress_printer(stream):
@@ -138,7 +137,7 @@ def cmd_generate(ns: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.text import Text
 
-    from .events import RoundStats, TokenEvent
+    from .events import RoundStats, TokenEvent, TokenKind
     from .loader import load_engine
 
     settings = settings_from_args(ns)
@@ -177,8 +176,8 @@ def cmd_generate(ns: argparse.Namespace) -> int:
                           f"to fit the context window of {engine.n_ctx}[/yellow]")
         if not ns.json:
             legend = Text("legend: ")
-            for kind, label in LEGEND:
-                legend.append(label, style=KIND_STYLES[kind] or "default")
+            for kind in TokenKind:
+                legend.append(kind.label, style=KIND_STYLES[kind.value] or "default")
                 legend.append("  ")
             err.print(legend)
         interrupted = False
@@ -380,9 +379,9 @@ def _run_tui(ns: argparse.Namespace) -> int:
         from tui.app import run_app
     except ImportError as e:
         raise LocalspecError(f"the terminal UI is not available: {e}", "use localspec generate") from e
-    from .userconfig import load_user_settings
+    from .userconfig import load_settings
 
-    settings = settings_from_args(ns, base=load_user_settings())
+    settings = settings_from_args(ns, base=load_settings())
     run_app(settings, edit_file=getattr(ns, "file", None), race=ns.command == "race")
     return 0
 

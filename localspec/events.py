@@ -20,6 +20,21 @@ class TokenKind(str, enum.Enum):
     BONUS = "bonus"  #: the target's extra token after a fully accepted draft
     TARGET = "target"  #: a token of target-only decoding (nothing was drafted this round)
 
+    @property
+    def label(self) -> str:
+        """The legend's name of the kind (CLI and TUI): "accepted draft", "resampled", "bonus", "target-only"."""
+        return _KIND_LABELS[self]
+
+    @property
+    def detail(self) -> str:
+        """What the kind means, where the legend has room for it ("" when the label says it)."""
+        return _KIND_DETAILS.get(self, "")
+
+
+_KIND_LABELS = {TokenKind.ACCEPTED: "accepted draft", TokenKind.RESAMPLED: "resampled", TokenKind.BONUS: "bonus",
+                TokenKind.TARGET: "target-only"}
+_KIND_DETAILS = {TokenKind.RESAMPLED: "target corrected"}
+
 
 class EndReason(str, enum.Enum):
     """Why a generation ended."""

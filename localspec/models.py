@@ -399,15 +399,3 @@ def resolve_model(ref: str, progress: ProgressFn | None = None, catalog: Catalog
     if found.source == "mirror":
         return assemble_mirror(preset, cache_dir() / preset.hf_file, progress)
     return _hub_download(preset.hf_repo, preset.hf_file, progress)
-
-
-def verify_file(name: str, path: Path, catalog: Catalog | None = None, progress: ProgressFn | None = None) -> None:
-    """Check a resolved preset file's size and sha256 against the catalog. Raises ModelError."""
-    catalog = catalog or load_catalog()
-    preset = catalog.models[name]
-    size = path.stat().st_size
-    if size != preset.size or _sha256(path, progress, size) != preset.sha256:
-        raise ModelError(
-            f"{path} does not match the catalog's size and sha256 for {name}",
-            f"delete it and run again to fetch a fresh copy",
-        )

@@ -180,6 +180,3 @@ def save_settings(settings: Settings, path: str | os.PathLike | None = None) -> 
     p = expand_path(path) if path is not None else config_path()
     return atomic_write_text(p, settings_to_json(settings, _unknown_keys(p)))
 
-
-#: the name the CLI imports
-load_user_settings = load_settings

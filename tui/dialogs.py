@@ -114,9 +114,9 @@ class SettingsScreen(ModalScreen[Settings | None]):
 
     def values(self) -> dict[str, object]:
         out: dict[str, object] = {}
-        for path, _label, kind in SETTINGS_FIELDS:
+        for path, _label, _kind in SETTINGS_FIELDS:
             w = self.query_one("#" + field_id(path))
-            out[path] = w.value if kind != "mode" else w.value
+            out[path] = w.value
         return out
 
     def validate_form(self) -> Settings | None:

@@ -23,15 +23,13 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Sparkline, Static
 
+from localspec.events import TokenKind
+
 from .stats import LiveStats, fmt_rate
 
-KINDS = ("accepted", "resampled", "bonus", "target")
-KIND_LABELS = {
-    "accepted": "accepted draft",
-    "resampled": "resampled (target corrected)",
-    "bonus": "bonus",
-    "target": "target-only",
-}
+#: the token kinds (localspec.events.TokenKind, in its order) and their legend labels; colours: app.tcss
+KINDS = tuple(k.value for k in TokenKind)
+KIND_LABELS = {k.value: k.label + (f" ({k.detail})" if k.detail else "") for k in TokenKind}
 TOKEN_CLASSES = {f"tok--{k}" for k in KINDS} | {"tok--selected"}
 
 

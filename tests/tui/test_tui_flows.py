@@ -280,11 +280,11 @@ async def test_model_change_during_answer_reloads_after_it(clock):
 
 
 async def test_corrupt_user_config_is_reported_in_the_app(fake):
-    from localspec.userconfig import load_user_settings
+    from localspec.userconfig import load_settings
 
     config_path().parent.mkdir(parents=True, exist_ok=True)
     config_path().write_text("{broken")
-    settings = load_user_settings()  # what the CLI does before run_app
+    settings = load_settings()  # what the CLI does before run_app
     assert settings == Settings()
     app = build(fake, settings=settings, remember=False)
     async with app.run_test(size=SIZE) as pilot:

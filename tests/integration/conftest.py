@@ -4,17 +4,6 @@ import pytest
 
 from localspec.backend import LlamaModel
 from localspec.engine import SpeculativeEngine
-from localspec.models import resolve_model
-
-
-@pytest.fixture(scope="session")
-def tiny_path():
-    return resolve_model("smollm2-135m")
-
-
-@pytest.fixture(scope="session")
-def pair_paths():
-    return resolve_model("qwen2.5-coder-1.5b"), resolve_model("qwen2.5-coder-0.5b")
 
 
 @pytest.fixture(scope="session")

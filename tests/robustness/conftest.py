@@ -1,4 +1,4 @@
-"""Robustness tests: bad input, faults, long sessions (issue 5).
+"""Robustness tests: bad input and faults (bad model files, settings, prompts and user files; cancelling).
 
 Real-model tests use the tiny SmolLM2-135M; everything else runs on fakes.
 """
@@ -7,12 +7,6 @@ import pytest
 
 from localspec.backend import LlamaModel
 from localspec.engine import SpeculativeEngine
-from localspec.models import resolve_model
-
-
-@pytest.fixture(scope="session")
-def tiny_path():
-    return resolve_model("smollm2-135m")
 
 
 @pytest.fixture(scope="module")

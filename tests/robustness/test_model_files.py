@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from localspec import cli
+from cli_runner import run_cli
 from localspec import models as models_mod
 from localspec.backend import GGUF_MAGIC, VocabInfo
 from localspec.errors import ModelError, TokenizerMismatchError
@@ -17,12 +17,6 @@ from localspec.models import Catalog, ModelPreset, PairPreset, assemble_mirror, 
 from localspec.tokenizer import check_compatible
 
 
-def run_cli(capsys, *argv):
-    """Run ``localspec`` in-process; returns (exit code, stderr)."""
-    code = cli.main(list(argv))
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    return code, err
 
 
 def assert_clear(err: str, *words: str) -> None:
@@ -34,7 +28,7 @@ def assert_clear(err: str, *words: str) -> None:
 
 
 def test_missing_path(capsys, isolated_env):
-    code, err = run_cli(capsys, "generate", "--mode", "none", "--target", str(isolated_env / "nope.gguf"), "hi")
+    code, _, err = run_cli(capsys, "generate", "--mode", "none", "--target", str(isolated_env / "nope.gguf"), "hi")
     assert code == 3
     assert_clear(err, "not found")
 
@@ -42,7 +36,7 @@ def test_missing_path(capsys, isolated_env):
 def test_not_a_gguf(capsys, isolated_env):
     p = isolated_env / "notes.gguf"
     p.write_text("this is not a model\n" * 100)
-    code, err = run_cli(capsys, "generate", "--mode", "none", "--target", str(p), "hi")
+    code, _, err = run_cli(capsys, "generate", "--mode", "none", "--target", str(p), "hi")
     assert code == 3
     assert_clear(err, "not a GGUF")
 
@@ -50,7 +44,7 @@ def test_not_a_gguf(capsys, isolated_env):
 def test_tiny_file_with_gguf_magic_is_truncated(capsys, isolated_env):
     p = isolated_env / "stub.gguf"
     p.write_bytes(GGUF_MAGIC + b"\x03\x00\x00\x00" + b"\x00" * 100)
-    code, err = run_cli(capsys, "generate", "--mode", "none", "--target", str(p), "hi")
+    code, _, err = run_cli(capsys, "generate", "--mode", "none", "--target", str(p), "hi")
     assert code == 3
     assert_clear(err, "truncated")
 
@@ -60,7 +54,7 @@ def test_truncated_real_gguf(capsys, isolated_env, tiny_path, fraction):
     data = tiny_path.read_bytes()
     p = isolated_env / "cut.gguf"
     p.write_bytes(data[: int(len(data) * fraction)])
-    code, err = run_cli(capsys, "generate", "--mode", "none", "--target", str(p), "hi")
+    code, _, err = run_cli(capsys, "generate", "--mode", "none", "--target", str(p), "hi")
     assert code == 3
     assert_clear(err, "could not load", "download it again")
 
@@ -118,7 +112,7 @@ def test_mirror_mismatch_through_cli(capsys, isolated_env, fake_mirror, monkeypa
     catalog = Catalog(default_pair="p", models={"fake": fake_mirror(sha="1" * 64)},
                       pairs={"p": PairPreset(target="fake", draft="fake")})
     monkeypatch.setattr(models_mod, "load_catalog", lambda path=None: catalog)
-    code, err = run_cli(capsys, "generate", "--mode", "none", "--target", "fake", "hi")
+    code, _, err = run_cli(capsys, "generate", "--mode", "none", "--target", "fake", "hi")
     assert code == 3
     assert_clear(err, "corrupt", "force-reinstall")
     assert cache_files(isolated_env / "cache") == []
@@ -159,13 +153,13 @@ def test_hub_failures_are_one_clear_error(capsys, isolated_env, monkeypatch, ref
         raise raiser()
 
     monkeypatch.setattr(huggingface_hub, where, fail)
-    code, err = run_cli(capsys, "generate", "--mode", "none", "--target", ref, "hi")
+    code, _, err = run_cli(capsys, "generate", "--mode", "none", "--target", ref, "hi")
     assert code == 3
     assert_clear(err, *words)
 
 
 def test_offline_with_nothing_cached(capsys, isolated_env):
-    code, err = run_cli(capsys, "generate", "--mode", "none", "--target", "hf:nobody/repo/x.gguf", "hi")
+    code, _, err = run_cli(capsys, "generate", "--mode", "none", "--target", "hf:nobody/repo/x.gguf", "hi")
     assert code == 3
     assert_clear(err, "HF_HUB_OFFLINE")
 

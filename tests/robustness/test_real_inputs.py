@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from cli_runner import run_cli
 from localspec import cli
 from localspec.codeedit import apply_answer, continuation_prefix, edit_prompt
 from localspec.config import DraftParams, GenerationParams, SamplingParams, Settings
@@ -22,11 +23,6 @@ from localspec.userconfig import config_path, load_settings, save_settings
 TINY = ["--target", "smollm2-135m", "--draft", "smollm2-135m", "--n-threads", "1"]
 
 
-def run_cli(capsys, *argv):
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err
-    return code, out, err
 
 
 def stats_line(out: str) -> dict:

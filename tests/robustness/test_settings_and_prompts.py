@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fakes import FakeModel
+from cli_runner import run_cli
 from localspec import cli
 from localspec.chat import ChatSession
 from localspec.config import DraftParams, GenerationParams, SamplingParams, Settings
@@ -17,11 +18,6 @@ from localspec.fileio import FileError, read_text_file
 TINY = ["--target", "smollm2-135m", "--draft", "smollm2-135m", "--n-threads", "1"]
 
 
-def run_cli(capsys, *argv):
-    code = cli.main(list(argv))
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    return code, err
 
 
 # -- item 2: settings ------------------------------------------------------------------------
@@ -46,14 +42,14 @@ def run_cli(capsys, *argv):
     (["--stop", ""], "stop"),
 ])
 def test_bad_settings_refused_with_reason(capsys, isolated_env, args, field):
-    code, err = run_cli(capsys, "generate", *args, "hi")
+    code, _, err = run_cli(capsys, "generate", *args, "hi")
     assert code == 2
     flag = "--" + field.replace("_", "-")  # errors name the flag the user typed, not the settings field
     assert err.startswith("error: invalid settings") and flag in err and "hint:" in err
 
 
 def test_unknown_preset(capsys, isolated_env):
-    code, err = run_cli(capsys, "generate", "--target", "no-such-model", "hi")
+    code, _, err = run_cli(capsys, "generate", "--target", "no-such-model", "hi")
     assert code == 2
     assert "unknown model 'no-such-model'" in err and "smollm2-135m" in err  # the presets are listed
 
@@ -66,14 +62,16 @@ def test_settings_edges_are_accepted():
     assert DraftParams(draft_max=64).draft_max == 64
 
 
+@pytest.mark.tiny
 def test_n_ctx_smaller_than_the_prompt(capsys, isolated_env):
-    code, err = run_cli(capsys, "generate", *TINY, "--mode", "none", "--n-ctx", "32", "--raw", "word " * 60)
+    code, _, err = run_cli(capsys, "generate", *TINY, "--mode", "none", "--n-ctx", "32", "--raw", "word " * 60)
     assert code == 5
     assert "context window holds 32" in err and "--n-ctx" in err
 
 
+@pytest.mark.tiny
 def test_chat_prompt_plus_max_tokens_over_n_ctx(capsys, isolated_env):
-    code, err = run_cli(capsys, "generate", *TINY, "--mode", "none", "--n-ctx", "64", "--max-tokens", "60",
+    code, _, err = run_cli(capsys, "generate", *TINY, "--mode", "none", "--n-ctx", "64", "--max-tokens", "60",
                         "Tell me about the sea.")
     assert code == 5
     assert "more than the context window of 64" in err and "lower max_tokens to at most" in err
@@ -82,7 +80,7 @@ def test_chat_prompt_plus_max_tokens_over_n_ctx(capsys, isolated_env):
 # -- item 3: prompts -------------------------------------------------------------------------
 @pytest.mark.parametrize("prompt", ["", "   ", "\n\t"])
 def test_empty_prompt(capsys, isolated_env, prompt):
-    code, err = run_cli(capsys, "generate", "--mode", "none", prompt)
+    code, _, err = run_cli(capsys, "generate", "--mode", "none", prompt)
     assert code == 2 and "the prompt is empty" in err
 
 
@@ -114,7 +112,7 @@ def test_prompt_longer_than_context_engine():
 def test_bad_file_for_code_edit(capsys, isolated_env, content, words):
     p = isolated_env / "code.py"
     p.write_bytes(content)
-    code, err = run_cli(capsys, "generate", "--mode", "lookup", "--file", str(p), "Rename x to y.")
+    code, _, err = run_cli(capsys, "generate", "--mode", "lookup", "--file", str(p), "Rename x to y.")
     assert code == 2 and "hint:" in err
     for w in words:
         assert w in err
@@ -125,7 +123,7 @@ def test_bad_file_for_code_edit(capsys, isolated_env, content, words):
 
 
 def test_missing_file_for_code_edit(capsys, isolated_env):
-    code, err = run_cli(capsys, "generate", "--file", str(isolated_env / "nope.py"), "Rename x.")
+    code, _, err = run_cli(capsys, "generate", "--file", str(isolated_env / "nope.py"), "Rename x.")
     assert code == 2 and "cannot read" in err and "hint:" in err
 
 
@@ -220,7 +218,7 @@ def test_unexpected_error_is_one_message_not_a_traceback(capsys, isolated_env, m
         raise RuntimeError("something nobody expected")
 
     monkeypatch.setattr(localspec.loader, "load_engine", broken)
-    code, err = run_cli(capsys, "generate", "--mode", "none", "hi")
+    code, _, err = run_cli(capsys, "generate", "--mode", "none", "hi")
     assert code == 70 and "error: unexpected RuntimeError: something nobody expected" in err
     assert "LOCALSPEC_DEBUG=1" in err
     monkeypatch.setenv("LOCALSPEC_DEBUG", "1")

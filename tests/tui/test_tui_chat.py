@@ -8,32 +8,23 @@ import pytest
 
 from localspec.config import Settings
 
-from tui_helpers import build
+from tui_helpers import build, idle
 from tui_fakes import REPLY, FakeEngine
 
 pytestmark = pytest.mark.asyncio
-
-
-async def wait_idle(pilot, app, timeout=10.0):
-    for _ in range(int(timeout / 0.02)):
-        await pilot.pause(0.02)
-        if app.busy is None and app.engine_state != "loading":
-            await pilot.pause()
-            return
-    raise AssertionError(f"app still busy: {app.busy}")
 
 
 async def ask(pilot, app, text):
     app.screen.query_one("#prompt").value = text
     await pilot.press("enter")
     await pilot.pause()
-    await wait_idle(pilot, app)
+    await idle(pilot)
 
 
 async def test_send_prompt_streams_coloured_text(fake):
     app = build(fake)
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_idle(pilot, app)
+        await idle(pilot)
         await ask(pilot, app, "reverse a string in python")
         from tui.screens import AssistantMessage
 
@@ -55,7 +46,7 @@ async def test_send_prompt_streams_coloured_text(fake):
 async def test_mode_cycle_switches_drafter(fake):
     app = build(fake, remember=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_idle(pilot, app)
+        await idle(pilot)
         assert app.settings.drafting.mode == "draft"
         await pilot.press("f5")
         assert app.settings.drafting.mode == "lookup"
@@ -77,14 +68,14 @@ async def test_escape_stops_generation_cleanly(clock):
     slow = FakeEngine(clock, reply="word " * 400, round_delay=0.01)
     app = build(slow)
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_idle(pilot, app)
+        await idle(pilot)
         prompt = app.screen.query_one("#prompt")
         prompt.value = "talk"
         await prompt.action_submit()  # (pilot.press would wait for the whole answer)
         await asyncio.to_thread(slow.started.wait, 5)
         await pilot.pause(0.05)
         await pilot.press("escape")
-        await wait_idle(pilot, app)
+        await idle(pilot)
         from tui.screens import AssistantMessage
 
         ans = app.screen.query(AssistantMessage).last()
@@ -100,7 +91,7 @@ async def test_escape_stops_generation_cleanly(clock):
 async def test_click_token_opens_its_round_and_keys_step(fake):
     app = build(fake, remember=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_idle(pilot, app)
+        await idle(pilot)
         await ask(pilot, app, "reverse a string")
         from tui.screens import AssistantMessage
         from tui.widgets import RoundInspector, TokenStream
@@ -122,7 +113,7 @@ async def test_long_history_drops_oldest_turns(fake):
     app = build(fake, remember=False, settings=Settings().model_copy(update={
         "generation": Settings().generation.model_copy(update={"max_tokens": 100})}))
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_idle(pilot, app)
+        await idle(pilot)
         for i in range(6):
             await ask(pilot, app, f"question {i} " + "blah " * 60)
         sent = fake.calls[-1]["messages"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from localspec.config import DraftParams, GenerationParams, ModelSettings, SamplingParams, Settings
+from tui_helpers import idle
 
 pytestmark = [pytest.mark.tiny, pytest.mark.asyncio]
 
@@ -28,16 +29,6 @@ def tiny_available():
         pytest.skip(f"tiny model unavailable: {e.message}")
 
 
-async def idle(pilot, timeout=180.0):
-    app = pilot.app
-    for _ in range(int(timeout / 0.05)):
-        await pilot.pause(0.05)
-        if app.busy is None and app.engine_state != "loading":
-            await pilot.pause()
-            return
-    raise AssertionError(f"still busy: {app.busy}")
-
-
 async def test_real_tiny_model_end_to_end(tiny_available):
     from localspec.loader import load_engine
     from tui.app import make_app
@@ -47,12 +38,12 @@ async def test_real_tiny_model_end_to_end(tiny_available):
     app = make_app(settings, remember=False)
     try:
         async with app.run_test(size=(120, 40)) as pilot:
-            await idle(pilot)
+            await idle(pilot, timeout=180.0)
             assert app.engine_state == "ready", [n.message for n in app._notifications]
             box = app.screen.query_one("#prompt")
             box.value = "Write a Python function that adds two numbers."
             await box.action_submit()
-            await idle(pilot)
+            await idle(pilot, timeout=180.0)
             first = app.screen.query(AssistantMessage).last()
             first_text = first.stream.text
             assert first.stats.final and first.stats.tokens > 0
@@ -65,9 +56,9 @@ async def test_real_tiny_model_end_to_end(tiny_available):
             box.value = "Now explain it in one sentence."
             await box.action_submit()
             await pilot.press("escape")
-            await idle(pilot)
+            await idle(pilot, timeout=180.0)
             await pilot.press("f6")
-            await idle(pilot)
+            await idle(pilot, timeout=180.0)
             again = app.screen.query(AssistantMessage).last()
             history = [{"role": m["role"], "content": m["content"]} for m in app.screen.messages[:-1]]
             retried = again.stream.text
@@ -118,7 +109,7 @@ async def test_panel_shows_the_engines_generation_stats(tiny_available):
     live = []
     try:
         async with app.run_test(size=(150, 40)) as pilot:
-            await idle(pilot)
+            await idle(pilot, timeout=180.0)
             screen = app.screen
             panel = screen.query_one(StatsPanel)
             orig = panel.show
@@ -132,7 +123,7 @@ async def test_panel_shows_the_engines_generation_stats(tiny_available):
             box = screen.query_one("#prompt")
             box.value = "List five fruits, one per line."
             await box.action_submit()
-            await idle(pilot)
+            await idle(pilot, timeout=180.0)
             shown = panel.stats
             table = panel.query_one("#stats-table").content
             from rich.console import Console

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 from localspec.config import DraftParams, ModelSettings, Settings
 from tui_fakes import FakeClock, FakeEngine
-from tui_helpers import build
+from tui_helpers import build, idle
 
 SIZE = (120, 40)
 
 
 async def _idle(pilot):
-    app = pilot.app
-    for _ in range(500):
-        await pilot.pause(0.02)
-        if app.busy is None and app.engine_state != "loading":
-            break
-    app.clear_notifications()
+    await idle(pilot)
+    pilot.app.clear_notifications()
     await pilot.pause()
 
 

@@ -81,6 +81,7 @@ def test_fifty_turns_flat_memory_and_overflow_policy(engine, mode):
     assert growth < BOUND_MB, rss
 
 
+@pytest.mark.tiny
 def test_cli_messages_file_drops_oldest_turns(tmp_path, capsys, monkeypatch):
     """``generate --messages`` applies the same policy and says how many messages it left out."""
     import json

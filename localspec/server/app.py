@@ -49,7 +49,7 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
     """Build the app around a loaded engine (the app starts and stops its worker thread).
 
     Args:
-        engine: a loaded :class:`~localspec.engine.SpeculativeEngine`.
+        engine: a loaded engine (:class:`~localspec.engine.Engine`, its public surface only).
         settings: the models' names, drafting settings and sampling defaults.
         api_key: require ``Authorization: Bearer api_key`` (None: no authentication).
         max_queue: most requests waiting for the engine; beyond, 429 with Retry-After.

@@ -150,9 +150,11 @@ async def _tui_once(settings, path: Path) -> dict:
     try:
         async with app.run_test(size=(150, 40)) as pilot:
             async def idle(timeout: float = 3600.0) -> None:
+                # polls with a plain sleep: Pilot.pause() makes every widget process its
+                # queue and redraws the screen, work a user's app never does
                 t_end = time.monotonic() + timeout
                 while time.monotonic() < t_end:
-                    await pilot.pause(0.1)
+                    await asyncio.sleep(0.5)
                     if app.busy is None and app.engine_state != "loading":
                         return
                 raise TimeoutError("the TUI did not finish")

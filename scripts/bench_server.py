@@ -63,10 +63,13 @@ def tasks() -> dict[str, tuple[str, str]]:
     }
 
 
-def ceiling(target: str, threads: int, draft_max: int) -> tuple[float, int] | None:
-    """(best speedup of a free drafter with every token accepted, its g) from ``localspec calibrate``."""
-    out = subprocess.run([sys.executable, "-m", "localspec.cli", "calibrate", "--target", target, "--no-draft",
-                          "--json", "--n-threads", str(threads), "--draft-max", str(draft_max)],
+def ceiling(target: str, threads: int, draft_max: int, n_ctx: int) -> tuple[float, int] | None:
+    """(best speedup of a free drafter with every token accepted, its g) from ``localspec calibrate``.
+
+    Calibrates with the settings ``localspec serve`` gets below (draft model included), so
+    the servers find the measurement in the cache instead of calibrating while starting."""
+    out = subprocess.run([sys.executable, "-m", "localspec.cli", "calibrate", "--target", target,
+                          "--json", "--n-threads", str(threads), "--draft-max", str(draft_max), "--n-ctx", str(n_ctx)],
                          capture_output=True, text=True)
     if out.returncode != 0:
         print(f"(no calibrated ceiling: {out.stderr.strip()[-300:]})")
@@ -128,15 +131,15 @@ def main(argv: list[str]) -> int:
     ours = [sys.executable, "-m", "localspec.cli", "serve", "--target", target, "--port", "{port}",
             "--n-threads", str(args.threads), "--n-ctx", str(args.n_ctx), "--draft-max", str(args.draft_max),
             "--log-level", "warning"]
-    ceil = ceiling(target, args.threads, args.draft_max)
+    ceil = ceiling(target, args.threads, args.draft_max, args.n_ctx)
     procs = {
         "a-plain": ServerProcess(peer, tmp / "a-plain.log", ready_path="/v1/models"),
         "a-lookup": ServerProcess(peer + ["--draft_model", "prompt-lookup-decoding",
                                           "--draft_model_num_pred_tokens", "10"], tmp / "a-lookup.log",
                                   ready_path="/v1/models"),
         # b and c on two servers, so neither reuses the other's cached prompt
-        "b": ServerProcess(ours, tmp / "b.log"),
-        "c": ServerProcess(ours, tmp / "c.log"),
+        "b": ServerProcess(ours, tmp / "b.log", timeout=1200),
+        "c": ServerProcess(ours, tmp / "c.log", timeout=1200),
     }
     runs: list[dict] = []
     try:

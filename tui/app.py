@@ -16,6 +16,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.reactive import reactive
 from textual.screen import Screen
+from textual.widgets import Input
 
 from localspec.config import DraftParams, Settings
 from localspec.errors import LocalspecError
@@ -272,7 +273,24 @@ class LocalspecApp(App):
         """Run ``make_gen()`` and stream it to ``screen`` in the engine worker."""
         self.busy = tag
         self._stop_requested = False
+        self._pause_blinking(True)
         self._job_worker(screen, tag, engine, make_gen)
+
+    def _pause_blinking(self, pause: bool) -> None:
+        """Stop the text cursors blinking while an answer streams, restore them after.
+
+        A blink redraws the screen twice a second; on a 2-core machine every redraw is
+        CPU taken from llama.cpp (docs/benchmark.md, UI overhead on decoding).
+        """
+        if pause:
+            self._blinking = {}
+            for inp in self.screen.query(Input):
+                self._blinking[inp] = inp.cursor_blink
+                inp.cursor_blink = False
+        else:
+            for inp, blink in getattr(self, "_blinking", {}).items():
+                inp.cursor_blink = blink
+            self._blinking = {}
 
     def _track(self, gen) -> None:
         self.current_gens.append(gen)
@@ -309,6 +327,7 @@ class LocalspecApp(App):
     def _job_done(self, tag: str) -> None:
         if self.busy == tag:
             self.busy = None
+            self._pause_blinking(False)
             self._maybe_reload()
 
     def _maybe_reload(self) -> None:
@@ -320,6 +339,7 @@ class LocalspecApp(App):
     def start_race(self, screen, tag: str, prompt_text: str, repeats: int = 1) -> None:
         self.busy = tag
         self._stop_requested = False
+        self._pause_blinking(True)
         self._race_worker(screen, tag, prompt_text, self.settings, self.race_drafting(), max(1, repeats))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="engine")

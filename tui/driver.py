@@ -18,8 +18,12 @@ from .stats import LiveStats, RoundView
 PostFn = Callable[[list, list, LiveStats], None]
 Clock = Callable[[], float]
 
+#: tokens reach the screen in batches at most this often (seconds): five updates a second
+#: look live, and each update is a redraw whose CPU a 2-core machine takes from llama.cpp
+BATCH_SECONDS = 0.2
 
-def drive(gen, engine, post: PostFn, clock: Clock = time.perf_counter, batch_seconds: float = 0.1
+
+def drive(gen, engine, post: PostFn, clock: Clock = time.perf_counter, batch_seconds: float = BATCH_SECONDS
           ) -> tuple[LiveStats, list[RoundView]]:
     """Consume ``gen``, posting batches of tokens at most every ``batch_seconds``.
 
@@ -118,7 +122,7 @@ class RaceSide:
 
 
 def race(sides: list[RaceSide], post: Callable[[str, list, list, LiveStats], None], clock: Clock = time.perf_counter,
-         cancelled: Callable[[], bool] = lambda: False, batch_seconds: float = 0.1) -> dict[str, LiveStats]:
+         cancelled: Callable[[], bool] = lambda: False, batch_seconds: float = BATCH_SECONDS) -> dict[str, LiveStats]:
     """Alternate the sides round by round in this one thread until all are done.
 
     Each side's time is the sum of its own rounds' wall time, so neither is charged

@@ -17,7 +17,7 @@ from ..widgets import RoundInspector, StatsPanel, TokenStream
 
 _tags = itertools.count(1)
 #: while an answer streams, the statistics panel and the round inspector redraw at most this often
-PANEL_SECONDS = 0.5
+PANEL_SECONDS = 1.0
 
 
 def new_tag(kind: str) -> str:
@@ -41,7 +41,9 @@ class LoadBar(Vertical):
         self.display = app.engine_state == "loading"
         self.query_one("#load-stage", Static).update(app.load_text)
         bar = self.query_one("#load-progress", ProgressBar)
-        if app.load_fraction is None:
+        if app.engine_state != "loading":
+            bar.update(total=1, progress=1)  # hidden: an indeterminate bar would animate 15 times a second
+        elif app.load_fraction is None:
             bar.update(total=None)
         else:
             bar.update(total=1000, progress=int(app.load_fraction * 1000))

@@ -1,0 +1,35 @@
+"""While an answer streams the app does no redraw work of its own (issue 8, UI overhead):
+no blinking cursor, no animation in the hidden load bar; both as before once it ends."""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import Input, ProgressBar
+
+from tui_fakes import FakeClock, FakeEngine
+from tui_helpers import build, idle
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_no_blink_and_no_hidden_animation_while_streaming():
+    fake = FakeEngine(FakeClock(), round_delay=0.2)
+    app = build(fake)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await idle(pilot)
+        box = app.screen.query_one("#prompt", Input)
+        box.cursor_blink = True  # the tests' conftest turns blinking off for stable snapshots
+        # loaded: the hidden load bar is determinate, so its 15-per-second animation is off
+        assert all(bar.percentage is not None for bar in app.screen.query(ProgressBar))
+        box.value = "hello"
+        await box.action_submit()
+        for _ in range(250):
+            await pilot.pause(0.02)
+            if fake.started.is_set():
+                break
+        assert app.busy is not None
+        assert box.cursor_blink is False
+        await idle(pilot)
+        assert box.cursor_blink is True
+        from tui.screens import AssistantMessage
+        assert app.screen.query(AssistantMessage).last().stream.text  # the answer was shown

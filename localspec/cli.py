@@ -14,16 +14,15 @@ import time
 
 from .calibration import LONG_CONTEXT
 from .errors import ConfigError, LocalspecError
+from .events import TokenKind
 from .fileio import expand_path
 from .options import add_numeric, add_generation_arguments, add_model_arguments, settings_from_args
 
-#: terminal style per token kind (the TUI keeps its colours in tui/app.tcss); labels: TokenKind.label
-KIND_STYLES = {
-    "accepted": "bold green",
-    "resampled": "bold red",
-    "bonus": "bold cyan",
-    "target": "",
-}
+#: terminal colour of each colour role of TokenKind.colour (the TUI takes its theme's)
+TERMINAL_COLOURS = {"success": "green", "error": "red", "warning": "yellow"}
+#: terminal style per token kind, from TokenKind.colour/.bold; labels: TokenKind.label
+KIND_STYLES = {k.value: " ".join((["bold"] if k.bold else []) + ([TERMINAL_COLOURS[k.colour]] if k.colour else []))
+               for k in TokenKind}
 
 
 def _progress_printer(stream):

@@ -30,10 +30,24 @@ class TokenKind(str, enum.Enum):
         """What the kind means, where the legend has room for it ("" when the label says it)."""
         return _KIND_DETAILS.get(self, "")
 
+    @property
+    def colour(self) -> str | None:
+        """The kind's colour, as a role both front-ends map to their palette: "success"
+        (accepted), "error" (resampled), "warning" (bonus); None: the normal text colour
+        (target-only). The CLI maps roles to terminal colours, the TUI to its theme's."""
+        return _KIND_COLOURS[self]
+
+    @property
+    def bold(self) -> bool:
+        """Whether the kind is drawn bold (the target's own tokens in a speculative round)."""
+        return self in (TokenKind.RESAMPLED, TokenKind.BONUS)
+
 
 _KIND_LABELS = {TokenKind.ACCEPTED: "accepted draft", TokenKind.RESAMPLED: "resampled", TokenKind.BONUS: "bonus",
                 TokenKind.TARGET: "target-only"}
 _KIND_DETAILS = {TokenKind.RESAMPLED: "target corrected"}
+_KIND_COLOURS = {TokenKind.ACCEPTED: "success", TokenKind.RESAMPLED: "error", TokenKind.BONUS: "warning",
+                 TokenKind.TARGET: None}
 
 
 class EndReason(str, enum.Enum):

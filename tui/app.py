@@ -26,6 +26,7 @@ from .driver import RaceSide, drive, race, warm_up
 from .messages import (EngineReady, GenerationFailed, GenerationFinished, JobDone, LoadFailed, LoadProgress,
                        LoadStage, Notice, RaceFinished, TokensEmitted)
 from .screens import ChatScreen, EditScreen, RaceScreen
+from .widgets import token_css
 
 #: engine_factory(settings, progress, stage) -> engine (default: localspec.loader.load_engine)
 EngineFactory = Callable[..., object]
@@ -42,6 +43,7 @@ class LocalspecApp(App):
     """Chat, code-edit and race modes over one speculative engine."""
 
     CSS_PATH = "app.tcss"
+    CSS = token_css()  # the token colours, from TokenKind (one definition for the CLI and the TUI)
     TITLE = "localspec"
     MODES = {"chat": ChatScreen, "edit": EditScreen, "race": RaceScreen}
     BINDINGS = [

@@ -1,7 +1,7 @@
 """Widgets: the coloured token stream, its legend, the statistics panel, the round inspector.
 
-Token colours are CSS component classes (``tok--accepted`` ...) styled in app.tcss; no
-colour is written in Python.
+Token colours are CSS component classes (``tok--accepted`` ...) styled by :func:`token_css` from
+the colour roles of ``TokenKind`` (theme variables: no literal colour is written here).
 """
 
 from __future__ import annotations
@@ -27,10 +27,23 @@ from localspec.events import TokenKind
 
 from .stats import LiveStats, fmt_rate
 
-#: the token kinds (localspec.events.TokenKind, in its order) and their legend labels; colours: app.tcss
+#: the token kinds (localspec.events.TokenKind, in its order) and their legend labels; colours: token_css()
 KINDS = tuple(k.value for k in TokenKind)
 KIND_LABELS = {k.value: k.label + (f" ({k.detail})" if k.detail else "") for k in TokenKind}
 TOKEN_CLASSES = {f"tok--{k}" for k in KINDS} | {"tok--selected"}
+
+
+def token_css() -> str:
+    """The CSS of the token colours (component classes ``tok--<kind>``), from TokenKind.colour
+    and .bold: a colour role becomes the theme's ``$text-<role>`` on ``$<role>-muted``, so the
+    tokens stay readable on light and dark themes. The app adds it to its CSS (app.tcss)."""
+    rules = []
+    for k in TokenKind:
+        sel = ", ".join(f"{w} > .tok--{k.value}" for w in ("TokenStream", "Legend", "RoundInspector"))
+        body = ([f"color: $text-{k.colour};", f"background: ${k.colour}-muted;"] if k.colour
+                else ["color: $foreground;"]) + (["text-style: bold;"] if k.bold else [])
+        rules.append(f"{sel} {{\n    " + "\n    ".join(body) + "\n}")
+    return "\n".join(rules) + "\n"
 
 
 _WORD = re.compile(r"\n|[ \t]+|[^ \t\n]+")

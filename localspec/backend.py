@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -375,8 +376,14 @@ class LlamaModel:
         """Number of positions in the KV cache (sequence 0)."""
         return len(self.cached_tokens)
 
+    #: seconds spent in :meth:`decode` since the model was loaded (wall time; benchmarks
+    #: take differences of it to separate llama.cpp's work from the engine's own)
+    decode_seconds: float = 0.0
+
     def decode(self, tokens: Sequence[int], logits_for: Sequence[int] | str = "last") -> np.ndarray:
         """Append ``tokens`` to the KV cache and return logits for the positions asked.
+
+        The call's wall time is added to :attr:`decode_seconds`.
 
         Args:
             tokens: ids to evaluate at positions ``n_cached .. n_cached + len(tokens) - 1``.
@@ -389,6 +396,13 @@ class LlamaModel:
             ContextOverflowError: the tokens do not fit in the context window.
             BackendError: llama_decode failed (the cache is rolled back to where it was).
         """
+        t0 = time.perf_counter()
+        try:
+            return self._decode(tokens, logits_for)
+        finally:
+            self.decode_seconds += time.perf_counter() - t0
+
+    def _decode(self, tokens: Sequence[int], logits_for: Sequence[int] | str) -> np.ndarray:
         n = len(tokens)
         if n == 0:
             raise ValueError("decode needs at least one token")

@@ -376,6 +376,25 @@ class SpeculativeEngine:
         """
         return self.target.tokenize(self.target.render_chat(messages))
 
+    def model_seconds(self) -> float:
+        """Seconds spent in model decode calls (target and draft model) since the engine was made.
+
+        Wall time inside :meth:`localspec.backend.LlamaModel.decode`; a benchmark takes the
+        difference over a generation to tell llama.cpp's work from the engine's own.
+        """
+        models = [self.target] + ([self.draft_model] if self.draft_model not in (None, self.target) else [])
+        return float(sum(getattr(m, "decode_seconds", 0.0) for m in models))
+
+    def next_token_logits(self, tokens: Sequence[int]) -> np.ndarray:
+        """The target's next-token logits after ``tokens`` (reusing the cached prefix), for diagnostics.
+
+        Returns:
+            float32 array of shape (n_vocab,). The target's cache then holds ``tokens``.
+        """
+        seq = list(tokens)
+        n = self.target.sync(seq)  # caches a prefix of seq, at most len(seq) - 1 tokens
+        return self.target.decode(seq[n:], "last")[0]
+
     def token_text(self, token_id: int) -> str:
         """One token's text (a special token such as ``<|im_end|>`` as its text); invalid UTF-8 replaced.
 

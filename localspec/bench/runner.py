@@ -66,30 +66,6 @@ class Run:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-class _DecodeTimer:
-    """Wraps a model's ``decode`` (instance attribute) and sums the seconds spent in it."""
-
-    def __init__(self, model) -> None:
-        self.model = model
-        self.seconds = 0.0
-        self._orig = model.decode
-
-        def timed(*a, **k):
-            t0 = time.perf_counter()
-            try:
-                return self._orig(*a, **k)
-            finally:
-                self.seconds += time.perf_counter() - t0
-
-        model.decode = timed
-
-    def close(self) -> None:
-        try:
-            del self.model.decode
-        except AttributeError:
-            pass
-
-
 class CpuMeter:
     """CPU time used by *other* processes (Linux ``/proc``): the machine's busy time minus ours.
 
@@ -158,13 +134,10 @@ def _predicted(rounds: Sequence[tuple[int, int]], accept: Sequence[float], verif
     return e / t * verify[0]
 
 
-def _top2_gap(target, seq: Sequence[int]) -> float | None:
+def _top2_gap(engine, seq: Sequence[int]) -> float | None:
     """Top-2 logit gap of the target's next-token logits after ``seq`` (one-token decode)."""
     try:
-        seq = list(seq)
-        n = target.sync(seq)  # caches a prefix of seq, at most len(seq) - 1 tokens
-        row = target.decode(seq[n:], "last")[0]
-        top = np.partition(row, -2)[-2:]
+        top = np.partition(engine.next_token_logits(seq), -2)[-2:]
         return float(abs(top[1] - top[0]))
     except Exception:  # pragma: no cover - diagnostics only
         return None
@@ -212,14 +185,8 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
                 target_path, tokens, max_tokens, n_ctx=n_ctx, n_threads=n_threads,
                 lookup_num_pred_tokens=m.g if m.family == "peer-lookup" else None, n_gpu_layers=n_gpu_layers)
             return Run(task.name, m.name, rep, len(ids), secs, list(ids))
-        timers = [_DecodeTimer(engine.target)]
-        if engine.draft_model is not None and engine.draft_model is not engine.target:
-            timers.append(_DecodeTimer(engine.draft_model))
-        try:
-            ids, secs, g = ours(tokens, m, max_tokens)
-        finally:
-            for tm in timers:
-                tm.close()
+        in_models = engine.model_seconds()
+        ids, secs, g = ours(tokens, m, max_tokens)
         rounds = [(r.drafted, r.accepted) for r in g.rounds]
         drafters: dict[str, int] = {}
         reasons: dict[str, int] = {}
@@ -227,7 +194,7 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
             drafters[r.drafter] = drafters.get(r.drafter, 0) + 1
             key = r.reason.split(":")[0] if r.reason else ""
             reasons[key] = reasons.get(key, 0) + 1
-        dec = sum(tm.seconds for tm in timers)
+        dec = engine.model_seconds() - in_models  # seconds inside llama.cpp decode calls
         run = Run(task.name, m.name, rep, len(ids), secs, list(ids), g.stats.as_dict(), rounds, drafters, reasons,
                   dec, (secs - dec) / max(g.stats.rounds, 1), totals=g.stats)
         gm = max([d for d, _ in rounds] + [1])
@@ -271,7 +238,7 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
                         mismatches.append({"task": task.name, "mode": m.name, "peer": not m.ours, "repeat": rep,
                                            "position": pos,
                                            "ours": r.token_ids[pos:pos + 1], "target": base.token_ids[pos:pos + 1],
-                                           "top2_gap": _top2_gap(engine.target, tokens + base.token_ids[:pos])})
+                                           "top2_gap": _top2_gap(engine, tokens + base.token_ids[:pos])})
                 log(f"  repeat {rep + 1}/{repeats}: " + ", ".join(
                     f"{m.name} {rep_runs[m.name].rate:.1f}" for m in modes) + " tok/s"
                     + (f" (others used {busy:.0%} of the CPUs)" if busy is not None else ""))

@@ -162,7 +162,11 @@ def test_cli_ctrl_c_mid_stream(tmp_path):
     cmd = [sys.executable, "-m", "localspec.cli", "generate", "--target", "smollm2-135m", "--draft", "smollm2-135m",
            "--n-threads", "1", "--n-ctx", "1024", "--max-tokens", "600", "--temperature", "0.8", "--seed", "1",
            "--no-color", "Write a long story about a dragon who learns to code, in many chapters."]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    # Ctrl-C in a terminal reaches a process whose SIGINT has the default disposition; a test
+    # run started in the background by a non-interactive shell inherits SIGINT *ignored*
+    # (POSIX), and Python then never raises KeyboardInterrupt: give the child the default back
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     out = bytearray()
 
     def reader():

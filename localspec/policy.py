@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
 
-from .costmodel import EWAcceptance, MatchAcceptance, best_draft_length, expected_tokens
+from .costmodel import LOOKUP_CHANCE_TOKENS, EWAcceptance, MatchAcceptance, best_draft_length, expected_tokens
 
 if TYPE_CHECKING:
     from .calibration import EngineCosts
@@ -114,8 +114,9 @@ class AdaptivePolicy:
     by the engine), whether lookup was used or not: its estimates follow the text even
     while it is off. They are kept per match length (:class:`MatchAcceptance`): a
     proposal whose source agrees with the text over many tokens starts from a high prior
-    (rule of succession), so a copy is drafted from its first rounds, while a short
-    common n-gram has to earn it. A predicted output (a request's ``prediction``) is scored
+    (rule of succession, the first :data:`~localspec.costmodel.LOOKUP_CHANCE_TOKENS`
+    of a lookup match not counted), so a copy is drafted from its first rounds, while a
+    short common n-gram has to earn it. A predicted output (a request's ``prediction``) is scored
     the same way and tried before prompt lookup: it wins a tie.
     Any free drafter that reports a match length can be scored so (:meth:`see_free`). The costs are those at the current position
     (:meth:`EngineCosts.set_position`). The draft model has no such free signal; while unused its estimates
@@ -157,8 +158,8 @@ class AdaptivePolicy:
         self.draft_est = EWAcceptance(draft_max, prior_draft, weight)
         #: per free drafter: acceptance by match length; its pending proposal; its current match length
         self.free_est: dict[str, MatchAcceptance] = {
-            "lookup": MatchAcceptance(draft_max, prior_lookup, weight),
-            "prediction": MatchAcceptance(draft_max, prior_prediction, weight),
+            "lookup": MatchAcceptance(draft_max, prior_lookup, weight, chance=LOOKUP_CHANCE_TOKENS),
+            "prediction": MatchAcceptance(draft_max, prior_prediction, weight, floor=prior_prediction),
         }
         self._pending: dict[str, tuple[int, tuple[int, ...], int]] = {}
         self.match_length: dict[str, int] = {}

@@ -17,6 +17,7 @@ from localspec.calibration import (
 )
 from localspec.costmodel import (
     EWAcceptance,
+    LOOKUP_CHANCE_TOKENS,
     MatchAcceptance,
     acceptance_by_position,
     best_draft_length,
@@ -410,13 +411,40 @@ def test_start_of_copy_trusts_a_long_match():
     # no history at all: a proposal whose source agrees over 40 tokens is drafted at once
     pol.see_free("lookup", [1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11], 40)
     ch = pol.choose(8, {"lookup": 8})
-    prior = succession_prior(32, 8)
+    prior = succession_prior(32, 8, LOOKUP_CHANCE_TOKENS)
     g_cf = best_draft_length(prior, curve, 0.0, 8)[0]
     assert ch.drafter == "lookup" and ch.draft_len == g_cf == 6
     # a single matching token is no evidence: no speculation on the AVX-512-like curve
     pol2 = AdaptivePolicy(_costs(_curve(AVX512_RATIOS)), 8, has_draft=False)
     pol2.see_free("lookup", [1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11], 1)
     assert pol2.choose(8, {"lookup": 8}).drafter == "none"
+
+
+#: first-token acceptance of prompt-lookup proposals by match-length bucket, measured by replaying
+#: find_match over the target's greedy answers to the five bench tasks (see LOOKUP_CHANCE_TOKENS)
+MEASURED_LOOKUP_ACCEPTANCE = {1: 0.13, 2: 0.43, 4: 0.81, 8: 0.95, 16: 0.97, 32: 0.99}
+
+
+def test_lookup_prior_follows_measured_acceptance():
+    est = MatchAcceptance(8, prior=0.5, weight=0.3, chance=LOOKUP_CHANCE_TOKENS)
+    for m, measured in MEASURED_LOOKUP_ACCEPTANCE.items():
+        assert est.values(m)[0] == pytest.approx(measured, abs=0.15), m
+    # Laplace's rule on the raw match length trusted the short matches far more than they earn
+    assert succession_prior(1, 1)[0] - MEASURED_LOOKUP_ACCEPTANCE[1] > 0.5
+    assert succession_prior(1, 3, chance=2) == pytest.approx([0.0, 1 / 2, 2 / 3])
+
+
+@pytest.mark.parametrize("ratios", [AVX512_RATIOS, NO_AVX512_RATIOS], ids=["avx512", "no-avx512"])
+def test_chat_like_short_matches_are_not_speculated_without_history(ratios):
+    # chat: most lookup matches are one or two common tokens; the first of them must not cost verify passes
+    for m in (1, 2, 3):
+        pol = AdaptivePolicy(_costs(_curve(ratios)), 8, has_draft=False)
+        pol.see_free("lookup", [1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11], m)
+        assert pol.choose(8, {"lookup": 8}).drafter == "none", m
+    # while a long one is drafted at once on both curves
+    pol = AdaptivePolicy(_costs(_curve(ratios)), 8, has_draft=False)
+    pol.see_free("lookup", [1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11], 16)
+    assert pol.choose(8, {"lookup": 8}).drafter == "lookup"
 
 
 def test_match_length_buckets_learn_separately():

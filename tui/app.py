@@ -7,6 +7,7 @@ workers post Messages and never touch widgets.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Callable, Iterable
@@ -31,6 +32,8 @@ from .widgets import token_css
 #: engine_factory(settings, progress, stage) -> engine (default: localspec.loader.load_engine)
 EngineFactory = Callable[..., object]
 MODE_CYCLE = ("draft", "lookup", "none", "auto")
+#: the interpreter's GIL switch interval while an answer streams, seconds (see LocalspecApp._streaming)
+STREAM_SWITCH_INTERVAL = 0.0005
 
 
 def _default_factory(settings: Settings, progress=None, stage=None):
@@ -77,6 +80,7 @@ class LocalspecApp(App):
         self.current_gens: list = []
         self._stop_requested = False
         self._reload_pending = False
+        self._switch_interval: float | None = None  #: the interpreter's, while an answer streams
         self.last_speedup: float | None = None  # measured by the latest race
         self.last_speedup_mode = ""
 
@@ -127,6 +131,7 @@ class LocalspecApp(App):
 
     def close_engines(self, timeout: float = 30.0) -> None:
         """Stop any generation, wait for the worker to leave the engine, then free the models."""
+        self._restore_switch_interval()
         for g in list(self.current_gens):
             g.cancel()
         if not self.engine_lock.acquire(timeout=timeout):
@@ -275,15 +280,34 @@ class LocalspecApp(App):
         """Run ``make_gen()`` and stream it to ``screen`` in the engine worker."""
         self.busy = tag
         self._stop_requested = False
-        self._pause_blinking(True)
+        self._streaming(True)
         self._job_worker(screen, tag, engine, make_gen)
 
-    def _pause_blinking(self, pause: bool) -> None:
-        """Stop the text cursors blinking while an answer streams, restore them after.
+    def _streaming(self, on: bool) -> None:
+        """While an answer streams: the cursors stop blinking and the GIL is handed over quickly.
 
-        A blink redraws the screen twice a second; on a 2-core machine every redraw is
-        CPU taken from llama.cpp (docs/benchmark.md, UI overhead on decoding).
+        A blink redraws the screen twice a second; on a 2-core machine every redraw is CPU
+        taken from llama.cpp. And the engine's worker thread, returning from each llama.cpp
+        call, waits for the GIL while this thread draws: up to the interpreter's switch
+        interval (5 ms) each time, several times a round. At 0.5 ms (:data:`STREAM_SWITCH_INTERVAL`)
+        the TUI decoded a 432-token code edit at 0.97-1.00x the CLI's rate instead of 0.93-0.95x
+        (docs/benchmark.md, UI overhead on decoding). Both are restored when the answer ends.
         """
+        if on:
+            if self._switch_interval is None:
+                self._switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(STREAM_SWITCH_INTERVAL)
+        else:
+            self._restore_switch_interval()
+        self._pause_blinking(on)
+
+    def _restore_switch_interval(self) -> None:
+        if self._switch_interval is not None:
+            sys.setswitchinterval(self._switch_interval)
+            self._switch_interval = None
+
+    def _pause_blinking(self, pause: bool) -> None:
+        """Stop the text cursors blinking while an answer streams, restore them after."""
         if pause:
             self._blinking = {}
             for inp in self.screen.query(Input):
@@ -329,7 +353,7 @@ class LocalspecApp(App):
     def _job_done(self, tag: str) -> None:
         if self.busy == tag:
             self.busy = None
-            self._pause_blinking(False)
+            self._streaming(False)
             self._maybe_reload()
 
     def _maybe_reload(self) -> None:
@@ -341,7 +365,7 @@ class LocalspecApp(App):
     def start_race(self, screen, tag: str, prompt_text: str, repeats: int = 1) -> None:
         self.busy = tag
         self._stop_requested = False
-        self._pause_blinking(True)
+        self._streaming(True)
         self._race_worker(screen, tag, prompt_text, self.settings, self.race_drafting(), max(1, repeats))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="engine")

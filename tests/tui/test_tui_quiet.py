@@ -1,7 +1,10 @@
 """While an answer streams the app does no redraw work of its own (issue 8, UI overhead):
-no blinking cursor, no animation in the hidden load bar; both as before once it ends."""
+no blinking cursor, no animation in the hidden load bar, and the GIL handed to the engine's
+worker quickly; all as before once it ends."""
 
 from __future__ import annotations
+
+import sys
 
 import pytest
 from textual.widgets import Input, ProgressBar
@@ -19,6 +22,7 @@ async def test_no_blink_and_no_hidden_animation_while_streaming():
         await idle(pilot)
         box = app.screen.query_one("#prompt", Input)
         box.cursor_blink = True  # the tests' conftest turns blinking off for stable snapshots
+        before = sys.getswitchinterval()
         # loaded: the hidden load bar is determinate, so its 15-per-second animation is off
         assert all(bar.percentage is not None for bar in app.screen.query(ProgressBar))
         box.value = "hello"
@@ -29,7 +33,10 @@ async def test_no_blink_and_no_hidden_animation_while_streaming():
                 break
         assert app.busy is not None
         assert box.cursor_blink is False
+        from tui.app import STREAM_SWITCH_INTERVAL
+        assert sys.getswitchinterval() == pytest.approx(STREAM_SWITCH_INTERVAL) != pytest.approx(before)
         await idle(pilot)
         assert box.cursor_blink is True
+        assert sys.getswitchinterval() == pytest.approx(before)
         from tui.screens import AssistantMessage
         assert app.screen.query(AssistantMessage).last().stream.text  # the answer was shown

@@ -31,7 +31,7 @@ import numpy as np
 
 from .costmodel import verify_cost
 from .errors import LocalspecError
-from .machine import load_average
+from .machine import BUSY_THRESHOLD, CpuMeter, load_average, machine_is_quiet
 
 #: models.md: time of one decode of b tokens / time of one token, Qwen2.5-Coder-1.5B Q4_K_M,
 #: 2 threads. Used only until a measurement exists (see :func:`default_curve`).
@@ -128,6 +128,8 @@ class ModelCosts:
         flash_attn_scores: with ``auto``, per setting (``"on"``/``"off"``) its mean time relative
             to the faster setting (:func:`flash_attn_scores`; 1.0 = fastest everywhere).
         calibration_seconds: wall time the measurement took, seconds.
+        other_cpu: share of all CPUs other processes used while measuring (None unknown); over
+            :data:`~localspec.machine.BUSY_THRESHOLD` the curve is :attr:`disturbed`.
     """
 
     seconds: list[float]
@@ -142,6 +144,12 @@ class ModelCosts:
     flash_attn: bool | None = None
     flash_attn_scores: dict = field(default_factory=dict)
     calibration_seconds: float = 0.0
+    other_cpu: float | None = None
+
+    @property
+    def disturbed(self) -> bool:
+        """Measured while other processes used over BUSY_THRESHOLD of the CPUs: re-measured when quiet."""
+        return self.other_cpu is not None and self.other_cpu > BUSY_THRESHOLD
 
     def __post_init__(self) -> None:
         if not self.curves:
@@ -165,7 +173,8 @@ class ModelCosts:
                 "measured": self.measured, "created": self.created, "load": self.load,
                 "contexts": self.contexts, "curves": self.curves,
                 "prefill_token_seconds": self.prefill_token_seconds, "flash_attn": self.flash_attn,
-                "flash_attn_scores": self.flash_attn_scores, "calibration_seconds": self.calibration_seconds}
+                "flash_attn_scores": self.flash_attn_scores, "calibration_seconds": self.calibration_seconds,
+                "other_cpu": self.other_cpu}
 
     @classmethod
     def from_json(cls, d: dict) -> "ModelCosts":
@@ -176,7 +185,8 @@ class ModelCosts:
                    curves=[[float(x) for x in c] for c in d.get("curves", [])],
                    prefill_token_seconds=None if pts is None else float(pts), flash_attn=d.get("flash_attn"),
                    flash_attn_scores=dict(d.get("flash_attn_scores", {})),
-                   calibration_seconds=float(d.get("calibration_seconds", 0.0)))
+                   calibration_seconds=float(d.get("calibration_seconds", 0.0)),
+                   other_cpu=None if d.get("other_cpu") is None else float(d["other_cpu"]))
 
 
 def _filler_tokens(model, n: int, seed: int = 0) -> list[int]:
@@ -229,6 +239,7 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 3, contexts: Sequ
         ContextOverflowError: the model's context cannot hold ``contexts[-1] + max_batch`` tokens.
     """
     t_start = time.perf_counter()
+    meter = CpuMeter()
     load = (load_average() or [-1.0])[0]
     wanted = sorted(set(contexts if contexts is not None else calibration_contexts(model, max_batch)))
     n0 = min(model.n_cached, wanted[0])
@@ -255,7 +266,7 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 3, contexts: Sequ
     return ModelCosts(seconds=list(curves[0]), key=model_cost_key(model), repeats=max(1, repeats), measured=True,
                       created=time.time(), load=load, contexts=measured_at, curves=curves,
                       prefill_token_seconds=prefill, flash_attn=getattr(model, "flash_attn", None),
-                      calibration_seconds=time.perf_counter() - t_start)
+                      calibration_seconds=time.perf_counter() - t_start, other_cpu=meter.other_fraction())
 
 
 def flash_attn_scores(results: dict[str, ModelCosts]) -> dict[str, float]:
@@ -297,6 +308,8 @@ def calibrate_model(model, max_batch: int, repeats: int = 3, contexts: Sequence[
     costs.flash_attn_scores = scores
     costs.key = model_cost_key(model)
     costs.calibration_seconds = time.perf_counter() - t0
+    busy = [r.other_cpu for r in results.values() if r.other_cpu is not None]
+    costs.other_cpu = max(busy) if busy else None  # the choice compares both: either disturbed taints it
     return costs
 
 
@@ -344,10 +357,15 @@ def save_costs(costs: ModelCosts) -> Path | None:
 def get_costs(model, max_batch: int, remeasure: bool = False, repeats: int = 3,
               contexts: Sequence[int] | None = None) -> ModelCosts:
     """Cached costs (the model switched to their flash-attention setting), or a fresh calibration
-    (:func:`calibrate_model`, saved to the cache)."""
+    (:func:`calibrate_model`, saved to the cache).
+
+    A cached calibration that was :attr:`~ModelCosts.disturbed` (other processes busy while it
+    measured) is used only while the machine is still busy: once it is quiet (one second of
+    :func:`~localspec.machine.machine_is_quiet`), the curve is measured again and replaces it.
+    """
     if not remeasure:
         cached = load_costs(model, max_batch)
-        if cached is not None:
+        if cached is not None and (not cached.disturbed or not machine_is_quiet()):
             if _flash_attn_mode(model) == "auto" and cached.flash_attn is not None and hasattr(model, "set_flash_attn"):
                 model.set_flash_attn(bool(cached.flash_attn))
             return cached
@@ -504,7 +522,9 @@ def _engine_costs(target: ModelCosts, draft: ModelCosts | None, draft_max: int) 
 
 def cached_engine_costs(target, draft_model, draft_max: int) -> EngineCosts | None:
     """The engine costs from the cache alone (no measurement): None when this machine has not
-    measured the target for ``draft_max`` (or the draft model) yet."""
+    measured the target for ``draft_max`` (or the draft model) yet, or when a cached curve was
+    :attr:`~ModelCosts.disturbed` and the machine is quiet now (the first generation in mode
+    ``auto`` then measures again, :func:`get_costs`)."""
     target_costs = load_costs(target, draft_max + 1)
     if target_costs is None:
         return None
@@ -513,6 +533,8 @@ def cached_engine_costs(target, draft_model, draft_max: int) -> EngineCosts | No
         draft = load_costs(draft_model, 2)
         if draft is None:
             return None
+    if any(c is not None and c.disturbed for c in (target_costs, draft)) and machine_is_quiet():
+        return None
     return _engine_costs(target_costs, draft, draft_max)
 
 
@@ -545,4 +567,9 @@ def describe_costs(costs: ModelCosts) -> str:
         parts.append(f"prefill (catch-up) {costs.prefill_token_seconds * 1e3:.2f} ms/token")
     if costs.calibration_seconds:
         parts.append(f"calibration took {costs.calibration_seconds:.1f} s")
+    if costs.disturbed:
+        parts.append(f"DISTURBED: other processes used {costs.other_cpu:.0%} of the CPUs while it measured; "
+                     "it is measured again the next time this model loads on a quiet machine")
+    elif costs.other_cpu is not None:
+        parts.append(f"other processes used {costs.other_cpu:.0%} of the CPUs meanwhile")
     return "; ".join(parts)

@@ -14,6 +14,7 @@ import numpy as np
 from ..config import DraftParams, GenerationParams, SamplingParams
 from ..costmodel import acceptance_by_position, expected_tokens, verify_cost
 from ..events import GenerationStats
+from ..machine import BUSY_THRESHOLD, CpuMeter
 from .report import summarise
 from .suite import Task
 
@@ -66,43 +67,6 @@ class Run:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-class CpuMeter:
-    """CPU time used by *other* processes (Linux ``/proc``): the machine's busy time minus ours.
-
-    ``other_fraction()`` is the share of all CPUs other processes used since the last
-    ``start()``; None where ``/proc`` is not available.
-    """
-
-    def __init__(self) -> None:
-        self._t0 = self._state()
-
-    @staticmethod
-    def _state():
-        try:
-            with open("/proc/stat") as f:
-                parts = f.readline().split()[1:]
-            vals = [int(x) for x in parts[:8]]
-            busy = sum(vals) - vals[3] - vals[4]  # minus idle and iowait
-            with open("/proc/self/stat") as f:
-                st = f.read().rsplit(")", 1)[1].split()
-            mine = int(st[11]) + int(st[12])  # utime + stime of every thread, clock ticks
-            return busy, mine, time.monotonic()
-        except (OSError, ValueError, IndexError):
-            return None
-
-    def start(self) -> None:
-        self._t0 = self._state()
-
-    def other_fraction(self) -> float | None:
-        t1 = self._state()
-        if t1 is None or self._t0 is None:
-            return None
-        busy, mine, wall = (a - b for a, b in zip(t1, self._t0))
-        hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-        total = wall * hz * (os.cpu_count() or 1)
-        return max(0.0, (busy - mine) / total) if total > 0 else None
-
-
 def wait_for_idle(max_seconds: float, threshold: float = 0.1, log: Callable[[str], None] = print) -> bool:
     """Wait until other processes use under ``threshold`` of the CPUs over 3 s; False on timeout."""
     meter = CpuMeter()
@@ -145,7 +109,7 @@ def _top2_gap(engine, seq: Sequence[int]) -> float | None:
 
 def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: int, max_tokens: int,
               target_path: Path, n_ctx: int, n_threads: int, n_gpu_layers: int = 0,
-              wait_idle: float = 0.0, busy_threshold: float = 0.15, max_retries: int = 2, recalibrate: bool = False,
+              wait_idle: float = 0.0, busy_threshold: float = BUSY_THRESHOLD, max_retries: int = 2, recalibrate: bool = False,
               log: Callable[[str], None] = print, checkpoint: Callable[[dict], None] | None = None) -> dict:
     """Run every (task, mode) ``repeats`` times side by side; return the JSON-able result.
 

@@ -278,6 +278,48 @@ def test_measure_restores_cache_and_round_trips(tmp_path, monkeypatch):
     assert load_costs(m, 4) is None
 
 
+def test_calibration_under_load_is_marked_and_measured_again_when_quiet(tmp_path, monkeypatch):
+    # a calibration taken while other processes used the CPUs is not trusted for good: a poisoned
+    # cache (T(1) = 1.13 s measured under load, 12x the quiet value) once stayed valid forever
+    import localspec.calibration as cal
+
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF" + b"\0" * 2000)
+    m = _FakeModel(f)
+    measured = []
+
+    def fake_calibrate(model, max_batch, repeats=3, contexts=None):
+        other = 0.6 if not measured else 0.01  # the first run under load, the second quiet
+        measured.append(other)
+        return ModelCosts(seconds=[0.1 * (b + 1) for b in range(max_batch)], key=cal.model_cost_key(model),
+                          measured=True, other_cpu=other)
+
+    monkeypatch.setattr(cal, "calibrate_model", fake_calibrate)
+    first = cal.get_costs(m, 4)
+    assert first.disturbed and "DISTURBED" in cal.describe_costs(first)
+    assert load_costs(m, 4).other_cpu == pytest.approx(0.6)  # cached, with its load
+    monkeypatch.setattr(cal, "machine_is_quiet", lambda *a, **k: False)
+    assert cal.get_costs(m, 4).disturbed and len(measured) == 1  # still busy: the cached one is used
+    assert cal.cached_engine_costs(m, None, 3) is not None  # what the loader hands the engine
+    monkeypatch.setattr(cal, "machine_is_quiet", lambda *a, **k: True)
+    assert cal.cached_engine_costs(m, None, 3) is None  # quiet: the first auto generation measures again
+    monkeypatch.setattr(cal, "machine_is_quiet", lambda *a, **k: True)
+    again = cal.get_costs(m, 4)
+    assert len(measured) == 2 and not again.disturbed  # quiet now: measured again and replaced
+    assert not load_costs(m, 4).disturbed and "DISTURBED" not in cal.describe_costs(again)
+    assert cal.get_costs(m, 4).other_cpu == pytest.approx(0.01) and len(measured) == 2  # a clean one stays
+
+
+def test_measure_records_other_processes_cpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF" + b"\0" * 2000)
+    costs = measure_decode_costs(_FakeModel(f), 3, repeats=1)
+    assert costs.other_cpu is None or 0.0 <= costs.other_cpu <= 1.0
+    assert ModelCosts.from_json(costs.to_json()).other_cpu == costs.other_cpu
+
+
 def test_see_lookup_scores_deep_positions_without_speculating():
     # one token committed per round (no speculation): the proposal is scored once its fate is known;
     # no match length reported: bucket 0, which starts from prior_lookup

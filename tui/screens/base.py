@@ -20,6 +20,54 @@ _tags = itertools.count(1)
 PANEL_SECONDS = 1.0
 
 
+class RedrawPacer:
+    """When a streaming answer redraws: as often as :attr:`min_seconds` allows while the UI
+    thread's CPU stays under ``budget`` of one core, less often (up to :attr:`max_seconds`)
+    when each redraw costs more.
+
+    On a 2-core machine every millisecond the UI thread computes is taken from llama.cpp's
+    two threads. A long answer that scrolls repaints the whole pane on each update (about
+    12 ms of Textual's compositor on an AMD EPYC without AVX-512, docs/benchmark.md); at five
+    updates a second that was 6 % of a core and the TUI decoded a 1,743-token code edit at
+    0.89x the CLI's rate. The pacer measures what the UI thread spent per redraw cycle
+    (:func:`time.thread_time`, the message handling and the compositor's work of the last
+    cycle) and spaces the next redraw so that cost / interval <= ``budget``.
+
+    Args:
+        budget: share of one core the UI thread may use while an answer streams.
+        min_seconds, max_seconds: bounds of the interval between redraws, seconds.
+        clock, cpu: wall clock and the calling thread's CPU clock (seconds; for tests).
+    """
+
+    def __init__(self, budget: float = 0.025, min_seconds: float = 0.2, max_seconds: float = 1.0,
+                 clock=time.monotonic, cpu=time.thread_time) -> None:
+        self.budget = budget
+        self.min_seconds = min_seconds
+        self.max_seconds = max_seconds
+        self.clock = clock
+        self.cpu = cpu
+        self.interval = min_seconds
+        self.cost: float | None = None  #: CPU seconds per redraw cycle, exponentially weighted
+        self._at = clock()
+        self._cpu_at = cpu()
+
+    def start(self) -> None:
+        """A new answer: draw its first tokens at once."""
+        self._at = self.clock() - self.interval
+        self._cpu_at = self.cpu()
+
+    def due(self) -> bool:
+        return self.clock() - self._at >= self.interval
+
+    def drew(self) -> None:
+        """Called on each redraw: learn the cost of the cycle that ended and set the next interval."""
+        now, cpu = self.clock(), self.cpu()
+        spent = max(0.0, cpu - self._cpu_at)
+        self.cost = spent if self.cost is None else 0.7 * self.cost + 0.3 * spent
+        self.interval = min(self.max_seconds, max(self.min_seconds, self.cost / self.budget))
+        self._at, self._cpu_at = now, cpu
+
+
 def new_tag(kind: str) -> str:
     return f"{kind}-{next(_tags)}"
 
@@ -82,6 +130,8 @@ class GenerationScreen(Screen):
 
     tag: str | None = None
     _panel_at = 0.0  #: time.monotonic() of the latest panel redraw while streaming
+    _pacer: RedrawPacer | None = None
+    _pending: list | None = None  #: pieces received and not drawn yet
     current: AssistantMessage | None = None  #: the answer being streamed (or the latest)
     inspected: AssistantMessage | None = None  #: the answer whose rounds the inspector shows
 
@@ -104,10 +154,19 @@ class GenerationScreen(Screen):
     def _tokens(self, msg: TokensEmitted) -> None:
         if msg.tag != self.tag or self.current is None:
             return
-        self.current.stream.add(msg.pieces)
         self.current.rounds.extend(msg.rounds)
         if msg.stats is not None:
             self.current.stats = msg.stats
+        if self._pacer is None:
+            self._pacer, self._pending = RedrawPacer(), []
+        if self._pending_tag != msg.tag:  # a new answer: its first tokens show at once
+            self._pending_tag, self._pending = msg.tag, []
+            self._pacer.start()
+        self._pending.extend(msg.pieces)
+        if not self._pacer.due():
+            return
+        self._pacer.drew()
+        self._flush_pending()
         # the tables of the panel and the inspector cost far more to draw than the tokens:
         # while streaming they follow at most every PANEL_SECONDS (the final figures always show)
         now = time.monotonic()
@@ -119,11 +178,19 @@ class GenerationScreen(Screen):
                 self.query_one(RoundInspector).set_rounds(self.current.rounds)
         self.answer_scroll().scroll_end(animate=False)
 
+    _pending_tag: str | None = None
+
+    def _flush_pending(self) -> None:
+        if self._pending and self.current is not None:
+            self.current.stream.add(self._pending)
+        self._pending = []
+
     @on(GenerationFinished)
     def _finished(self, msg: GenerationFinished) -> None:
         if msg.tag != self.tag or self.current is None:
             return
         cur = self.current
+        self._flush_pending()
         cur.stream.settle()
         cur.stats = msg.stats
         cur.rounds = list(msg.rounds)
@@ -143,6 +210,7 @@ class GenerationScreen(Screen):
             return
         self.app.notify_error(msg.message, msg.hint)
         if self.current is not None:
+            self._flush_pending()
             self.current.stream.settle()
             self.current.border_subtitle = "failed"
         self.generation_failed(msg)

@@ -8,7 +8,8 @@ The same code-edit requests, greedy, through the ``openai`` client, streamed, to
 * ``b``:        ``localspec serve`` (mode auto), without a prediction;
 * ``c``:        ``localspec serve`` (mode auto), with the original file as ``prediction``;
 
-same model file, threads and context size; the order of the servers alternates (forwards,
+same model file, threads and context size, greedy everywhere (the peer is sent ``repeat_penalty``
+1.0: its default 1.1 changes the answer); the order of the servers alternates (forwards,
 backwards) between repetitions; medians. Per request: end-to-end latency (request sent to
 last chunk, seconds) and decode tokens/s ((tokens - 1) / (last chunk - first chunk)).
 Speedups are ratios of end-to-end latency, taken per repetition, then the median.
@@ -78,10 +79,20 @@ def ceiling(target: str, threads: int, draft_max: int, n_ctx: int) -> tuple[floa
     return max(((g + 1) * sec[0] / sec[g], g) for g in range(1, len(sec)))
 
 
-def timed_request(client: openai.OpenAI, message: str, prediction: str | None, max_tokens: int, nonce: str) -> dict:
+#: what llama-cpp-python's server must be sent to decode greedily as ours does: its requests default
+#: to ``repeat_penalty`` 1.1 (llama_cpp/server/types.py), which changes a greedy answer (and punishes
+#: exactly the copying a code edit is made of); top_k 40 and min_p 0.05 do not matter at temperature 0
+PEER_GREEDY = {"repeat_penalty": 1.0}
+
+
+def timed_request(client: openai.OpenAI, message: str, prediction: str | None, max_tokens: int, nonce: str,
+                  peer: bool = False) -> dict:
     """One streamed request. ``nonce`` opens the message, so no server reuses the cached prompt
-    of its previous request (each code edit is a new file: prefill is part of the cost)."""
+    of its previous request (each code edit is a new file: prefill is part of the cost);
+    ``peer``: llama-cpp-python's server, sent :data:`PEER_GREEDY`."""
     extra = {"prediction": {"type": "content", "content": prediction}} if prediction else {}
+    if peer:
+        extra["extra_body"] = dict(PEER_GREEDY)
     t0 = time.perf_counter()
     first = last = None
     text, n_chunks, usage, spec = [], 0, None, None
@@ -154,7 +165,8 @@ def main(argv: list[str]) -> int:
                 nonce = f"(request {rep}.{time.time_ns() % 10**6})\n"  # the same for every server
                 for server in order:
                     client = clients[server]
-                    r = timed_request(client, message, original if server == "c" else None, args.max_tokens, nonce)
+                    r = timed_request(client, message, original if server == "c" else None, args.max_tokens, nonce,
+                                      peer=server.startswith("a-"))
                     r.update(task=task, server=server, rep=rep)
                     runs.append(r)
                     print(f"rep {rep} {task:15s} {server:9s} {r['latency']:7.2f} s  {r['tokens']:5d} tokens  "

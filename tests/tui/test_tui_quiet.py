@@ -42,38 +42,6 @@ async def test_no_blink_and_no_hidden_animation_while_streaming():
         assert app.screen.query(AssistantMessage).last().stream.text  # the answer was shown
 
 
-def test_redraw_pacer_keeps_the_ui_thread_under_its_budget():
-    # what a redraw cycle costs decides how often the stream redraws: cheap ones every 0.2 s,
-    # a scrolling pane that costs 12 ms of CPU every 12 / 0.025 = 0.48 s, never slower than 1 s
-    from tui.screens.base import RedrawPacer
-
-    t = {"wall": 100.0, "cpu": 5.0}
-    pacer = RedrawPacer(budget=0.025, clock=lambda: t["wall"], cpu=lambda: t["cpu"])
-    pacer.start()
-    assert pacer.due()  # the first tokens of an answer show at once
-
-    def cycle(cost: float, wait: float) -> None:
-        t["wall"] += wait
-        t["cpu"] += cost
-
-    for _ in range(20):  # 2 ms per cycle: the floor
-        cycle(0.002, 0.2)
-        assert pacer.due()
-        pacer.drew()
-    assert pacer.interval == pytest.approx(0.2)
-    for _ in range(30):  # 12 ms per cycle: spaced to the budget
-        cycle(0.012, pacer.interval)
-        pacer.drew()
-    assert pacer.interval == pytest.approx(0.48, rel=0.01)
-    assert pacer.cost / pacer.interval <= 0.025 + 1e-9
-    t["wall"] += 0.3
-    assert not pacer.due()  # 0.3 s after a redraw: not yet
-    for _ in range(30):  # 100 ms per cycle: capped at max_seconds
-        cycle(0.1, pacer.interval)
-        pacer.drew()
-    assert pacer.interval == pytest.approx(1.0)
-
-
 async def test_paced_stream_shows_every_token_by_the_end(monkeypatch):
     # tokens held back between redraws are all drawn, in order, when the answer ends
     import tui.screens.base as base

@@ -132,6 +132,7 @@ class GenerationScreen(Screen):
     _panel_at = 0.0  #: time.monotonic() of the latest panel redraw while streaming
     _pacer: RedrawPacer | None = None
     _pending: list | None = None  #: pieces received and not drawn yet
+    _pending_tag: str | None = None  #: the answer they belong to
     current: AssistantMessage | None = None  #: the answer being streamed (or the latest)
     inspected: AssistantMessage | None = None  #: the answer whose rounds the inspector shows
 
@@ -157,9 +158,8 @@ class GenerationScreen(Screen):
         self.current.rounds.extend(msg.rounds)
         if msg.stats is not None:
             self.current.stats = msg.stats
-        if self._pacer is None:
-            self._pacer, self._pending = RedrawPacer(), []
         if self._pending_tag != msg.tag:  # a new answer: its first tokens show at once
+            self._pacer = self._pacer or RedrawPacer()
             self._pending_tag, self._pending = msg.tag, []
             self._pacer.start()
         self._pending.extend(msg.pieces)
@@ -177,8 +177,6 @@ class GenerationScreen(Screen):
             if self.inspected in (None, self.current):
                 self.query_one(RoundInspector).set_rounds(self.current.rounds)
         self.answer_scroll().scroll_end(animate=False)
-
-    _pending_tag: str | None = None
 
     def _flush_pending(self) -> None:
         if self._pending and self.current is not None:

@@ -92,8 +92,12 @@ def best_draft_length(accept: Sequence[float], verify_seconds: Sequence[float], 
     g_max = max(0, min(g_max, len(accept)))
     rate0 = round_rate(0, accept, verify_seconds, draft_token_seconds, overhead_seconds)
     best_g, best = 0, rate0
+    # round_rate(g, ...) for every g in one pass: the expected tokens accumulate as in expected_tokens
+    total, run = 1.0, 1.0
     for g in range(1, g_max + 1):
-        r = round_rate(g, accept, verify_seconds, draft_token_seconds, overhead_seconds)
+        run *= min(max(float(accept[g - 1]), 0.0), 1.0)
+        total += run
+        r = total / (verify_cost(verify_seconds, g + 1) + g * draft_token_seconds + overhead_seconds)
         if r > best * (1.0 + 1e-9):
             best_g, best = g, r
     return best_g, best, rate0

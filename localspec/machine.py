@@ -115,7 +115,8 @@ class CpuMeter:
         busy, mine, wall = (a - b for a, b in zip(t1, self._t0))
         hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         total = wall * hz * (os.cpu_count() or 1)
-        return max(0.0, (busy - mine) / total) if total > 0 else None
+        # /proc/stat counts in clock ticks (10 ms): over a short interval the share can round past 1
+        return min(1.0, max(0.0, (busy - mine) / total)) if total > 0 else None
 
 
 def machine_is_quiet(seconds: float = 1.0, threshold: float = BUSY_THRESHOLD) -> bool:

@@ -266,8 +266,10 @@ class AdaptivePolicy:
         back. Comparing with the committed tokens is the acceptance rule of a point-mass
         draft (exact in greedy and sampled modes).
         """
-        est = self.free_est.setdefault(name, MatchAcceptance(self.draft_max, self.lookup_est.buckets[0].prior[0],
-                                                             self.lookup_est.buckets[0].weight))
+        est = self.free_est.get(name)
+        if est is None:  # a free drafter of its own (not prediction or lookup): lookup's prior
+            est = self.free_est[name] = MatchAcceptance(self.draft_max, self.lookup_est.buckets[0].prior[0],
+                                                        self.lookup_est.buckets[0].weight)
         pend = self._pending.get(name)
         if pend is not None:
             start, prop, m = pend

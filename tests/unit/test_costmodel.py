@@ -94,6 +94,30 @@ def test_best_g_on_flat_curve_is_textbook():
     assert best / rate0 == pytest.approx(textbook_speedup(0.8, g, 0.05))
 
 
+def test_best_g_is_the_argmax_of_round_rate_on_random_curves():
+    # best_draft_length accumulates the expected tokens in one pass; it must pick what
+    # scoring every g with round_rate picks, with the same rates (curves with jumps included)
+    import random
+
+    rng = random.Random(7)
+    for _ in range(300):
+        n = rng.randint(1, 17)
+        steps = [rng.choice([0.0, 0.2, 0.6, 1.0, 3.0]) * T1 for _ in range(n - 1)]
+        curve = [T1]
+        for s in steps:
+            curve.append(curve[-1] + s)
+        accept = [rng.random() for _ in range(rng.randint(0, 16))]
+        g_max, draft_s, ovh = rng.randint(0, 18), rng.choice([0.0, 0.3 * T1]), rng.choice([0.0, 0.001])
+        g, best, rate0 = best_draft_length(accept, curve, draft_s, g_max, ovh)
+        rates = [round_rate(k, accept, curve, draft_s, ovh) for k in range(min(g_max, len(accept)) + 1)]
+        want = 0
+        for k, r in enumerate(rates):
+            if r > rates[want] * (1.0 + 1e-9):
+                want = k
+        assert (g, rate0) == (want, rates[0])
+        assert best == pytest.approx(rates[want], rel=1e-12)
+
+
 def test_predicted_speedup_and_textbook():
     assert predicted_speedup(0, [], CPU_CURVE, 0.0) == pytest.approx(1.0)
     assert predicted_speedup(1, [1.0], CPU_CURVE, 0.0) == pytest.approx(2 / 1.68)
@@ -577,3 +601,18 @@ def test_flash_attn_scores_weigh_decode_and_verification_alike():
     # on: 10 % slower for one token, 5 % faster for the pass -> off (a big pass does not outweigh decoding)
     sc = flash_attn_scores({"off": mc([1.0, 10.0]), "on": mc([1.1, 9.5])})
     assert sc["off"] < sc["on"]
+
+
+def test_cpu_meter_share_stays_within_0_and_1(monkeypatch):
+    # /proc/stat counts clock ticks (10 ms): over 5 ms, 3 ticks of other processes on 2 CPUs would be
+    # a share of 3.0; a share is a fraction of the CPUs, so it is capped at 1 (and floored at 0)
+    from localspec.machine import CpuMeter
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    states = iter([(0, 0, 0.0), (100, 10, 50.000), (103, 10, 50.005), (100, 10, 60.0), (100, 12, 61.0)])
+    monkeypatch.setattr(CpuMeter, "_state", staticmethod(lambda: next(states)))
+    meter = CpuMeter()
+    meter.start()
+    assert meter.other_fraction() == 1.0
+    meter.start()
+    assert meter.other_fraction() == 0.0

@@ -34,11 +34,19 @@ def expected_tokens(accept: Sequence[float]) -> float:
     With a constant ``a`` this is 1 + a + ... + a^g = (1 - a^(g+1)) / (1 - a)
     (Leviathan et al. 2022, eq. 1).
     """
+    total = 1.0
+    for total in expected_tokens_by_length(accept):
+        pass
+    return total
+
+
+def expected_tokens_by_length(accept: Sequence[float]):
+    """:func:`expected_tokens` of ``accept[:g]`` for g = 1, 2, ..., len(accept), in one pass (a generator)."""
     total, run = 1.0, 1.0
     for a in accept:
         run *= min(max(float(a), 0.0), 1.0)
         total += run
-    return total
+        yield total
 
 
 def expected_tokens_constant(a: float, g: int) -> float:
@@ -92,11 +100,8 @@ def best_draft_length(accept: Sequence[float], verify_seconds: Sequence[float], 
     g_max = max(0, min(g_max, len(accept)))
     rate0 = round_rate(0, accept, verify_seconds, draft_token_seconds, overhead_seconds)
     best_g, best = 0, rate0
-    # round_rate(g, ...) for every g in one pass: the expected tokens accumulate as in expected_tokens
-    total, run = 1.0, 1.0
-    for g in range(1, g_max + 1):
-        run *= min(max(float(accept[g - 1]), 0.0), 1.0)
-        total += run
+    # round_rate(g, ...) for every g in one pass
+    for g, total in enumerate(expected_tokens_by_length(list(accept)[:g_max]), start=1):
         r = total / (verify_cost(verify_seconds, g + 1) + g * draft_token_seconds + overhead_seconds)
         if r > best * (1.0 + 1e-9):
             best_g, best = g, r

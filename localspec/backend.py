@@ -18,6 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
+from . import hugepages
 from .errors import BackendError, CacheRollbackError, ConfigError, ContextOverflowError, ModelError
 
 _init_lock = threading.Lock()
@@ -114,6 +115,14 @@ class VocabInfo:
     attrs: tuple[int, ...]
 
 
+def _read_into_memory(lc, mparams) -> None:
+    """Set llama.cpp's model params to read the file into memory instead of mapping it."""
+    if hasattr(mparams, "load_mode"):  # llama.cpp with enum llama_load_mode
+        mparams.load_mode = lc.LLAMA_LOAD_MODE_NONE
+    elif hasattr(mparams, "use_mmap"):  # pragma: no cover - older llama-cpp-python
+        mparams.use_mmap = False
+
+
 class LlamaModel:
     """A loaded GGUF model with one llama.cpp context and one sequence (id 0).
 
@@ -129,6 +138,11 @@ class LlamaModel:
         flash_attn: True / False sets llama.cpp's flash attention on / off
             (``flash_attn_type``); None leaves llama.cpp's default (auto). llama-cpp-python's
             ``Llama`` sets it off unless asked. :meth:`set_flash_attn` changes it later.
+        huge_pages: read the weights into memory and move them into transparent huge pages
+            (:mod:`localspec.hugepages`; Linux with THP ``always``/``madvise``), instead of
+            mapping the file with llama.cpp's default ``mmap``; one-token decoding streams every
+            weight, and 2 MiB pages spare the TLB. Where huge pages are not available the file
+            is mapped as usual. :attr:`huge_page_bytes` says how much of the weights the kernel collapsed.
 
     Raises:
         ModelError: the file is missing, not a GGUF, truncated, or fails to load.
@@ -144,6 +158,7 @@ class LlamaModel:
         n_threads: int | None = None,
         n_gpu_layers: int = 0,
         flash_attn: bool | None = None,
+        huge_pages: bool = True,
         verbose: bool = False,
     ) -> None:
         self.path = Path(path)
@@ -152,7 +167,13 @@ class LlamaModel:
         lc = self._lc = _llama()
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers < 0 else n_gpu_layers
-        self._model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
+        self.huge_pages = huge_pages = bool(huge_pages) and hugepages.available()
+        if huge_pages:
+            _read_into_memory(lc, mparams)
+        with hugepages.new_regions() as regions:
+            self._model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
+        #: bytes of the weights the kernel moved into huge pages (0: none, or not asked)
+        self.huge_page_bytes = hugepages.collapse(regions) if huge_pages and self._model else 0
         if not self._model:
             raise ModelError(
                 f"llama.cpp could not load {self.path}{_last_error()}",
@@ -202,7 +223,12 @@ class LlamaModel:
         cparams.n_threads_batch = threads
         if flash_attn is not None:
             cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        ctx = lc.llama_init_from_model(self._model, cparams)
+        with hugepages.new_regions() as regions:
+            ctx = lc.llama_init_from_model(self._model, cparams)
+        if ctx and self.huge_pages:
+            # the KV cache and compute buffers are read every token too; mostly untouched yet, so
+            # they are only marked, and the kernel gives them huge pages as they are first written
+            hugepages.collapse(regions)
         if not ctx:
             raise BackendError(f"could not create a llama.cpp context for {self.path} (n_ctx={n_ctx})"
                                f"{_last_error()}", "lower n_ctx or n_batch")

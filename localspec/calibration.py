@@ -83,6 +83,7 @@ def model_cost_key(model) -> dict:
         "n_ubatch": int(getattr(model, "n_ubatch", 0) or getattr(model, "n_batch", 0) or 0),
         "n_gpu_layers": int(getattr(model, "n_gpu_layers", 0) or 0),
         "flash_attn": _flash_attn_mode(model),
+        "huge_pages": bool(getattr(model, "huge_pages", False)),
         "hostname": socket.gethostname(),
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count() or 0,

@@ -21,7 +21,8 @@ def load_model(ms: ModelSettings, progress: ProgressFn | None = None) -> LlamaMo
     """Resolve and load one model. Raises ModelError / ConfigError / BackendError."""
     path = resolve_model(ms.model, progress)
     model = LlamaModel(path, n_ctx=ms.n_ctx, n_batch=ms.n_batch, n_threads=ms.n_threads,
-                       n_gpu_layers=ms.n_gpu_layers, flash_attn={"on": True}.get(ms.flash_attn, False))
+                       n_gpu_layers=ms.n_gpu_layers, flash_attn={"on": True}.get(ms.flash_attn, False),
+                       huge_pages=ms.huge_pages)
     model.flash_attn_mode = ms.flash_attn
     if ms.flash_attn == "auto":
         apply_cached_flash_attn(model)  # the faster setting, if this machine has measured it

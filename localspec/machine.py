@@ -63,9 +63,11 @@ def has_avx512() -> bool | None:
 def machine_info() -> dict:
     """CPU model, vector extensions, CPU count and llama.cpp's own system info, for JSON reports."""
     from .backend import llama_cpp_version, system_info
+    from .hugepages import thp_mode
 
     return {"cpu": cpu_model(), "vector_extensions": vector_extensions(), "avx512": has_avx512(),
-            "cpu_count": os.cpu_count(), "llama_cpp": llama_cpp_version(), "llama_cpp_system_info": system_info()}
+            "cpu_count": os.cpu_count(), "llama_cpp": llama_cpp_version(), "llama_cpp_system_info": system_info(),
+            "transparent_huge_pages": thp_mode()}
 
 
 def describe() -> str:

@@ -41,9 +41,11 @@ def value_range(model: type, name: str, var: str = "x") -> str:
 #: settings section -> (model, {command-line dest: field}); the flag is ``--`` + dest with dashes
 SECTION_ARGS: dict[str, tuple[type, dict[str, str]]] = {
     "target": (ModelSettings, {"target": "model", "n_ctx": "n_ctx", "n_batch": "n_batch", "n_threads": "n_threads",
-                               "n_gpu_layers": "n_gpu_layers", "flash_attn": "flash_attn"}),
+                               "n_gpu_layers": "n_gpu_layers", "flash_attn": "flash_attn",
+                               "huge_pages": "huge_pages"}),
     "draft": (ModelSettings, {"draft": "model", "n_ctx": "n_ctx", "n_batch": "n_batch", "n_threads": "n_threads",
-                              "draft_n_gpu_layers": "n_gpu_layers", "flash_attn": "flash_attn"}),
+                              "draft_n_gpu_layers": "n_gpu_layers", "flash_attn": "flash_attn",
+                              "huge_pages": "huge_pages"}),
     "sampling": (SamplingParams, {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
                                   "seed": "seed"}),
     "drafting": (DraftParams, {"mode": "mode", "draft_max": "draft_max", "draft_min": "draft_min",
@@ -79,6 +81,9 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--flash-attn", choices=["auto", "on", "off"], default=None,
                    help="llama.cpp flash attention: auto (default) = the faster one as measured by "
                         "localspec calibrate (off until measured)")
+    g.add_argument("--huge-pages", choices=["on", "off"], default=None,
+                   help="on (default): weights read into memory and kept in 2 MiB transparent huge pages where "
+                        "the kernel allows (Linux), faster decoding; off: the file is mapped (llama.cpp's default)")
 
 
 def add_generation_arguments(p: argparse.ArgumentParser) -> None:

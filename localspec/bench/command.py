@@ -89,10 +89,10 @@ def cli_bench(argv: list[str]) -> int:
           + ("  (busy machine: timings will be noisy)" if (load_average() or [0])[0] > 0.5 * (os.cpu_count() or 1) else ""),
           file=sys.stderr)
     engine = load_engine(settings, stage=lambda s: print(s, file=sys.stderr))
+    t0 = time.perf_counter()
     try:
         modes = build_modes(args.lookup_lengths, args.peer_lookup, args.draft_lengths, peers=not args.no_peers,
                             draft=engine.has_draft_model)
-        t0 = time.perf_counter()
         result = run_bench(engine, tasks, modes, repeats=args.repeats, max_tokens=args.max_tokens,
                            target_path=resolve_model(settings.target.model), n_ctx=settings.target.n_ctx,
                            n_threads=settings.target.n_threads, n_gpu_layers=settings.target.n_gpu_layers,
@@ -102,7 +102,9 @@ def cli_bench(argv: list[str]) -> int:
     finally:
         engine.close()
     result["settings"].update({"target": settings.target.model_dump(), "draft": settings.draft.model_dump(),
-                               "quick": args.quick, "wall_seconds": time.perf_counter() - t0})
+                               "quick": args.quick, "wall_seconds": time.perf_counter() - t0,
+                               "huge_page_bytes": {"target": engine.target.huge_page_bytes,
+                                                   "draft": getattr(engine.draft_model, "huge_page_bytes", None)}})
     (out / "bench.json").write_text(json.dumps(result, indent=1))
     print(format_table(result))
     print(f"\nwrote {out / 'bench.json'}")

@@ -206,6 +206,11 @@ def format_table(result: dict) -> str:
                         f"{' '.join(mach.get('vector_extensions') or []) or 'unknown'}"
                         + ("" if avx is None else ("" if avx else " (no AVX-512)"))
                         + f"; llama-cpp-python {mach.get('llama_cpp', '?')}")
+    hp = (result.get("settings") or {}).get("huge_page_bytes") or {}
+    if hp.get("target") is not None:
+        lines.insert(1, f"weights in 2 MiB huge pages: target {hp['target'] / 2**20:.0f} MiB"
+                        + (f", draft {hp['draft'] / 2**20:.0f} MiB" if hp.get("draft") is not None else "")
+                        + f" (THP {mach.get('transparent_huge_pages')}; llama-cpp-python's Llama maps the file)")
     last = None
     for r in result["rows"]:
         if last is not None and r["task"] != last:

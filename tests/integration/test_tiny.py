@@ -130,3 +130,30 @@ def test_draft_catchup_measured_on_the_real_model(tiny_engine, prompts):
     s = gen.stats
     assert s.catchup_seconds == rounds[0].catchup_seconds
     assert s.tokens_per_second == s.tokens / (s.elapsed_seconds - s.prefill_seconds - s.catchup_seconds)
+
+
+def test_huge_pages_change_where_the_weights_sit_not_the_logits(tiny_path):
+    """Weights read into huge pages (the default) and mapped from the file give the same logits, bit for bit."""
+    import numpy as np
+
+    from localspec import hugepages
+    from localspec.backend import LlamaModel
+
+    with LlamaModel(tiny_path, n_ctx=256, n_batch=64, n_threads=1, huge_pages=True) as huge, \
+            LlamaModel(tiny_path, n_ctx=256, n_batch=64, n_threads=1, huge_pages=False) as mapped:
+        assert mapped.huge_pages is False and mapped.huge_page_bytes == 0
+        assert huge.huge_pages is hugepages.available()
+        if huge.huge_pages and huge.huge_page_bytes == 0:
+            pytest.skip("the kernel did not collapse (Linux < 6.1 has no MADV_COLLAPSE)")
+        if huge.huge_pages:
+            # most of the 98 MB file
+            assert huge.huge_page_bytes >= 0.5 * tiny_path.stat().st_size
+        prompt = huge.tokenize("def fibonacci(n):\n    ")
+        a, b = huge.decode(prompt, "all"), mapped.decode(prompt, "all")
+        assert np.array_equal(a, b)
+        toks_a, toks_b = [], []
+        for toks, m, row in ((toks_a, huge, a[-1]), (toks_b, mapped, b[-1])):
+            for _ in range(24):
+                toks.append(int(np.argmax(row)))
+                row = m.decode([toks[-1]])[-1]
+        assert toks_a == toks_b

@@ -1,0 +1,130 @@
+"""Model weights in transparent huge pages (Linux).
+
+Decoding one token streams every weight of the model through the CPU once. Mapped from
+the GGUF file (llama.cpp's default, ``mmap``), the weights sit in 4 KiB pages: a 1.1 GB
+model is some 270,000 pages, far more than the TLB holds, so the stream also walks page
+tables. Read into anonymous memory instead (llama.cpp's ``LLAMA_LOAD_MODE_NONE``) and
+collapsed into 2 MiB transparent huge pages, the same weights need about 530 TLB entries.
+
+Measured side by side in one process (``scripts/bench_huge_pages.py``; AMD EPYC, 2 vCPUs,
+AVX2, no AVX-512, Qwen2.5-Coder-1.5B Q4_K_M, one token per ``llama_decode``): the time per
+token with the weights in huge pages was 0.86x that of the same model mapped from its file
+(median of 10 alternating blocks of 48 tokens), and 0.99x when read into anonymous memory
+without huge pages, so the gain is the page size, not the copy.
+
+How: the regions llama.cpp allocates while loading are found by comparing
+``/proc/self/maps`` before and after, then ``madvise(MADV_HUGEPAGE)`` marks them and
+``madvise(MADV_COLLAPSE)`` (Linux 6.1) moves them into huge pages at once. Nothing here
+raises: where the kernel, its settings (``/sys/kernel/mm/transparent_hugepage/enabled`` =
+``never``) or the platform do not allow it, the weights simply stay in small pages.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+from contextlib import contextmanager
+from typing import Iterator
+
+MADV_HUGEPAGE = 14
+MADV_COLLAPSE = 25
+HUGE_PAGE = 2 << 20  #: bytes in one x86-64 / arm64 (4 KiB base pages) transparent huge page
+THP_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+def thp_mode() -> str | None:
+    """The kernel's transparent-huge-page mode: ``"always"``, ``"madvise"``, ``"never"``, or None off Linux."""
+    try:
+        with open(THP_SETTING, encoding="ascii") as f:
+            text = f.read()
+    except OSError:
+        return None
+    start, end = text.find("["), text.find("]")
+    return text[start + 1 : end] if 0 <= start < end else None
+
+
+def available() -> bool:
+    """Whether huge pages can be asked for here (Linux, THP mode ``always`` or ``madvise``)."""
+    return sys.platform.startswith("linux") and thp_mode() in ("always", "madvise")
+
+
+def anonymous_regions() -> set[tuple[int, int]]:
+    """(start, end) byte addresses of this process's private anonymous read-write mappings."""
+    regions: set[tuple[int, int]] = set()
+    try:
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
+            for line in f:
+                parts = line.split(maxsplit=5)
+                if len(parts) < 5 or not parts[1].startswith("rw") or parts[4] != "0":
+                    continue
+                if len(parts) == 6 and parts[5].strip():  # a file, [heap], [stack], ...
+                    continue
+                lo, _, hi = parts[0].partition("-")
+                regions.add((int(lo, 16), int(hi, 16)))
+    except OSError:
+        pass
+    return regions
+
+
+def _madvise():
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    fn = libc.madvise
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def collapse(regions: set[tuple[int, int]] | list[tuple[int, int]], min_bytes: int = 4 * HUGE_PAGE) -> int:
+    """Ask the kernel to back ``regions`` with huge pages now.
+
+    Each region of at least ``min_bytes`` is trimmed to whole huge pages, marked
+    ``MADV_HUGEPAGE`` and collapsed with ``MADV_COLLAPSE``. Never raises.
+
+    Returns:
+        bytes of the regions whose collapse the kernel reported done (0 where not supported).
+    """
+    if not available():
+        return 0
+    try:
+        madvise = _madvise()
+    except (OSError, AttributeError):  # pragma: no cover - no libc madvise
+        return 0
+    done = 0
+    for lo, hi in sorted(regions):
+        start = -(-lo // HUGE_PAGE) * HUGE_PAGE
+        end = hi // HUGE_PAGE * HUGE_PAGE
+        if end - start < min_bytes:
+            continue
+        if madvise(start, end - start, MADV_HUGEPAGE) != 0:
+            continue
+        if madvise(start, end - start, MADV_COLLAPSE) == 0:
+            done += end - start
+    return done
+
+
+@contextmanager
+def new_regions() -> Iterator[list[tuple[int, int]]]:
+    """Collect the anonymous regions that appear (or grow) while the ``with`` block runs.
+
+    Yields a list that is filled when the block ends.
+    """
+    before = anonymous_regions()
+    found: list[tuple[int, int]] = []
+    try:
+        yield found
+    finally:
+        found.extend(sorted(anonymous_regions() - before))
+
+
+def huge_page_bytes() -> int | None:
+    """Bytes of this process's memory in transparent huge pages (``AnonHugePages``), None if unknown."""
+    try:
+        with open(f"/proc/{os.getpid()}/smaps_rollup", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("AnonHugePages:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

@@ -141,8 +141,9 @@ class LlamaModel:
         huge_pages: read the weights into memory and move them into transparent huge pages
             (:mod:`localspec.hugepages`; Linux with THP ``always``/``madvise``), instead of
             mapping the file with llama.cpp's default ``mmap``; one-token decoding streams every
-            weight, and 2 MiB pages spare the TLB. Where huge pages are not available the file
-            is mapped as usual. :attr:`huge_page_bytes` says how much of the weights the kernel collapsed.
+            weight, and 2 MiB pages spare the TLB. Where huge pages are not available, or every
+            layer is offloaded to a GPU (``n_gpu_layers=-1`` on a GPU build), the file is mapped
+            as usual. :attr:`huge_page_bytes` says how much of the weights the kernel collapsed.
 
     Raises:
         ModelError: the file is missing, not a GGUF, truncated, or fails to load.
@@ -167,7 +168,9 @@ class LlamaModel:
         lc = self._lc = _llama()
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers < 0 else n_gpu_layers
-        self.huge_pages = huge_pages = bool(huge_pages) and hugepages.available()
+        # every layer on a GPU: the CPU streams no weights, so nothing is gained from huge pages
+        all_on_gpu = n_gpu_layers < 0 and bool(lc.llama_supports_gpu_offload())
+        self.huge_pages = huge_pages = bool(huge_pages) and not all_on_gpu and hugepages.available()
         if huge_pages:
             _read_into_memory(lc, mparams)
         with hugepages.new_regions() as regions:

@@ -7,10 +7,11 @@ tables. Read into anonymous memory instead (llama.cpp's ``LLAMA_LOAD_MODE_NONE``
 collapsed into 2 MiB transparent huge pages, the same weights need about 530 TLB entries.
 
 Measured side by side in one process (``scripts/bench_huge_pages.py``; AMD EPYC, 2 vCPUs,
-AVX2, no AVX-512, Qwen2.5-Coder-1.5B Q4_K_M, one token per ``llama_decode``): the time per
-token with the weights in huge pages was 0.86x that of the same model mapped from its file
-(median of 10 alternating blocks of 48 tokens), and 0.99x when read into anonymous memory
-without huge pages, so the gain is the page size, not the copy.
+AVX2, no AVX-512, Qwen2.5-Coder-1.5B Q4_K_M, one token per ``llama_decode``): time per token
+in huge pages / mapped from the file, medians of alternating blocks of 48 tokens, 0.93, 0.96
+and 0.94 in three runs; read into memory but left in small pages, 1.00, 0.95 and 0.97. So
+part of the gain may come from the copy in anonymous memory itself, the rest from the page
+size; both are what this module asks for.
 
 How: the regions llama.cpp allocates while loading are found by comparing
 ``/proc/self/maps`` before and after, then ``madvise(MADV_HUGEPAGE)`` marks them and

@@ -330,7 +330,9 @@ def cmd_calibrate(ns: argparse.Namespace) -> int:
     settings = settings_from_args(ns, command="calibrate")
     draft_max = settings.drafting.draft_max
     out: dict = {}
+    huge: dict[str, int] = {}  # bytes of each model's weights in huge pages
     target = load_model(settings.target)
+    huge["target"] = target.huge_page_bytes
     try:
         out["target"] = get_costs(target, draft_max + 1, remeasure=ns.remeasure, repeats=ns.repeats,
                                   contexts=calibration_contexts(target, draft_max + 1, ns.long_context))
@@ -338,6 +340,7 @@ def cmd_calibrate(ns: argparse.Namespace) -> int:
         target.close()
     if not ns.no_draft:
         draft = load_model(settings.draft)
+        huge["draft"] = draft.huge_page_bytes
         try:
             out["draft"] = get_costs(draft, 2, remeasure=ns.remeasure, repeats=max(ns.repeats, 5),
                                      contexts=calibration_contexts(draft, 2, ns.long_context))
@@ -353,6 +356,8 @@ def cmd_calibrate(ns: argparse.Namespace) -> int:
     src = "measured now" if time.time() - tc.created < 120 else "cached " + time.strftime(
         "%Y-%m-%d %H:%M", time.localtime(tc.created))
     print(describe())
+    print("weights in 2 MiB huge pages: " + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in huge.items())
+          + ("" if any(huge.values()) else " (--huge-pages off, or not available on this system)"))
     print(format_curve(tc, f"target {settings.target.model} ({src}, {tc.key.get('n_threads')} threads, "
                            f"median of {tc.repeats}); cache: {cost_cache_path(tc.key)}"))
     print(describe_costs(tc))

@@ -1,5 +1,7 @@
 """Calibration on the real tiny model: two contexts, flash attention chosen by measurement, the cache."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -101,6 +103,9 @@ def test_calibrate_command_prints_both_contexts_and_the_ceiling(tmp_path, monkey
     assert out.startswith("CPU ")
     assert "ms @64" in out and "ms @192" in out
     assert "flash attention off (as asked)" in out and "prefill (catch-up)" in out
+    hp = next(line for line in out.splitlines() if line.startswith("weights in 2 MiB huge pages: target "))
+    mib = [int(x) for _, x in re.findall(r"(target|draft) (\d+) MiB", hp)]
+    assert len(mib) == 2 and (max(mib) == 0) == ("not available" in hp)
     assert "calibrated ceiling at 64 tokens of context" in out and "calibrated ceiling at 192 tokens" in out
     assert cli.main(["calibrate", *args[:-6], "--long-context", "0"]) != 0
     assert "error: --repeats and --long-context must be >= 1" in capsys.readouterr().err

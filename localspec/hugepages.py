@@ -51,20 +51,29 @@ def available() -> bool:
     return sys.platform.startswith("linux") and thp_mode() in ("always", "madvise")
 
 
-def anonymous_regions() -> set[tuple[int, int]]:
-    """(start, end) byte addresses of this process's private anonymous read-write mappings."""
-    regions: set[tuple[int, int]] = set()
+def anonymous_regions() -> dict[tuple[int, int], int]:
+    """This process's private anonymous read-write mappings: (start, end) address -> resident bytes.
+
+    The ``[heap]`` counts as one: malloc may serve a large request from it (growing it, or
+    from free space already there), so a region counts as new when it appears, changes its
+    bounds, or gains resident memory (see :func:`new_regions`). Read from ``/proc/self/smaps``.
+    """
+    regions: dict[tuple[int, int], int] = {}
+    current: tuple[int, int] | None = None
     try:
-        with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
+        with open("/proc/self/smaps", encoding="ascii", errors="replace") as f:
             for line in f:
-                parts = line.split(maxsplit=5)
-                if len(parts) < 5 or not parts[1].startswith("rw") or parts[4] != "0":
-                    continue
-                if len(parts) == 6 and parts[5].strip():  # a file, [heap], [stack], ...
-                    continue
-                lo, _, hi = parts[0].partition("-")
-                regions.add((int(lo, 16), int(hi, 16)))
-    except OSError:
+                head = line.split(maxsplit=5)
+                if head and "-" in head[0] and len(head) >= 5 and head[0][0] in "0123456789abcdef":
+                    current = None
+                    name = head[5].strip() if len(head) == 6 else ""
+                    if head[1].startswith("rw") and head[4] == "0" and name in ("", "[heap]"):
+                        lo, _, hi = head[0].partition("-")
+                        current = (int(lo, 16), int(hi, 16))
+                        regions[current] = 0
+                elif current is not None and line.startswith("Rss:"):
+                    regions[current] = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
         pass
     return regions
 
@@ -106,8 +115,9 @@ def collapse(regions: set[tuple[int, int]] | list[tuple[int, int]], min_bytes: i
 
 
 @contextmanager
-def new_regions() -> Iterator[list[tuple[int, int]]]:
-    """Collect the anonymous regions that appear (or grow) while the ``with`` block runs.
+def new_regions(min_growth: int = 4 * HUGE_PAGE) -> Iterator[list[tuple[int, int]]]:
+    """Collect the anonymous regions that appear, change bounds, or gain at least ``min_growth``
+    resident bytes while the ``with`` block runs.
 
     Yields a list that is filled when the block ends.
     """
@@ -116,7 +126,8 @@ def new_regions() -> Iterator[list[tuple[int, int]]]:
     try:
         yield found
     finally:
-        found.extend(sorted(anonymous_regions() - before))
+        after = anonymous_regions()
+        found.extend(sorted(r for r, rss in after.items() if r not in before or rss - before[r] >= min_growth))
 
 
 def huge_page_bytes() -> int | None:

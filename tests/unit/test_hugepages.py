@@ -35,15 +35,52 @@ def _kernel_at_least(major: int, minor: int) -> bool:
     return got >= (major, minor)
 
 
+class _Mapping:
+    """A private anonymous mapping made with libc's mmap, as malloc makes one for a large buffer
+    (malloc itself may serve it from free space of the heap instead: see the next test)."""
+
+    def __init__(self, size: int):
+        libc = ctypes.CDLL(None, use_errno=True)
+        self._mmap, self._munmap = libc.mmap, libc.munmap
+        self._mmap.restype, self._mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                                                    ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        self._munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        # PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS
+        self.addr = self._mmap(None, size, 0x1 | 0x2, 0x02 | 0x20, -1, 0)
+        assert self.addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+        self.size = size
+        self.view = (ctypes.c_char * size).from_address(self.addr)
+
+    def close(self):
+        self._munmap(self.addr, self.size)
+
+
 @pytest.mark.skipif(platform.system() != "Linux", reason="reads /proc/self/maps")
 def test_new_regions_finds_a_fresh_anonymous_mapping():
     size = 64 << 20
     with hugepages.new_regions() as found:
-        buf = bytearray(size)  # malloc: a private anonymous mapping this large
-    big = [r for r in found if r[1] - r[0] >= size]
-    assert big, found
-    del buf
-    assert not set(big) & hugepages.anonymous_regions()  # freed: gone from the maps
+        m = _Mapping(size)
+        ctypes.memset(m.addr, 1, size)
+    mine = [(lo, hi) for lo, hi in found if lo <= m.addr < hi]
+    assert mine and mine[0][1] - mine[0][0] >= size, found
+    assert hugepages.anonymous_regions()[mine[0]] >= size  # resident once written
+    m.close()
+    # unmapped: the region is gone, or (merged with a neighbour) no longer the same
+    assert not set(mine) & hugepages.anonymous_regions().keys()
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="reads /proc/self/smaps")
+def test_new_regions_finds_memory_written_into_an_existing_region():
+    """Memory malloc hands out from a region that existed before (free heap space) counts once it is written."""
+    size = 32 << 20
+    m = _Mapping(size)  # exists before the block, nothing resident yet
+    with hugepages.new_regions() as found:
+        ctypes.memset(m.addr, 1, size)
+    assert any(lo <= m.addr < hi for lo, hi in found), found
+    with hugepages.new_regions() as again:  # nothing written: nothing found
+        pass
+    assert not any(lo <= m.addr < hi for lo, hi in again)
+    m.close()
 
 
 @pytest.mark.skipif(not (hugepages.available() and _kernel_at_least(6, 1)),
@@ -51,10 +88,10 @@ def test_new_regions_finds_a_fresh_anonymous_mapping():
 def test_collapse_moves_written_memory_into_huge_pages():
     size = 64 << 20
     with hugepages.new_regions() as found:
-        buf = bytearray(b"\x01") * size  # written, as llama.cpp's loaded weights are
-    addr = ctypes.addressof((ctypes.c_char * size).from_buffer(buf))
-    mine = [(lo, hi) for lo, hi in found if lo <= addr < hi]
-    assert mine, (hex(addr), found)
+        m = _Mapping(size)
+    ctypes.memset(m.addr, 1, size)  # written, as llama.cpp's loaded weights are
+    mine = [(lo, hi) for lo, hi in found if lo <= m.addr < hi]
+    assert mine, (hex(m.addr), found)
     before = hugepages.huge_page_bytes()
     done = hugepages.collapse(mine)
     after = hugepages.huge_page_bytes()
@@ -62,7 +99,8 @@ def test_collapse_moves_written_memory_into_huge_pages():
     # buffer itself at most a page at each end stays in small pages
     assert done >= size - 2 * hugepages.HUGE_PAGE
     assert after - before >= size - 2 * hugepages.HUGE_PAGE
-    assert buf[12345] == 1 and buf[-1] == 1  # the contents stay
+    assert m.view[12345] == b"\x01" and m.view[size - 1] == b"\x01"  # the contents stay
+    m.close()
 
 
 def test_collapse_skips_small_and_unmapped_regions():

@@ -14,7 +14,8 @@ part of the gain may come from the copy in anonymous memory itself, the rest fro
 size; both are what this module asks for.
 
 How: the regions llama.cpp allocates while loading are found by comparing
-``/proc/self/maps`` before and after, then ``madvise(MADV_HUGEPAGE)`` marks them and
+``/proc/self/smaps`` before and after (new regions, and old ones that gained resident
+memory), then ``madvise(MADV_HUGEPAGE)`` marks them and
 ``madvise(MADV_COLLAPSE)`` (Linux 6.1) moves them into huge pages at once. Nothing here
 raises: where the kernel, its settings (``/sys/kernel/mm/transparent_hugepage/enabled`` =
 ``never``) or the platform do not allow it, the weights simply stay in small pages.

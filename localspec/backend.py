@@ -12,6 +12,7 @@ import ctypes
 import os
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -173,7 +174,7 @@ class LlamaModel:
         self.huge_pages = huge_pages = bool(huge_pages) and not all_on_gpu and hugepages.available()
         if huge_pages:
             _read_into_memory(lc, mparams)
-        with hugepages.new_regions() as regions:
+        with hugepages.new_regions() if huge_pages else nullcontext([]) as regions:
             self._model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
         #: bytes of the weights the kernel moved into huge pages (0: none, or not asked)
         self.huge_page_bytes = hugepages.collapse(regions) if huge_pages and self._model else 0
@@ -226,9 +227,10 @@ class LlamaModel:
         cparams.n_threads_batch = threads
         if flash_attn is not None:
             cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        with hugepages.new_regions() as regions:
+        # /proc/self/smaps is read only when huge pages were asked for
+        with hugepages.new_regions() if getattr(self, "huge_pages", False) else nullcontext([]) as regions:
             ctx = lc.llama_init_from_model(self._model, cparams)
-        if ctx and self.huge_pages:
+        if ctx and regions:
             # the KV cache and compute buffers are read every token too; mostly untouched yet, so
             # they are only marked, and the kernel gives them huge pages as they are first written
             hugepages.collapse(regions)

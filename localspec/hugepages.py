@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 import sys
 from contextlib import contextmanager
 from typing import Iterator
@@ -134,7 +133,7 @@ def new_regions(min_growth: int = 4 * HUGE_PAGE) -> Iterator[list[tuple[int, int
 def huge_page_bytes() -> int | None:
     """Bytes of this process's memory in transparent huge pages (``AnonHugePages``), None if unknown."""
     try:
-        with open(f"/proc/{os.getpid()}/smaps_rollup", encoding="ascii") as f:
+        with open("/proc/self/smaps_rollup", encoding="ascii") as f:
             for line in f:
                 if line.startswith("AnonHugePages:"):
                     return int(line.split()[1]) * 1024

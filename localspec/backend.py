@@ -12,7 +12,7 @@ import ctypes
 import os
 import threading
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -124,6 +124,14 @@ def _read_into_memory(lc, mparams) -> None:
         mparams.use_mmap = False
 
 
+def _set_extra_bufts(mparams, on: bool) -> bool:
+    """Set ``use_extra_bufts`` (weight repacking) on llama.cpp model params; False if the build lacks it."""
+    if not hasattr(mparams, "use_extra_bufts"):  # pragma: no cover - older llama-cpp-python
+        return False
+    mparams.use_extra_bufts = bool(on)
+    return True
+
+
 class LlamaModel:
     """A loaded GGUF model with one llama.cpp context and one sequence (id 0).
 
@@ -145,6 +153,11 @@ class LlamaModel:
             weight, and 2 MiB pages spare the TLB. Where huge pages are not available, or every
             layer is offloaded to a GPU (``n_gpu_layers=-1`` on a GPU build), the file is mapped
             as usual. :attr:`huge_page_bytes` says how much of the weights the kernel collapsed.
+        repack: let llama.cpp repack the weights into its "extra" CPU buffer types
+            (``use_extra_bufts``: AMX tiles on Sapphire/Granite Rapids, interleaved Q4_0 on
+            AVX2/NEON). Off by default: on virtualized AMX CPUs the AMX matrix kernel crashes the
+            process on the first decode of more than one token (llama.cpp issue 20824). Turn it
+            on only where :mod:`localspec.repack`'s child-process probe found it safe.
 
     Raises:
         ModelError: the file is missing, not a GGUF, truncated, or fails to load.
@@ -161,6 +174,7 @@ class LlamaModel:
         n_gpu_layers: int = 0,
         flash_attn: bool | None = None,
         huge_pages: bool = True,
+        repack: bool = False,
         verbose: bool = False,
     ) -> None:
         self.path = Path(path)
@@ -169,6 +183,10 @@ class LlamaModel:
         lc = self._lc = _llama()
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers < 0 else n_gpu_layers
+        #: whether the weights were loaded into llama.cpp's extra (repacked) buffer types
+        self.repack = bool(repack) and _set_extra_bufts(mparams, True)
+        if not self.repack:
+            _set_extra_bufts(mparams, False)
         # every layer on a GPU: the CPU streams no weights, so nothing is gained from huge pages
         all_on_gpu = n_gpu_layers < 0 and bool(lc.llama_supports_gpu_offload())
         self.huge_pages = huge_pages = bool(huge_pages) and not all_on_gpu and hugepages.available()
@@ -210,6 +228,10 @@ class LlamaModel:
             if lc.llama_vocab_is_eog(self._vocab, t):
                 self._eog[t] = True
         self.eog_tokens = frozenset(int(t) for t in np.flatnonzero(self._eog))
+        #: the flash-attention setting asked for (``auto``/``on``/``off``; the calibration reads it)
+        self.flash_attn_mode: str | None = None
+        #: the :class:`localspec.repack.RepackVerdict` the loader followed (None: not probed)
+        self.repack_verdict = None
         self._piece_cache: dict[int, bytes] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
         self._logits_rows = 0
@@ -526,6 +548,24 @@ class LlamaModel:
 _peer_cache: dict[tuple, object] = {}
 
 
+@contextmanager
+def _peer_extra_bufts(lc, on: bool):
+    """While a ``Llama`` loads, its model params get ``use_extra_bufts = on``."""
+    low = lc.llama_cpp
+    original = low.llama_model_default_params
+
+    def params():
+        mp = original()
+        _set_extra_bufts(mp, on)
+        return mp
+
+    low.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        low.llama_model_default_params = original
+
+
 def run_llama_cpp_peer(
     path: str | os.PathLike,
     prompt_tokens: Sequence[int],
@@ -535,6 +575,7 @@ def run_llama_cpp_peer(
     lookup_num_pred_tokens: int | None = None,
     n_gpu_layers: int = 0,
     n_batch: int = 512,
+    repack: bool = False,
 ) -> tuple[list[int], str, float]:
     """Greedy generation through llama-cpp-python's ``Llama.create_completion`` (a peer).
 
@@ -542,6 +583,8 @@ def run_llama_cpp_peer(
     num_pred_tokens=...), logits_all=True)`` (llama-cpp-python 0.3.36 crashes on its first
     batched verify without ``logits_all``). The ``Llama`` object is loaded once per
     (path, settings) and kept, so its own prompt cache works across calls like ours.
+    ``repack`` is the same weight-repacking choice as :class:`LlamaModel`'s (a fair race);
+    ``Llama`` has no argument for it, so its model params are set while it loads.
 
     Args:
         path: GGUF file.
@@ -556,7 +599,7 @@ def run_llama_cpp_peer(
 
     lc = _llama()
     threads = n_threads or os.cpu_count() or 1
-    key = (str(path), n_ctx, threads, lookup_num_pred_tokens, n_gpu_layers, n_batch)
+    key = (str(path), n_ctx, threads, lookup_num_pred_tokens, n_gpu_layers, n_batch, bool(repack))
     llm = _peer_cache.get(key)
     if llm is None:
         kwargs = dict(model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
@@ -566,7 +609,8 @@ def run_llama_cpp_peer(
 
             kwargs["draft_model"] = LlamaPromptLookupDecoding(num_pred_tokens=lookup_num_pred_tokens)
             kwargs["logits_all"] = True
-        llm = _peer_cache[key] = lc.Llama(**kwargs)
+        with _peer_extra_bufts(lc, bool(repack)):
+            llm = _peer_cache[key] = lc.Llama(**kwargs)
     t0 = time.perf_counter()
     out = llm.create_completion(list(prompt_tokens), max_tokens=max_tokens, temperature=0.0, top_k=1,
                                 top_p=1.0, min_p=0.0, repeat_penalty=1.0, stream=False)

@@ -25,7 +25,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -37,6 +37,8 @@ from .machine import BUSY_THRESHOLD, CpuMeter, load_average, machine_is_quiet
 #: 2 threads. Used only until a measurement exists (see :func:`default_curve`).
 DEFAULT_TARGET_RATIOS = {1: 1.0, 2: 1.68, 3: 2.26, 4: 2.57, 5: 3.21, 8: 5.95, 16: 8.53}
 COST_FORMAT = 2
+#: (what is measured, steps done, steps in all) -> None: calibration progress for a front-end
+StepFn = Callable[[str, int, int], None]
 #: cache lengths (tokens) at which calibration times the verify curve (see calibration_contexts)
 SHORT_CONTEXT = 64
 LONG_CONTEXT = 1024
@@ -54,6 +56,10 @@ def _flash_attn_mode(model) -> str:
         return str(mode)
     fa = getattr(model, "flash_attn", None)
     return "default" if fa is None else ("on" if fa else "off")
+
+
+def _model_name(model) -> str:
+    return Path(str(getattr(model, "path", "model"))).name
 
 
 def model_cost_key(model) -> dict:
@@ -84,6 +90,7 @@ def model_cost_key(model) -> dict:
         "n_gpu_layers": int(getattr(model, "n_gpu_layers", 0) or 0),
         "flash_attn": _flash_attn_mode(model),
         "huge_pages": bool(getattr(model, "huge_pages", False)),
+        "repack": bool(getattr(model, "repack", False)),
         "hostname": socket.gethostname(),
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count() or 0,
@@ -197,8 +204,10 @@ def _filler_tokens(model, n: int, seed: int = 0) -> list[int]:
     return [t if not model.is_eog(t) else 1 for t in toks]
 
 
-def _time_curve(model, toks: Sequence[int], base: int, repeats: int) -> list[float]:
-    """Median seconds of a decode of b = 1..len(toks) tokens (logits for all) with ``base`` cached."""
+def _time_curve(model, toks: Sequence[int], base: int, repeats: int,
+                tick: Callable[[], None] | None = None) -> list[float]:
+    """Median seconds of a decode of b = 1..len(toks) tokens (logits for all) with ``base`` cached;
+    ``tick`` is called after each repetition."""
     samples: list[list[float]] = [[] for _ in toks]
     model.decode(toks[:1], logits_for="all")  # warm up
     model.truncate(base)
@@ -209,6 +218,8 @@ def _time_curve(model, toks: Sequence[int], base: int, repeats: int) -> list[flo
             model.decode(toks[:b], logits_for="all")
             samples[b - 1].append(time.perf_counter() - t0)
             model.truncate(base)
+        if tick:
+            tick()
     # a decode of more tokens never costs less: keep the curve non-decreasing (noise on a shared machine)
     return np.maximum.accumulate([float(np.median(s)) for s in samples]).tolist()
 
@@ -221,7 +232,8 @@ def calibration_contexts(model, max_batch: int, long_context: int = LONG_CONTEXT
     return [SHORT_CONTEXT] + ([long_] if long_ > 2 * SHORT_CONTEXT else [])
 
 
-def measure_decode_costs(model, max_batch: int, repeats: int = 3, contexts: Sequence[int] | None = None) -> ModelCosts:
+def measure_decode_costs(model, max_batch: int, repeats: int = 3, contexts: Sequence[int] | None = None,
+                         progress: StepFn | None = None, label: str = "") -> ModelCosts:
     """Time one decode of b tokens for b = 1..max_batch at each context length.
 
     For each context length c (ascending; default :func:`calibration_contexts`: 64 and
@@ -232,6 +244,9 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 3, contexts: Sequ
     token. A cache that held more than the first context is cut to it first (the engine
     decodes what is missing on its next call, :meth:`LlamaModel.sync`); otherwise the
     model's KV cache is left as it was found.
+
+    ``progress(label, done, total)`` is called after each repetition at each context
+    (``total`` = contexts x repetitions), so a front-end can show how far it is.
 
     Returns:
         :class:`ModelCosts` with the median seconds per b and context.
@@ -249,6 +264,16 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 3, contexts: Sequ
     measured_at: list[int] = []
     curves: list[list[float]] = []
     prefill = None
+    total = len(wanted) * max(1, repeats)
+    done = [0]
+
+    def tick() -> None:
+        done[0] += 1
+        if progress:
+            progress(label or f"measuring decode costs of {_model_name(model)}", min(done[0], total), total)
+
+    if progress:
+        progress(label or f"measuring decode costs of {_model_name(model)}", 0, total)
     try:
         for c in wanted:
             base = model.n_cached
@@ -260,7 +285,7 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 3, contexts: Sequ
                 base = c
             if measured_at and base <= measured_at[-1]:
                 continue
-            curves.append(_time_curve(model, toks, base, repeats))
+            curves.append(_time_curve(model, toks, base, repeats, tick))
             measured_at.append(base)
     finally:
         model.truncate(n0)
@@ -280,7 +305,8 @@ def flash_attn_scores(results: dict[str, ModelCosts]) -> dict[str, float]:
     return {k: sum(results[k].curves[i][j] / best[(i, j)] for i, j in pts) / len(pts) for k in keys}
 
 
-def calibrate_model(model, max_batch: int, repeats: int = 3, contexts: Sequence[int] | None = None) -> ModelCosts:
+def calibrate_model(model, max_batch: int, repeats: int = 3, contexts: Sequence[int] | None = None,
+                    progress: StepFn | None = None) -> ModelCosts:
     """:func:`measure_decode_costs`; with flash attention ``auto``, for it off and on, keeping the faster.
 
     Asked ``auto`` (``model.flash_attn_mode``, see :mod:`localspec.loader`), it measures with
@@ -289,10 +315,12 @@ def calibrate_model(model, max_batch: int, repeats: int = 3, contexts: Sequence[
     tokens at each context, relative to the faster setting), and leaves the model on the
     faster setting (off on a tie). Switching recreates the
     llama.cpp context, so the model's KV cache is then empty. A setting whose context
-    cannot be created is skipped.
+    cannot be created is skipped. ``progress`` as in :func:`measure_decode_costs`, once per setting.
     """
+    model_name = _model_name(model)
     if _flash_attn_mode(model) != "auto" or not hasattr(model, "set_flash_attn"):
-        return measure_decode_costs(model, max_batch, repeats, contexts)
+        return measure_decode_costs(model, max_batch, repeats, contexts, progress,
+                                    f"measuring decode costs of {model_name}")
     t0 = time.perf_counter()
     results: dict[str, ModelCosts] = {}
     for name, fa in (("off", False), ("on", True)):
@@ -300,7 +328,8 @@ def calibrate_model(model, max_batch: int, repeats: int = 3, contexts: Sequence[
             model.set_flash_attn(fa)
         except LocalspecError:
             continue
-        results[name] = measure_decode_costs(model, max_batch, repeats, contexts)
+        results[name] = measure_decode_costs(model, max_batch, repeats, contexts, progress,
+                                             f"measuring decode costs of {model_name}, flash attention {name}")
     scores = flash_attn_scores(results)
     best = min(results, key=lambda k: (scores[k], k != "off"))
     model.set_flash_attn(best == "on")
@@ -356,7 +385,7 @@ def save_costs(costs: ModelCosts) -> Path | None:
 
 
 def get_costs(model, max_batch: int, remeasure: bool = False, repeats: int = 3,
-              contexts: Sequence[int] | None = None) -> ModelCosts:
+              contexts: Sequence[int] | None = None, progress: StepFn | None = None) -> ModelCosts:
     """Cached costs (the model switched to their flash-attention setting), or a fresh calibration
     (:func:`calibrate_model`, saved to the cache).
 
@@ -370,7 +399,7 @@ def get_costs(model, max_batch: int, remeasure: bool = False, repeats: int = 3,
             if _flash_attn_mode(model) == "auto" and cached.flash_attn is not None and hasattr(model, "set_flash_attn"):
                 model.set_flash_attn(bool(cached.flash_attn))
             return cached
-    costs = calibrate_model(model, max_batch, repeats=repeats, contexts=contexts)
+    costs = calibrate_model(model, max_batch, repeats=repeats, contexts=contexts, progress=progress)
     save_costs(costs)
     return costs
 
@@ -499,7 +528,7 @@ class EngineCosts:
 
 
 def engine_costs(target, draft_model, draft_max: int, *, existing: EngineCosts | None = None,
-                 remeasure: bool = False, repeats: int = 3) -> EngineCosts:
+                 remeasure: bool = False, repeats: int = 3, progress: StepFn | None = None) -> EngineCosts:
     """Calibrate (or load) the target's curves b = 1..draft_max+1 at a short and a long context,
     and the draft model's per-token and catch-up costs (:func:`get_costs`).
 
@@ -509,10 +538,10 @@ def engine_costs(target, draft_model, draft_max: int, *, existing: EngineCosts |
     if (isinstance(existing, EngineCosts) and not remeasure and len(existing.verify) >= draft_max + 1
             and (existing.draft is not None or draft_model is None)):
         return existing
-    target_costs = get_costs(target, draft_max + 1, remeasure=remeasure, repeats=repeats)
+    target_costs = get_costs(target, draft_max + 1, remeasure=remeasure, repeats=repeats, progress=progress)
     draft = None
     if draft_model is not None:
-        draft = get_costs(draft_model, 2, remeasure=remeasure, repeats=max(repeats, 5))
+        draft = get_costs(draft_model, 2, remeasure=remeasure, repeats=max(repeats, 5), progress=progress)
     return _engine_costs(target_costs, draft, draft_max)
 
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 DraftMode = Literal["auto", "draft", "lookup", "none"]
 FlashAttn = Literal["auto", "on", "off"]
+Repack = Literal["auto", "on", "off"]
 
 
 class _Strict(BaseModel):
@@ -69,6 +70,9 @@ class ModelSettings(_Strict):
     huge_pages: bool = Field(True, description="read the weights into memory and move them into 2 MiB transparent "
                              "huge pages (Linux; faster one-token decoding, about 2 s more to load the 1.5B model); "
                              "false = map the file (llama.cpp's default)")
+    repack: Repack = Field("auto", description="llama.cpp's weight repacking into its extra CPU buffer types (AMX, "
+                           "interleaved Q4_0): auto = where a probe in a child process decoded safely and no slower "
+                           "(localspec.repack), on, off (llama-server's --no-repack)")
 
 
 class GenerationParams(_Strict):

@@ -298,7 +298,7 @@ class Engine(Protocol):
 
     def token_text(self, token_id: int) -> str: ...
 
-    def calibrated_costs(self, draft_max: int, remeasure: bool = False) -> EngineCosts: ...
+    def calibrated_costs(self, draft_max: int, remeasure: bool = False, progress=None) -> EngineCosts: ...
 
     def prefill(self, prompt: Sequence[int], draft: bool = True) -> Prefill: ...
 
@@ -333,6 +333,9 @@ class SpeculativeEngine:
             n_shared = check_compatible(target.vocab_info(), draft_model.vocab_info())
             self.drafter = DraftModelDrafter(draft_model, n_propose=min(n_shared, target.n_vocab))
         self._costs = costs
+        #: sentences the front-end shows the user once after loading (e.g. weight repacking turned
+        #: off by the probe, :func:`localspec.loader.load_model`)
+        self.notices: list[str] = []
         #: check the caches after every round (:meth:`check_caches`): set ``LOCALSPEC_DEBUG=1``
         self.debug = bool(os.environ.get("LOCALSPEC_DEBUG"))
 
@@ -341,11 +344,12 @@ class SpeculativeEngine:
         """The measured costs mode ``auto`` uses (None until loaded or measured)."""
         return self._costs
 
-    def calibrated_costs(self, draft_max: int, remeasure: bool = False) -> EngineCosts:
+    def calibrated_costs(self, draft_max: int, remeasure: bool = False, progress=None) -> EngineCosts:
         """The costs for draft lengths up to ``draft_max``: kept while they cover it, else
-        loaded from this machine's cache or measured once (:func:`localspec.calibration.engine_costs`)."""
+        loaded from this machine's cache or measured once (:func:`localspec.calibration.engine_costs`;
+        ``progress(what, done, total)`` follows a measurement)."""
         self._costs = engine_costs(self.target, self.draft_model, draft_max, existing=self._costs,
-                                   remeasure=remeasure)
+                                   remeasure=remeasure, progress=progress)
         return self._costs
 
     @property

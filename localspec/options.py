@@ -42,10 +42,10 @@ def value_range(model: type, name: str, var: str = "x") -> str:
 SECTION_ARGS: dict[str, tuple[type, dict[str, str]]] = {
     "target": (ModelSettings, {"target": "model", "n_ctx": "n_ctx", "n_batch": "n_batch", "n_threads": "n_threads",
                                "n_gpu_layers": "n_gpu_layers", "flash_attn": "flash_attn",
-                               "huge_pages": "huge_pages"}),
+                               "huge_pages": "huge_pages", "repack": "repack"}),
     "draft": (ModelSettings, {"draft": "model", "n_ctx": "n_ctx", "n_batch": "n_batch", "n_threads": "n_threads",
                               "draft_n_gpu_layers": "n_gpu_layers", "flash_attn": "flash_attn",
-                              "huge_pages": "huge_pages"}),
+                              "huge_pages": "huge_pages", "repack": "repack"}),
     "sampling": (SamplingParams, {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
                                   "seed": "seed"}),
     "drafting": (DraftParams, {"mode": "mode", "draft_max": "draft_max", "draft_min": "draft_min",
@@ -84,6 +84,10 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--huge-pages", choices=["on", "off"], default=None,
                    help="on (default): weights read into memory and kept in 2 MiB transparent huge pages where "
                         "the kernel allows (Linux), faster decoding; off: the file is mapped (llama.cpp's default)")
+    g.add_argument("--repack", choices=["auto", "on", "off"], default=None,
+                   help="llama.cpp's weight repacking (AMX, interleaved Q4_0): auto (default) = only where a test "
+                        "decode in a child process did not crash and was not slower (it crashes on some virtualized "
+                        "AMX Xeons); on; off (llama-server's --no-repack)")
 
 
 def add_generation_arguments(p: argparse.ArgumentParser) -> None:

@@ -313,7 +313,7 @@ def test_calibration_under_load_is_marked_and_measured_again_when_quiet(tmp_path
     m = _FakeModel(f)
     measured = []
 
-    def fake_calibrate(model, max_batch, repeats=3, contexts=None):
+    def fake_calibrate(model, max_batch, repeats=3, contexts=None, progress=None):
         other = 0.6 if not measured else 0.01  # the first run under load, the second quiet
         measured.append(other)
         return ModelCosts(seconds=[0.1 * (b + 1) for b in range(max_batch)], key=cal.model_cost_key(model),

@@ -332,8 +332,13 @@ class LlamaModel:
         raw = self._lc.llama_model_chat_template(self._model, None)
         return raw.decode("utf-8") if raw else None
 
-    def render_chat(self, messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
+    def render_chat(self, messages: Sequence[dict], add_generation_prompt: bool = True,
+                    tools: Sequence[dict] | None = None) -> str:
         """Render chat messages (``{"role", "content"}`` dicts) with the GGUF's chat template.
+
+        ``tools`` (OpenAI's ``[{"type": "function", "function": {...}}]``) is passed to the
+        template as its ``tools`` variable, as Hugging Face's ``apply_chat_template`` does;
+        assistant messages may carry ``tool_calls`` and ``role: tool`` messages the results.
 
         Raises:
             ModelError: the GGUF has no chat template.
@@ -353,7 +358,7 @@ class LlamaModel:
         eos_text = self.token_bytes(self.eos, special=True).decode("utf-8", "replace") if self.eos >= 0 else ""
         try:
             formatter = Jinja2ChatFormatter(template, eos_text, bos_text, add_generation_prompt=add_generation_prompt)
-            return formatter(messages=list(messages)).prompt
+            return formatter(messages=list(messages), tools=list(tools) if tools else None).prompt
         except Exception as e:  # Jinja syntax/undefined errors and the template's own raise_exception
             said = str(e).strip() or type(e).__name__
             has_system = any(m.get("role") == "system" for m in messages)

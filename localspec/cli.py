@@ -228,7 +228,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
             engine.calibrated_costs(settings.drafting.draft_max)  # measure (or load) this machine's costs first
         serve(engine, settings, host=ns.host, port=ns.port, api_key=ns.api_key or os.environ.get("LOCALSPEC_API_KEY"),
               max_queue=ns.queue_size, max_body=int(ns.max_body_mb * (1 << 20)), default_max_tokens=ns.max_tokens,
-              log_level=ns.log_level)
+              log_level=ns.log_level, cors_origins=ns.cors_origin)
     finally:
         engine.close()
     return 0
@@ -297,6 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--queue-size", type=int, default=8, help="most requests waiting for the engine; beyond, 429 "
                     "(default 8)")
     sv.add_argument("--max-body-mb", type=float, default=8.0, help="largest request body, MiB; beyond, 413 (default 8)")
+    sv.add_argument("--cors-origin", action="append", default=None, metavar="ORIGIN",
+                    help="let web pages from ORIGIN (e.g. http://localhost:3000) call the server from a browser; "
+                         "repeatable; '*' allows any origin (warned); default: no cross-origin access")
     sv.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     add_generation_arguments(sv)
     add_model_arguments(sv)

@@ -294,7 +294,9 @@ class Engine(Protocol):
 
     def tokenize(self, text: str, *, special: bool = True) -> list[int]: ...
 
-    def chat_tokens(self, messages: Sequence[dict]) -> list[int]: ...
+    def chat_tokens(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> list[int]: ...
+
+    def chat_template(self) -> str | None: ...
 
     def token_text(self, token_id: int) -> str: ...
 
@@ -373,12 +375,20 @@ class SpeculativeEngine:
             return self.target.tokenize(text)
         return self.target.tokenize(text, add_special=False, parse_special=False)
 
-    def chat_tokens(self, messages: Sequence[dict]) -> list[int]:
+    def chat_tokens(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> list[int]:
         """Chat messages rendered with the target's chat template, then tokenized.
 
-        The draft model receives these identical ids.
+        ``tools``: OpenAI's function tools, rendered by the template (its ``tools``
+        variable); see :meth:`localspec.backend.LlamaModel.render_chat`. The draft model
+        receives these identical ids.
         """
+        if tools:
+            return self.target.tokenize(self.target.render_chat(messages, tools=tools))
         return self.target.tokenize(self.target.render_chat(messages))
+
+    def chat_template(self) -> str | None:
+        """The target GGUF's chat template (Jinja source), or None."""
+        return self.target.chat_template()
 
     def model_seconds(self) -> float:
         """Seconds spent in model decode calls (target and draft model) since the engine was made.

@@ -36,6 +36,7 @@ class FakeModel:
         self.texts = texts or TEXTS
         self.decode_calls: list[int] = []
         self.path = "fake.gguf"
+        self.template: str | None = None  # chat template (Jinja source); None: none
 
     @property
     def n_cached(self) -> int:
@@ -85,6 +86,9 @@ class FakeModel:
 
     def tokenize(self, text: str, **kw) -> list[int]:
         return [int(w[1:]) for w in text.split()]
+
+    def chat_template(self) -> str | None:
+        return self.template
 
     def vocab_info(self) -> VocabInfo:
         return VocabInfo(0, N_VOCAB, -1, EOG, False, tuple(self.texts), tuple([4] * N_VOCAB))

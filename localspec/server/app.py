@@ -1,7 +1,9 @@
 """The FastAPI app: routes, authentication, body limit, errors as OpenAI's error object.
 
-Routes: ``GET /health``, ``GET /v1/models``, ``POST /v1/chat/completions``,
-``POST /v1/completions``, ``GET /metrics``. With an API key, every route but
+Routes: ``GET /health``, ``GET /v1/models``, ``GET /v1/models/{id}``,
+``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /metrics``. Cross-origin
+requests (CORS, for browser-based clients) are refused unless origins are allowed
+(``cors_origins``); then preflight ``OPTIONS`` requests are answered. With an API key, every route but
 ``/health`` needs ``Authorization: Bearer KEY`` (compared in constant time). A request
 body over ``max_body`` bytes is refused with 413 without being kept in memory. No
 error sends a traceback to the client; a bug is logged and answered with a 500.
@@ -19,12 +21,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..config import Settings
 from .metrics import CONTENT_TYPE_LATEST, ServerMetrics
+from . import tools
 from .openai_api import FINISH_REASONS, ApiError, ResponseShape, parse_request, speculation, usage
 from .worker import EngineWorker, Failed, Finished, Job, Started, Tokens, sampling_for
 
@@ -45,7 +49,8 @@ def _error_response(e: ApiError) -> JSONResponse:
 
 
 def create_app(engine, settings: Settings, *, api_key: str | None = None, max_queue: int = 8,
-               max_body: int = 8 << 20, default_max_tokens: int | None = None) -> FastAPI:
+               max_body: int = 8 << 20, default_max_tokens: int | None = None,
+               cors_origins: list[str] | None = None) -> FastAPI:
     """Build the app around a loaded engine (the app starts and stops its worker thread).
 
     Args:
@@ -56,6 +61,8 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
         max_body: largest request body, bytes; beyond, 413.
         default_max_tokens: max_tokens of a chat request that leaves it out (None: the
             room left in the context window).
+        cors_origins: origins allowed to call from a browser (``"*"``: any); None or
+            empty: no cross-origin access (no CORS headers, preflight refused).
     """
     metrics: ServerMetrics | None = None
     worker = EngineWorker(engine, settings, max_queue=max_queue, default_max_tokens=default_max_tokens,
@@ -65,6 +72,8 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
     draft_id = model_id(settings.draft.model) if engine.has_draft_model else None
     mode = settings.drafting.mode
     loaded_at = int(time.time())
+    template = engine.chat_template()
+    tool_fmt = tools.tool_format(template)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -77,6 +86,9 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
     app = FastAPI(title="localspec", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.worker = worker
     app.state.metrics = metrics
+    if cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST", "OPTIONS"],
+                           allow_headers=["*"], max_age=600)
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, e: ApiError):
@@ -85,7 +97,10 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, e: StarletteHTTPException):
         code = "not_found" if e.status_code == 404 else None
-        return _error_response(ApiError(e.status_code, f"{request.method} {request.url.path}: {e.detail}", None, code))
+        hint = ("; cross-origin requests are off: start localspec serve with --cors-origin ORIGIN"
+                if request.method == "OPTIONS" and e.status_code == 405 and not cors_origins else "")
+        return _error_response(ApiError(e.status_code, f"{request.method} {request.url.path}: {e.detail}{hint}",
+                                        None, code))
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, e: Exception):
@@ -132,6 +147,10 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
         status = 500
         try:
             req = parse_request(await read_json(request), kind)
+            if req.tools is not None and (req.tools.tools or req.tools.history):
+                if tool_fmt is None:
+                    raise tools.unsupported_error(target_id, template, "tools" if req.tools.tools else "messages")
+                req.tools.format = tool_fmt
             job = Job(req, sampling_for(settings, req), asyncio.get_running_loop())
             worker.submit(job)
             first = await next_message(job, request)
@@ -145,7 +164,7 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
             status = 200
             if req.stream:
                 return EventSourceResponse(_stream(job, req, shape), sep="\n")
-            return await _collect(job, request, shape)
+            return await _collect(job, request, shape, req)
         except ApiError as e:
             status = e.status
             raise
@@ -156,7 +175,7 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
         return {"speculation": speculation(mode, gen.stats, gen.rounds),
                 "queue": {"arrival": job.arrival, "served": job.served, "wait_seconds": job.wait_seconds}}
 
-    async def _collect(job: Job, request: Request, shape: ResponseShape) -> Response:
+    async def _collect(job: Job, request: Request, shape: ResponseShape, req) -> Response:
         while True:
             msg = await next_message(job, request)
             if msg is None:
@@ -165,25 +184,35 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
                 raise msg.error
             if isinstance(msg, Finished):
                 gen = msg.generation
-                body = shape.complete(gen.text, FINISH_REASONS[gen.stats.end_reason],
-                                      {"usage": usage(gen.stats, gen.rounds), **_extra(job, gen)})
-                return JSONResponse(body)
+                extra = {"usage": usage(gen.stats, gen.rounds), **_extra(job, gen)}
+                if req.tools is not None and req.tools.parses:
+                    return JSONResponse(tools.complete(shape, req.tools, gen.text,
+                                                       FINISH_REASONS[gen.stats.end_reason], extra))
+                return JSONResponse(shape.complete(gen.text, FINISH_REASONS[gen.stats.end_reason], extra))
 
     async def _stream(job: Job, req, shape: ResponseShape):
         """Server-sent events; sse-starlette cancels this when the client disconnects."""
+        calls = tools.ToolStream(shape, req.tools, req.include_usage) if req.tools and req.tools.parses else None
         try:
             yield json.dumps(shape.chunk("", first=True, include_usage=req.include_usage))
             while True:
                 msg = await job.out.get()
                 if isinstance(msg, Tokens):
                     text = "".join(t.text for t in msg.tokens)
-                    if msg.tokens:
+                    if calls is not None:
+                        for chunk in calls.feed(text, msg.tokens):
+                            yield json.dumps(chunk)
+                    elif msg.tokens:
                         yield json.dumps(shape.chunk(text, tokens=msg.tokens, include_usage=req.include_usage))
                 elif isinstance(msg, Finished):
                     gen = msg.generation
                     extra = _extra(job, gen)
-                    yield json.dumps(shape.chunk(None, FINISH_REASONS[gen.stats.end_reason],
-                                                 include_usage=req.include_usage, extra=extra))
+                    reason = FINISH_REASONS[gen.stats.end_reason]
+                    if calls is not None:
+                        for chunk in calls.finish():
+                            yield json.dumps(chunk)
+                        reason = calls.finish_reason(reason)
+                    yield json.dumps(shape.chunk(None, reason, include_usage=req.include_usage, extra=extra))
                     if req.include_usage:
                         yield json.dumps(shape.usage_chunk(usage(gen.stats, gen.rounds), extra))
                     yield "[DONE]"
@@ -198,12 +227,18 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
     async def health():
         return {"status": "ok", "busy": worker.busy, "waiting": worker.waiting}
 
+    def model_object() -> dict:
+        return {"id": target_id, "object": "model", "created": loaded_at, "owned_by": "localspec",
+                "draft": draft_id, "mode": mode, "n_ctx": engine.n_ctx}
+
     @app.get("/v1/models", dependencies=[Depends(authorize)])
     async def models():
-        return {"object": "list", "data": [{
-            "id": target_id, "object": "model", "created": loaded_at, "owned_by": "localspec",
-            "draft": draft_id, "mode": mode, "n_ctx": engine.n_ctx,
-        }]}
+        return {"object": "list", "data": [model_object()]}
+
+    @app.get("/v1/models/{name:path}", dependencies=[Depends(authorize)])
+    async def model(name: str):
+        """Any name answers with the loaded model, as chat requests do (the name is not checked)."""
+        return model_object()
 
     @app.post("/v1/chat/completions", dependencies=[Depends(authorize)])
     async def chat_completions(request: Request):
@@ -222,15 +257,19 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
 
 def serve(engine, settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, api_key: str | None = None,
           max_queue: int = 8, max_body: int = 8 << 20, default_max_tokens: int | None = None,
-          log_level: str = "info") -> None:
-    """Serve until interrupted (uvicorn). Warns when binding beyond loopback without an API key."""
+          log_level: str = "info", cors_origins: list[str] | None = None) -> None:
+    """Serve until interrupted (uvicorn). Warns when binding beyond loopback without an API key,
+    and when any origin (``*``) may call from a browser."""
     import uvicorn
 
     if host not in LOOPBACK and not api_key:
         print(f"warning: serving on {host} without --api-key: anyone who can reach this port can use the model",
               file=sys.stderr)
+    if cors_origins and "*" in cors_origins:
+        print("warning: --cors-origin '*': any web page open in this machine's browser can use the model"
+              + ("" if api_key else " (and no --api-key is set)"), file=sys.stderr)
     app = create_app(engine, settings, api_key=api_key, max_queue=max_queue, max_body=max_body,
-                     default_max_tokens=default_max_tokens)
+                     default_max_tokens=default_max_tokens, cors_origins=cors_origins)
     print(f"localspec serve: http://{host}:{port}/v1 (model {model_id(settings.target.model)}, "
           f"mode {settings.drafting.mode})", file=sys.stderr, flush=True)
     uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)

@@ -3,8 +3,9 @@
 Requests are checked here, before they are queued: a bad value is a 400 with OpenAI's
 error object naming the parameter. Fields that do not change the output (``user``,
 ``metadata``, ``store``, ...) are accepted and ignored; fields we cannot honour
-(``tools``, ``logprobs``, a non-text ``response_format``, ``n`` > 1, ...) are refused
-with a 400 that names them, unless they are sent with their no-op value.
+(``logprobs``, a non-text ``response_format``, ``n`` > 1, ...) are refused with a 400
+that names them, unless they are sent with their no-op value. ``tools``, ``tool_choice``,
+``parallel_tool_calls`` and the tool messages are checked by :mod:`localspec.server.tools`.
 
 Reference: the OpenAI API reference for ``/v1/chat/completions`` and ``/v1/completions``
 (objects ``chat.completion``, ``chat.completion.chunk``, ``text_completion``, ``usage``
@@ -61,10 +62,9 @@ def _nonempty(v: Any) -> bool:
 #: parameter -> (is it set to something we cannot honour?, why)
 UNSUPPORTED: dict[str, tuple[Any, str]] = {
     "n": (lambda v: v not in (None, 1), "only n = 1 is supported (one engine generates one answer at a time)"),
-    "tools": (_nonempty, "tool calling is not supported"),
-    "functions": (_nonempty, "function calling is not supported"),
-    "tool_choice": (lambda v: v not in (None, "none", "auto"), "tool calling is not supported"),
-    "function_call": (lambda v: v not in (None, "none", "auto"), "function calling is not supported"),
+    "functions": (_nonempty, "the deprecated functions field is not supported (send tools)"),
+    "function_call": (lambda v: v not in (None, "none", "auto"),
+                      "the deprecated function_call field is not supported (send tool_choice)"),
     "logprobs": (lambda v: v not in (None, False), "logprobs are not supported"),
     "top_logprobs": (lambda v: v not in (None, 0), "logprobs are not supported"),
     "response_format": (lambda v: v not in (None, {"type": "text"}), "only the text response format is supported"),
@@ -118,6 +118,7 @@ class GenerationRequest:
         stop: stop strings.
         stream: answer as server-sent events.
         include_usage: ``stream_options.include_usage``.
+        tools: the checked tool fields (:class:`localspec.server.tools.ToolRequest`), or None.
     """
 
     kind: Literal["chat", "completion"]
@@ -129,6 +130,7 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     stream: bool = False
     include_usage: bool = False
+    tools: Any = None
 
     @property
     def prompt_param(self) -> str:
@@ -172,14 +174,23 @@ def _messages(raw: Any) -> list[dict]:
             raise ApiError(400, "a message must be an object", f"messages[{i}]")
         role = m.get("role")
         role = "system" if role == "developer" else role
-        if role not in ("system", "user", "assistant"):
+        if role not in ("system", "user", "assistant", "tool"):
             raise ApiError(400, f"messages with role {m.get('role')!r} are not supported "
-                                "(system, developer, user, assistant; no tool calling)", f"messages[{i}].role")
-        for key in ("tool_calls", "function_call"):
-            if _nonempty(m.get(key)):
-                raise ApiError(400, "tool calling is not supported", f"messages[{i}].{key}")
-        out.append({"role": role, "content": _text(m.get("content"), f"messages[{i}].content",
-                                                   allow_none=role == "assistant")})
+                                "(system, developer, user, assistant, tool)", f"messages[{i}].role")
+        if _nonempty(m.get("function_call")):
+            raise ApiError(400, "the deprecated function_call is not supported (send tool_calls)",
+                           f"messages[{i}].function_call")
+        msg = {"role": role, "content": _text(m.get("content"), f"messages[{i}].content",
+                                              allow_none=role == "assistant")}
+        if role == "assistant" and _nonempty(m.get("tool_calls")):
+            from .tools import history_tool_calls  # tools imports this module
+
+            msg["tool_calls"] = history_tool_calls(m["tool_calls"], f"messages[{i}].tool_calls")
+        if role == "tool":
+            msg["tool_call_id"] = str(m.get("tool_call_id") or "")
+            if isinstance(m.get("name"), str):
+                msg["name"] = m["name"]
+        out.append(msg)
     return out
 
 
@@ -219,6 +230,9 @@ def parse_request(body: Any, kind: Literal["chat", "completion"]) -> GenerationR
     if kind == "chat":
         req.messages = _messages(body.get("messages"))
         req.prediction = _prediction(body.get("prediction"))
+        from .tools import parse_tool_request  # tools imports this module
+
+        req.tools = parse_tool_request(body, req.messages)
     else:
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):

@@ -28,6 +28,7 @@ from ..engine import Generation
 from ..errors import BackendError, LocalspecError
 from ..events import RoundStats, TokenEvent
 from .openai_api import ApiError, GenerationRequest
+from .tools import prompt_tokens
 
 log = logging.getLogger("localspec.server")
 
@@ -209,17 +210,27 @@ class EngineWorker:
     def _prompt(self, req: GenerationRequest) -> tuple[list[int], int]:
         """Prompt token ids and max_tokens; ApiError 400 (with the numbers) when they do not fit."""
         eng = self.engine
-        prompt = eng.chat_tokens(req.messages) if req.kind == "chat" else eng.tokenize(req.prompt)
+        if req.kind != "chat":
+            prompt = eng.tokenize(req.prompt)
+        elif req.tools is not None and req.tools.format is not None:
+            prompt = prompt_tokens(eng, req.messages, req.tools)
+        else:
+            prompt = eng.chat_tokens(req.messages)
         n_ctx = eng.n_ctx
+        # worded as OpenAI's, which LiteLLM, aider and langchain recognise as a context-window error
+        what = "messages" if req.kind == "chat" else "prompt"
         if len(prompt) >= n_ctx:
-            raise ApiError(400, f"the prompt is {len(prompt)} tokens; the context window holds {n_ctx} "
-                                "(and at least one token must be generated)", req.prompt_param,
+            raise ApiError(400, f"This model's maximum context length is {n_ctx} tokens. However, your {what} "
+                                f"resulted in {len(prompt)} tokens (and at least one token must be generated). "
+                                f"Please reduce the length of the {what}.", req.prompt_param,
                            "context_length_exceeded")
         room = n_ctx - len(prompt)
         if req.max_tokens is not None and req.max_tokens > room:
-            raise ApiError(400, f"the prompt is {len(prompt)} tokens plus max_tokens {req.max_tokens} = "
-                                f"{len(prompt) + req.max_tokens}, more than the context window of {n_ctx}; "
-                                f"max_tokens can be at most {room}", "max_tokens", "context_length_exceeded")
+            raise ApiError(400, f"This model's maximum context length is {n_ctx} tokens. However, you requested "
+                                f"{len(prompt) + req.max_tokens} tokens ({len(prompt)} in the {what}, "
+                                f"{req.max_tokens} in the completion). Please reduce the length of the {what} "
+                                f"or completion: max_tokens can be at most {room}.", "max_tokens",
+                           "context_length_exceeded")
         max_tokens = req.max_tokens or min(self.default_max_tokens or room, room)
         return prompt, max_tokens
 

@@ -49,3 +49,46 @@ def test_prediction_counts_on_the_fake(tmp_path):
         metrics = c.get("/metrics").text
         assert 'localspec_spec_decode_num_accepted_tokens_total{drafter="prediction"}' in metrics
         assert "localspec_requests_deferred 0.0" in metrics
+
+
+def test_tools_on_a_template_without_tool_support_are_a_400_naming_the_model():
+    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS)) as c:
+        tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+        r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "t3"}], "tools": tools})
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["param"] == "tools" and err["code"] == "tools_not_supported"
+        assert "fake.gguf" in err["message"] and "no tool support" in err["message"]
+        history = [{"role": "user", "content": "t3"}, {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "t5"}]
+        r = c.post("/v1/chat/completions", json={"messages": history})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+
+
+def test_model_retrieve_cors_and_context_wording():
+    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS)) as c:
+        listed = c.get("/v1/models").json()["data"][0]
+        assert c.get("/v1/models/fake.gguf").json() == listed
+        assert c.get("/v1/models/openai/any-name").json() == listed  # names are not checked, as in chat
+        pre = {"Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST"}
+        r = c.options("/v1/chat/completions", headers=pre)  # CORS off by default
+        assert r.status_code == 405 and "--cors-origin" in r.json()["error"]["message"]
+        assert "access-control-allow-origin" not in c.get("/v1/models", headers=pre).headers
+        r = c.post("/v1/completions", json={"prompt": "t3 " * 300, "max_tokens": 4})
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["code"] == "context_length_exceeded"
+        assert err["message"].startswith("This model's maximum context length is 256 tokens. However, your prompt "
+                                         "resulted in 300 tokens")
+        r = c.post("/v1/completions", json={"prompt": "t3 " * 200, "max_tokens": 100})
+        assert r.json()["error"]["message"].startswith("This model's maximum context length is 256 tokens. However, "
+                                                       "you requested 300 tokens (200 in the prompt, 100 in the "
+                                                       "completion).")
+    app = create_app(SpeculativeEngine(FakeModel(), None), SETTINGS, cors_origins=["http://localhost:3000"])
+    with TestClient(app) as c:
+        r = c.options("/v1/chat/completions", headers={**pre, "Access-Control-Request-Headers": "authorization"})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://localhost:3000"
+        assert "authorization" in r.headers["access-control-allow-headers"].lower()
+        r = c.get("/v1/models", headers={"Origin": "http://localhost:3000"})
+        assert r.headers["access-control-allow-origin"] == "http://localhost:3000"
+        r = c.options("/v1/chat/completions", headers={**pre, "Origin": "http://evil.example"})
+        assert r.status_code == 400 and "access-control-allow-origin" not in r.headers

@@ -1,0 +1,466 @@
+"""Tool calling for ``/v1/chat/completions``: OpenAI's ``tools`` in, ``message.tool_calls`` out.
+
+The request's ``tools`` (``[{"type": "function", "function": {name, description,
+parameters}}]``) and a history with assistant ``tool_calls`` and ``role: tool`` messages go
+through the target's own chat template (:meth:`localspec.engine.SpeculativeEngine.chat_tokens`
+with ``tools``); the model then writes its calls in its template family's format, which a
+:class:`ToolFormat` from :data:`FORMATS` parses back. Only the Hermes format (Qwen2.5,
+Hermes, many fine-tunes: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``) is
+known today; another family is one more entry in :data:`FORMATS`.
+
+``tool_choice``:
+
+- ``"none"``: the tools are not shown to the model and nothing is parsed (the history may
+  still hold earlier calls);
+- ``"auto"`` (the default with tools): the model chooses between text and calls;
+- ``"required"`` / ``{"type": "function", "function": {"name": N}}``: the answer is made to
+  start with the format's call opening (``<tool_call>\\n{"name": "`` or, named,
+  ``<tool_call>\\n{"name": "N", "arguments": ``), appended to the prompt as tokens. The
+  rest is the target's own continuation of that start, with the usual exactness of
+  speculative decoding; the arguments are not grammar-constrained, so a model can still
+  write a malformed call (then: the text as content, ``finish_reason: "stop"``).
+
+Parsing (:class:`ToolCallParser`, the same code for streamed and whole answers): text
+outside call blocks is content (whitespace next to a call dropped); a block whose JSON is
+an object with a ``name`` among the request's tools and ``arguments`` an object (or a
+string holding one) becomes a call; any other block stays in the content as written. A
+call is released only when its block is complete, so a stream never shows half a call,
+nor a call that later fails to parse. ``parallel_tool_calls: false`` keeps the first call.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from .openai_api import ApiError, ResponseShape
+
+#: OpenAI's rule for function names (plus ``.``): also keeps names free of template markup
+NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    """How one template family writes a tool call.
+
+    Attributes:
+        family: the family's name (``"hermes"``).
+        blocks: (start, end) markers around one call's JSON object; the first pair is the
+            template's own, the others what models of the family also write.
+        marker: text whose presence in a chat template means this family.
+    """
+
+    family: str
+    blocks: tuple[tuple[str, str], ...]
+    marker: str
+
+    @property
+    def start(self) -> str:
+        return self.blocks[0][0]
+
+    def forced_prefix(self, name: str | None) -> str:
+        """Text the answer is made to start with for ``tool_choice`` required (``name`` None) or named."""
+        if name is None:
+            return self.start + '\n{"name": "'
+        return self.start + '\n{"name": "' + name + '", "arguments": '
+
+
+#: template family -> its call format; the first whose marker the template contains wins.
+#: Hermes: Qwen2.5(-Coder) often fences a call as a ```json block instead of <tool_call>
+#: (llama.cpp's Hermes parser accepts the same); a fenced block that is not a call to one of
+#: the request's tools stays content.
+FORMATS: dict[str, ToolFormat] = {
+    "hermes": ToolFormat("hermes", (("<tool_call>", "</tool_call>"), ("```json", "```")), "<tool_call>"),
+}
+
+
+def tool_format(template: str | None) -> ToolFormat | None:
+    """The call format of a GGUF chat template, or None when it does not render ``tools``."""
+    if not template or not re.search(r"\btools\b", template):
+        return None
+    return next((f for f in FORMATS.values() if f.marker in template), None)
+
+
+def unsupported_error(model: str, template: str | None, param: str) -> ApiError:
+    """The 400 for tools sent to a model whose template cannot take them."""
+    if not template or not re.search(r"\btools\b", template):
+        why = f"the chat template of {model} has no tool support"
+    else:
+        why = (f"the chat template of {model} renders tools in a format localspec cannot parse "
+               f"(known: {', '.join(FORMATS)})")
+    return ApiError(400, f"{param}: {why}; serve a model whose template renders tools and "
+                         "<tool_call> blocks (e.g. the default qwen2.5-coder-1.5b), or send the "
+                         "request without tools", param, "tools_not_supported")
+
+
+# -- the request ----------------------------------------------------------------------------
+@dataclass
+class ToolRequest:
+    """The checked tool fields of a chat request.
+
+    Attributes:
+        tools: the tools as the template takes them (``[{"type": "function", "function":
+            {...}}]``); empty with ``tool_choice: "none"``.
+        names: the callable functions' names.
+        choice: ``"auto"``, ``"required"`` or ``"named"``.
+        name: the function named by ``tool_choice``, or None.
+        parallel: ``parallel_tool_calls`` (default true).
+        history: the messages use tool calls or tool results (the template must know them).
+        format: the template's call format, set by the app (None until then).
+    """
+
+    tools: list[dict]
+    names: tuple[str, ...]
+    choice: str = "auto"
+    name: str | None = None
+    parallel: bool = True
+    history: bool = False
+    format: ToolFormat | None = None
+
+    @property
+    def parses(self) -> bool:
+        """Whether the answer is parsed for calls (tools shown to the model)."""
+        return bool(self.tools)
+
+    @property
+    def forced_prefix(self) -> str | None:
+        if self.format is None or self.choice not in ("required", "named"):
+            return None
+        return self.format.forced_prefix(self.name)
+
+
+def _function(raw: Any, param: str) -> dict:
+    if not isinstance(raw, dict) or raw.get("type") != "function" or not isinstance(raw.get("function"), dict):
+        raise ApiError(400, 'a tool must be {"type": "function", "function": {"name": ..., "parameters": ...}}',
+                       param)
+    fn = raw["function"]
+    name = fn.get("name")
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise ApiError(400, f"function.name must be 1-64 letters, digits, '_', '-' or '.' (got {name!r})",
+                       f"{param}.function.name")
+    if "description" in fn and not isinstance(fn["description"], (str, type(None))):
+        raise ApiError(400, "function.description must be a string", f"{param}.function.description")
+    if "parameters" in fn and not isinstance(fn["parameters"], (dict, type(None))):
+        raise ApiError(400, "function.parameters must be a JSON Schema object", f"{param}.function.parameters")
+    out = {"name": name}
+    for key in ("description", "parameters"):
+        if fn.get(key) is not None:
+            out[key] = fn[key]
+    return {"type": "function", "function": out}
+
+
+def parse_tool_request(body: dict, messages: list[dict]) -> ToolRequest | None:
+    """Check ``tools``, ``tool_choice``, ``parallel_tool_calls`` and the tool messages.
+
+    Returns:
+        None when the request neither sends tools nor uses them in its history.
+
+    Raises:
+        ApiError: 400 naming the parameter at fault.
+    """
+    raw = body.get("tools")
+    history = any(m["role"] == "tool" or m.get("tool_calls") for m in messages)
+    if raw is None or raw == []:
+        tools: list[dict] = []
+    elif not isinstance(raw, list):
+        raise ApiError(400, "tools must be an array of function tools", "tools")
+    else:
+        tools = [_function(t, f"tools[{i}]") for i, t in enumerate(raw)]
+    names = tuple(t["function"]["name"] for t in tools)
+    if len(set(names)) != len(names):
+        raise ApiError(400, "two tools have the same function name", "tools")
+    parallel = body.get("parallel_tool_calls", True)
+    if parallel is None:
+        parallel = True
+    if not isinstance(parallel, bool):
+        raise ApiError(400, "parallel_tool_calls must be true or false", "parallel_tool_calls")
+    choice_raw = body.get("tool_choice")
+    choice, name = "auto", None
+    if choice_raw in (None, "auto"):
+        pass
+    elif choice_raw in ("none", "required"):
+        choice = choice_raw
+    elif isinstance(choice_raw, dict) and choice_raw.get("type") == "function" \
+            and isinstance(choice_raw.get("function"), dict):
+        choice, name = "named", choice_raw["function"].get("name")
+        if name not in names:
+            raise ApiError(400, f"tool_choice names the function {name!r}, which is not among the tools "
+                                f"({', '.join(names) or 'none sent'})", "tool_choice.function.name")
+    else:
+        raise ApiError(400, 'tool_choice must be "none", "auto", "required" or '
+                            '{"type": "function", "function": {"name": ...}}', "tool_choice")
+    if choice == "required" and not tools:
+        raise ApiError(400, 'tool_choice "required" needs tools', "tool_choice")
+    if not tools and not history:
+        return None
+    if choice == "none":
+        tools = []
+    return ToolRequest(tools=tools, names=names, choice=choice, name=name, parallel=parallel, history=history)
+
+
+def history_tool_calls(raw: Any, param: str) -> list[dict]:
+    """An assistant message's ``tool_calls`` as the template takes them (arguments as an object).
+
+    OpenAI sends ``function.arguments`` as a JSON string; chat templates (Qwen's ``tojson``)
+    expect the object, so a string holding a JSON object is decoded, other strings kept.
+
+    Raises:
+        ApiError: 400 naming the malformed call.
+    """
+    if not isinstance(raw, list):
+        raise ApiError(400, "tool_calls must be an array", param)
+    out = []
+    for j, call in enumerate(raw):
+        p = f"{param}[{j}]"
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise ApiError(400, 'a tool call must be {"id", "type": "function", "function": {"name", "arguments"}}',
+                           p)
+        args = fn.get("arguments")
+        if isinstance(args, str):
+            try:
+                decoded = json.loads(args) if args.strip() else {}
+            except ValueError:
+                decoded = None
+            args = decoded if isinstance(decoded, dict) else args
+        elif args is None:
+            args = {}
+        elif not isinstance(args, dict):
+            raise ApiError(400, "function.arguments must be a JSON string", f"{p}.function.arguments")
+        out.append({"id": str(call.get("id") or ""), "type": "function",
+                    "function": {"name": fn["name"], "arguments": args}})
+    return out
+
+
+def prompt_tokens(engine, messages: list[dict], treq: ToolRequest) -> list[int]:
+    """The chat prompt with the tools rendered, plus the forced call opening if any.
+
+    The opening is tokenized without BOS and appended after the template's generation
+    prompt, so the model continues it as if it had written it.
+    """
+    prompt = engine.chat_tokens(messages, tools=treq.tools or None)
+    prefix = treq.forced_prefix
+    if prefix:
+        ids = engine.tokenize(prefix)
+        bos = engine.tokenize("")  # [BOS] where the GGUF adds one, else []
+        prompt = prompt + ids[len(bos):] if ids[:len(bos)] == bos else prompt + ids
+    return prompt
+
+
+# -- the answer -----------------------------------------------------------------------------
+@dataclass
+class ToolCall:
+    """One parsed call: ``arguments`` is a JSON string of an object, as OpenAI sends it."""
+
+    name: str
+    arguments: str
+    id: str = field(default_factory=lambda: "call_" + uuid.uuid4().hex[:24])
+
+    def message_dict(self) -> dict:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+def _partial_suffix(text: str, tag: str) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of ``tag``."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:n]):
+            return n
+    return 0
+
+
+class ToolCallParser:
+    """Splits model output into content and tool calls, incrementally.
+
+    ``feed(text)`` and ``finish()`` return a list of items, each a ``str`` (content to
+    show) or a :class:`ToolCall`; the concatenation over a whole answer is the same however
+    the text is cut into pieces, so a streamed answer equals the non-streamed one.
+
+    Args:
+        fmt: the template family's call format.
+        names: the functions the request offers; a call to another name is not a call.
+        parallel: keep every call (True) or only the first.
+        forced_prefix: the call opening forced into the prompt (it starts with
+            ``fmt.start``): the output starts inside that block.
+    """
+
+    def __init__(self, fmt: ToolFormat, names: tuple[str, ...], parallel: bool = True,
+                 forced_prefix: str | None = None) -> None:
+        self.fmt = fmt
+        self.names = set(names)
+        self.parallel = parallel
+        self.calls = 0
+        self._pending = ""  # outside a block: text not yet released
+        self._block: str | None = None  # inside a block: its text after the start marker
+        self._open = fmt.blocks[0]  # the open block's (start, end)
+        self._ws_before = ""  # whitespace dropped before the open block (given back if it fails)
+        self._after_call = False
+        if forced_prefix is not None:
+            assert forced_prefix.startswith(fmt.start)
+            self._block = forced_prefix[len(fmt.start):]
+
+    def _call(self, body: str) -> ToolCall | None:
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            return None
+        if not isinstance(obj, dict) or obj.get("name") not in self.names:
+            return None
+        args = obj.get("arguments", obj.get("parameters", {}))
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                return None
+        if not isinstance(args, dict):
+            return None
+        return ToolCall(obj["name"], json.dumps(args, ensure_ascii=False))
+
+    def _close(self, body: str, closed: bool) -> list:
+        """A block ends (``closed``: its end marker was seen): a call, or its text as content."""
+        self._block = None
+        call = self._call(body)
+        if call is None:
+            raw = self._ws_before + self._open[0] + body + (self._open[1] if closed else "")
+            self._ws_before = ""
+            self._after_call = False
+            return [raw]
+        self._ws_before = ""
+        self._after_call = True
+        self.calls += 1
+        return [call] if self.parallel or self.calls == 1 else []
+
+    def feed(self, text: str) -> list:
+        """Take the next piece of output; return what can be released now."""
+        out: list = []
+        if self._block is not None:
+            self._block += text
+        else:
+            self._pending += text
+        while True:
+            if self._block is not None:
+                end = self._open[1]
+                j = self._block.find(end)
+                if j < 0:
+                    break
+                rest = self._block[j + len(end):]
+                out += self._close(self._block[:j], closed=True)
+                self._pending = rest
+                continue
+            if self._after_call:
+                stripped = self._pending.lstrip()
+                if not stripped:
+                    self._pending = ""
+                    break
+                self._pending = stripped
+            found = [(i, pair) for pair in self.fmt.blocks if (i := self._pending.find(pair[0])) >= 0]
+            if found:
+                i, self._open = min(found, key=lambda f: f[0])
+                start = self._open[0]
+                before = self._pending[:i]
+                body = before.rstrip()
+                if body:
+                    out.append(body)
+                    self._after_call = False
+                self._ws_before = before[len(body):]
+                self._block = self._pending[i + len(start):]
+                self._pending = ""
+                continue
+            # release all but a trailing partial start marker and the whitespace before it
+            hold = max(_partial_suffix(self._pending, pair[0]) for pair in self.fmt.blocks)
+            keep = self._pending[:len(self._pending) - hold]
+            body = keep.rstrip()
+            if body:
+                out.append(body)
+                self._after_call = False
+            self._pending = keep[len(body):] + self._pending[len(keep):]
+            break
+        return [x for x in out if not isinstance(x, str) or x]
+
+    def finish(self) -> list:
+        """The end of the output: release what is held (an unclosed block: a call if its JSON is whole)."""
+        if self._block is not None:
+            return self._close(self._block, closed=False)
+        rest, self._pending = self._pending, ""
+        if self._after_call and not rest.strip():
+            return []
+        return [rest] if rest else []
+
+
+def parse_all(parser: ToolCallParser, text: str) -> tuple[str | None, list[ToolCall]]:
+    """A whole answer -> (content or None, calls)."""
+    items = parser.feed(text) + parser.finish()
+    content = "".join(x for x in items if isinstance(x, str))
+    return (content or None), [x for x in items if isinstance(x, ToolCall)]
+
+
+def argument_fragments(arguments: str, size: int = 24) -> list[str]:
+    """``arguments`` cut into pieces for ``delta.tool_calls[].function.arguments`` (OpenAI streams fragments)."""
+    return [arguments[i:i + size] for i in range(0, len(arguments), size)] or [""]
+
+
+# -- responses ------------------------------------------------------------------------------
+def new_parser(treq: ToolRequest) -> ToolCallParser:
+    """The parser for one request's answer (``treq.format`` set, ``treq.parses`` true)."""
+    assert treq.format is not None
+    return ToolCallParser(treq.format, treq.names, treq.parallel, forced_prefix=treq.forced_prefix)
+
+
+def complete(shape: ResponseShape, treq: ToolRequest, text: str, finish_reason: str, extra: dict) -> dict:
+    """The non-streamed ``chat.completion`` of an answer parsed for tool calls.
+
+    With at least one call: ``message.tool_calls`` and ``finish_reason: "tool_calls"``;
+    without: the text as content and the generation's own finish reason.
+    """
+    content, calls = parse_all(new_parser(treq), text)
+    body = shape.complete(content, "tool_calls" if calls else finish_reason, extra)
+    if calls:
+        body["choices"][0]["message"]["tool_calls"] = [c.message_dict() for c in calls]
+    return body
+
+
+class ToolStream:
+    """The ``chat.completion.chunk`` objects of a streamed answer parsed for tool calls.
+
+    Content is released as it comes (less a possible start of a call marker); each call
+    once its block is complete, as OpenAI streams one: a chunk with ``delta.tool_calls
+    [{index, id, type, function: {name, arguments: ""}}]``, then chunks with argument
+    fragments.
+    """
+
+    def __init__(self, shape: ResponseShape, treq: ToolRequest, include_usage: bool) -> None:
+        self.shape = shape
+        self.parser = new_parser(treq)
+        self.include_usage = include_usage
+        self.index = 0  #: calls released so far
+
+    def _call_chunk(self, tool_call: dict) -> dict:
+        c = self.shape.chunk(None, include_usage=self.include_usage)
+        c["choices"][0]["delta"] = {"tool_calls": [tool_call]}
+        return c
+
+    def _chunks(self, items: list, tokens: list | None) -> list[dict]:
+        out = []
+        content = "".join(x for x in items if isinstance(x, str))
+        if content or tokens:
+            out.append(self.shape.chunk(content or None, tokens=tokens, include_usage=self.include_usage))
+        for call in (x for x in items if isinstance(x, ToolCall)):
+            out.append(self._call_chunk({"index": self.index, "id": call.id, "type": "function",
+                                         "function": {"name": call.name, "arguments": ""}}))
+            for frag in argument_fragments(call.arguments):
+                out.append(self._call_chunk({"index": self.index, "function": {"arguments": frag}}))
+            self.index += 1
+        return out
+
+    def feed(self, text: str, tokens: list | None = None) -> list[dict]:
+        """Chunks for the next piece of text (``tokens``: its token events, for ``choices[0].tokens``)."""
+        return self._chunks(self.parser.feed(text), tokens)
+
+    def finish(self) -> list[dict]:
+        """Chunks for what the parser still holds at the end."""
+        return self._chunks(self.parser.finish(), None)
+
+    def finish_reason(self, generation_reason: str) -> str:
+        return "tool_calls" if self.index else generation_reason

@@ -1,0 +1,182 @@
+"""Tool calling without a model: the request checks, the output parser (whole and streamed,
+cut at every place), the template family table and the response shapes
+(localspec/server/tools.py). The real model and the openai client: tests/integration/test_server_tools.py."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from localspec.server.openai_api import ApiError, ResponseShape, parse_request
+from localspec.server.tools import FORMATS, ToolCall, ToolCallParser, ToolStream, complete, parse_all, tool_format
+
+HERMES = FORMATS["hermes"]
+NAMES = ("get_weather", "read_file")
+TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in NAMES]
+CALL_W = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+CALL_R = '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}}\n</tool_call>'
+QWEN_TEMPLATE = ("{%- if tools %}{%- for tool in tools %}{{ tool | tojson }}{%- endfor %}{%- endif %}"
+                 "<tool_call>{{ messages[0].content }}</tool_call>")
+
+#: (model output, expected content, expected [(name, arguments)])
+CASES = [
+    ("Hello there  \n", "Hello there  \n", []),
+    (CALL_W, None, [("get_weather", '{"city": "Paris"}')]),
+    ("Let me check.\n" + CALL_W + "\n" + CALL_R, "Let me check.", [("get_weather", '{"city": "Paris"}'),
+                                                                   ("read_file", '{"path": "a.py"}')]),
+    # Qwen2.5-Coder often fences its call instead
+    ('```json\n{"name": "read_file", "arguments": {"path": "b.py"}}\n```', None, [("read_file", '{"path": "b.py"}')]),
+    # a fenced block that is not a call stays content, as written
+    ('Config:\n```json\n{"a": 1}\n```\nDone.', 'Config:\n```json\n{"a": 1}\n```\nDone.', []),
+    # malformed JSON (one brace short), an unknown function, arguments not an object: content
+    ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}\n</tool_call>',
+     '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}\n</tool_call>', []),
+    ('<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>', '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>',
+     []),
+    ('<tool_call>{"name": "read_file", "arguments": [1]}</tool_call>',
+     '<tool_call>{"name": "read_file", "arguments": [1]}</tool_call>', []),
+    # arguments as a string holding an object; no closing marker at the end of the output
+    ('<tool_call>{"name": "read_file", "arguments": "{\\"path\\": \\"c.py\\"}"}', None,
+     [("read_file", '{"path": "c.py"}')]),
+    # a call cut off by max_tokens: content
+    ('<tool_call>\n{"name": "read_file", "argu', '<tool_call>\n{"name": "read_file", "argu', []),
+    ("a <tool_ b", "a <tool_ b", []),
+    ("x < y and `a` ```", "x < y and `a` ```", []),
+]
+
+
+def whole(text, **kw):
+    content, calls = parse_all(ToolCallParser(HERMES, NAMES, **kw), text)
+    return content, [(c.name, c.arguments) for c in calls]
+
+
+def in_pieces(text, cuts, **kw):
+    parser = ToolCallParser(HERMES, NAMES, **kw)
+    items, prev = [], 0
+    for c in [*cuts, len(text)]:
+        items += parser.feed(text[prev:c])
+        prev = c
+    items += parser.finish()
+    content = "".join(x for x in items if isinstance(x, str))
+    return content or None, [(x.name, x.arguments) for x in items if isinstance(x, ToolCall)]
+
+
+@pytest.mark.parametrize("text, content, calls", CASES)
+def test_parse_whole_output(text, content, calls):
+    assert whole(text) == (content, calls)
+
+
+@pytest.mark.parametrize("text, content, calls", CASES)
+def test_streamed_pieces_give_the_same_result(text, content, calls):
+    for i in range(len(text) + 1):  # every single cut
+        assert in_pieces(text, [i]) == (content, calls), i
+    rng = random.Random(0)
+    for _ in range(50):  # and many random ones
+        cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, 6)))
+        assert in_pieces(text, cuts) == (content, calls), cuts
+    assert in_pieces(text, list(range(1, len(text)))) == (content, calls)  # one character at a time
+
+
+def test_no_half_call_is_released_before_its_end():
+    parser = ToolCallParser(HERMES, NAMES)
+    assert parser.feed("Sure. <tool") == ["Sure."]
+    assert parser.feed('_call>\n{"name": "read_file", "arguments": {"path"') == []
+    items = parser.feed(': "a.py"}}\n</tool_call>')
+    assert [(c.name, c.arguments) for c in items] == [("read_file", '{"path": "a.py"}')]
+
+
+def test_parallel_false_keeps_the_first_call():
+    assert whole(CALL_W + "\n" + CALL_R, parallel=False) == (None, [("get_weather", '{"city": "Paris"}')])
+
+
+def test_forced_openings():
+    named = HERMES.forced_prefix("read_file")
+    assert named == '<tool_call>\n{"name": "read_file", "arguments": '
+    assert whole('{"path": "x"}}\n</tool_call>', forced_prefix=named) == (None, [("read_file", '{"path": "x"}')])
+    required = HERMES.forced_prefix(None)
+    assert whole('get_weather", "arguments": {"city": "Oslo"}}', forced_prefix=required) == \
+        (None, [("get_weather", '{"city": "Oslo"}')])
+    # malformed after a forced opening: the whole call text (opening included) as content
+    assert whole("oops", forced_prefix=named) == (named + "oops", [])
+
+
+def test_template_family_table():
+    assert tool_format(QWEN_TEMPLATE) is HERMES
+    assert tool_format("{% for message in messages %}{{ message.content }}{% endfor %}") is None  # SmolLM2-like
+    assert tool_format(None) is None
+    assert tool_format("{% if tools %}[TOOL_CALLS]{% endif %}") is None  # renders tools, format unknown
+
+
+def body(**kw):
+    return {"messages": [{"role": "user", "content": "hi"}], **kw}
+
+
+def test_tool_request_fields():
+    req = parse_request(body(tools=TOOLS), "chat")
+    assert req.tools.choice == "auto" and req.tools.names == NAMES and req.tools.parallel
+    req = parse_request(body(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "read_file"}},
+                             parallel_tool_calls=False), "chat")
+    assert (req.tools.choice, req.tools.name, req.tools.parallel) == ("named", "read_file", False)
+    req = parse_request(body(tools=TOOLS, tool_choice="none"), "chat")
+    assert req.tools.tools == [] and not req.tools.parses
+    assert parse_request(body(tools=[], tool_choice="auto"), "chat").tools is None
+
+
+@pytest.mark.parametrize("kw, param", [
+    ({"tools": {"a": 1}}, "tools"),
+    ({"tools": [{"type": "code_interpreter"}]}, "tools[0]"),
+    ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools[0].function.name"),
+    ({"tools": TOOLS + TOOLS[:1]}, "tools"),
+    ({"tools": TOOLS, "tool_choice": "always"}, "tool_choice"),
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+     "tool_choice.function.name"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tools": TOOLS, "parallel_tool_calls": "yes"}, "parallel_tool_calls"),
+    ({"functions": [{"name": "f"}]}, "functions"),
+    ({"messages": [{"role": "assistant", "content": None, "tool_calls": [{"id": "1"}]}]}, "messages[0].tool_calls[0]"),
+    ({"messages": [{"role": "function", "content": "x"}]}, "messages[0].role"),
+])
+def test_bad_tool_fields_are_400_naming_the_parameter(kw, param):
+    with pytest.raises(ApiError) as e:
+        parse_request(body(**kw), "chat")
+    assert e.value.status == 400 and e.value.param == param
+
+
+def test_history_arguments_go_to_the_template_as_objects():
+    msgs = [{"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "18 C"}]
+    req = parse_request(body(messages=msgs, tools=TOOLS), "chat")
+    assert req.messages[1]["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}
+    assert req.messages[1]["content"] == "" and req.messages[2] == {"role": "tool", "content": "18 C",
+                                                                    "tool_call_id": "call_1"}
+    assert req.tools.history
+
+
+def test_responses_streamed_and_whole_agree():
+    req = parse_request(body(tools=TOOLS), "chat")
+    req.tools.format = HERMES
+    shape = ResponseShape("chat", "m")
+    text = "Checking.\n" + CALL_W
+    r = complete(shape, req.tools, text, "stop", {})
+    msg, reason = r["choices"][0]["message"], r["choices"][0]["finish_reason"]
+    assert reason == "tool_calls" and msg["content"] == "Checking."
+    assert msg["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    stream = ToolStream(shape, req.tools, include_usage=False)
+    chunks = [c for piece in (text[:13], text[13:40], text[40:]) for c in stream.feed(piece)] + stream.finish()
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    assert "".join(d.get("content") or "" for d in deltas) == "Checking."
+    calls = [tc for d in deltas for tc in d.get("tool_calls", [])]
+    assert calls[0]["id"].startswith("call_") and calls[0]["function"] == {"name": "get_weather", "arguments": ""}
+    assert all("id" not in tc and "name" not in tc["function"] for tc in calls[1:])
+    args = "".join(tc["function"]["arguments"] for tc in calls)
+    assert json.loads(args) == {"city": "Paris"} and args == msg["tool_calls"][0]["function"]["arguments"]
+    assert stream.finish_reason("stop") == "tool_calls"
+    # malformed: content, the generation's own finish reason
+    r = complete(shape, req.tools, "<tool_call>{oops</tool_call>", "stop", {})
+    assert r["choices"][0]["finish_reason"] == "stop" and "tool_calls" not in r["choices"][0]["message"]
+    assert r["choices"][0]["message"]["content"] == "<tool_call>{oops</tool_call>"

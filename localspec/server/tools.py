@@ -15,7 +15,7 @@ known today; another family is one more entry in :data:`FORMATS`.
 - ``"auto"`` (the default with tools): the model chooses between text and calls;
 - ``"required"`` / ``{"type": "function", "function": {"name": N}}``: the answer is made to
   start with the format's call opening (``<tool_call>\\n{"name": "`` or, named,
-  ``<tool_call>\\n{"name": "N", "arguments": ``), appended to the prompt as tokens. The
+  ``<tool_call>\\n{"name": "N", "arguments":``), appended to the prompt as tokens. The
   rest is the target's own continuation of that start, with the usual exactness of
   speculative decoding; the arguments are not grammar-constrained, so a model can still
   write a malformed call (then: the text as content, ``finish_reason: "stop"``).
@@ -65,7 +65,7 @@ class ToolFormat:
         """Text the answer is made to start with for ``tool_choice`` required (``name`` None) or named."""
         if name is None:
             return self.start + '\n{"name": "'
-        return self.start + '\n{"name": "' + name + '", "arguments": '
+        return self.start + '\n{"name": "' + name + '", "arguments":'  # no trailing space: the model's token is " {"
 
 
 #: template family -> its call format; the first whose marker the template contains wins.

@@ -93,8 +93,8 @@ def test_parallel_false_keeps_the_first_call():
 
 def test_forced_openings():
     named = HERMES.forced_prefix("read_file")
-    assert named == '<tool_call>\n{"name": "read_file", "arguments": '
-    assert whole('{"path": "x"}}\n</tool_call>', forced_prefix=named) == (None, [("read_file", '{"path": "x"}')])
+    assert named == '<tool_call>\n{"name": "read_file", "arguments":'
+    assert whole(' {"path": "x"}}\n</tool_call>', forced_prefix=named) == (None, [("read_file", '{"path": "x"}')])
     required = HERMES.forced_prefix(None)
     assert whole('get_weather", "arguments": {"city": "Oslo"}}', forced_prefix=required) == \
         (None, [("get_weather", '{"city": "Oslo"}')])

@@ -1,0 +1,210 @@
+"""Run real clients against a running ``localspec serve``: the openai client, LiteLLM, aider, Continue's CLI.
+
+For the closing note of a change to the server and for anyone checking by hand. Each client
+is optional and found where you say (install them in their own environments, e.g.)::
+
+    python3 -m venv /tmp/aider-venv && /tmp/aider-venv/bin/pip install aider-chat   # brings litellm
+    npm install -g --prefix /tmp/cn @continuedev/cli
+    localspec serve --port 8080 &
+    python scripts/try_agents.py --base-url http://127.0.0.1:8080/v1 \\
+        --litellm-python /tmp/aider-venv/bin/python --aider /tmp/aider-venv/bin/aider --cn /tmp/cn/bin/cn
+
+What runs, each in a fresh temporary folder (a git repository holding ``hello.py``):
+
+- openai (this interpreter's): ``models.retrieve``, then a two-step tool conversation (a call
+  to ``get_weather``, its result sent back as a ``role: tool`` message, the answer), streamed
+  and not, with the ``speculation`` figures of every step;
+- LiteLLM (``--litellm-python``): a completion with a tool, and a prompt over the context
+  window, which LiteLLM must raise as ``ContextWindowExceededError``;
+- aider (``--aider``): one whole-file edit with ``--message`` (the README's command plus a
+  ``.aider.model.metadata.json`` giving the context size); prints the file afterwards;
+- Continue (``--cn``): ``cn -p "Say hello"`` and a prompt that needs its read-file tool, with
+  the README's ``config.yaml`` in a temporary HOME.
+
+Prints each client's version and what it did; exits 1 if any client that ran failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+HELLO_PY = 'def greet(name):\n    return "Hello, " + name\n\n\nprint(greet("world"))\n'
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+def section(title: str) -> None:
+    print(f"\n== {title}", flush=True)
+
+
+def workdir() -> Path:
+    d = Path(tempfile.mkdtemp(prefix="localspec-agents-"))
+    (d / "hello.py").write_text(HELLO_PY)
+    subprocess.run(["git", "init", "-q"], cwd=d, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=d, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], cwd=d, check=True)
+    return d
+
+
+def spec_line(r) -> str:
+    s = (r.model_extra or {}).get("speculation") or {}
+    return (f"speculation: mode {s.get('mode')}, drafted {s.get('drafted')}, accepted {s.get('accepted')}, "
+            f"acceptance {s.get('acceptance_rate')}, tokens per target pass {s.get('tokens_per_target_pass')}")
+
+
+def try_openai(base_url: str, api_key: str, max_tokens: int) -> bool:
+    import openai
+
+    section(f"openai {openai.__version__}")
+    client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=1800)
+    model = client.models.list().data[0].id
+    print("models.retrieve:", client.models.retrieve(model).id)
+    msgs = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+    t0 = time.perf_counter()
+    r1 = client.chat.completions.create(model=model, messages=msgs, tools=[WEATHER_TOOL], temperature=0,
+                                        max_tokens=max_tokens)
+    m1 = r1.choices[0].message
+    print(f"step 1 ({time.perf_counter() - t0:.0f} s): finish_reason {r1.choices[0].finish_reason}, "
+          f"tool_calls {[(c.function.name, c.function.arguments) for c in m1.tool_calls or []]}, content {m1.content!r}")
+    print("  " + spec_line(r1))
+    streamed = list(client.chat.completions.create(model=model, messages=msgs, tools=[WEATHER_TOOL], temperature=0,
+                                                   max_tokens=max_tokens, stream=True))
+    args = "".join(tc.function.arguments or "" for ch in streamed if ch.choices
+                   for tc in ch.choices[0].delta.tool_calls or [])
+    same = bool(m1.tool_calls) and args == m1.tool_calls[0].function.arguments
+    print(f"step 1 streamed: arguments reassembled {args!r}, equal to the non-streamed: {same}")
+    if not m1.tool_calls:
+        print("FAILED: no tool call")
+        return False
+    msgs += [m1.model_dump(exclude_none=True),
+             {"role": "tool", "tool_call_id": m1.tool_calls[0].id, "content": '{"temperature_c": 17, "sky": "rain"}'}]
+    t0 = time.perf_counter()
+    r2 = client.chat.completions.create(model=model, messages=msgs, tools=[WEATHER_TOOL], tool_choice="none",
+                                        temperature=0, max_tokens=max_tokens)
+    print(f"step 2 ({time.perf_counter() - t0:.0f} s): finish_reason {r2.choices[0].finish_reason}, "
+          f"content {r2.choices[0].message.content!r}")
+    print("  " + spec_line(r2))
+    return same and "17" in (r2.choices[0].message.content or "")
+
+
+LITELLM_SNIPPET = """
+import sys, litellm
+from importlib.metadata import version
+base, key = sys.argv[1], sys.argv[2]
+print("litellm", version("litellm"))
+tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+        "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+r = litellm.completion(model="openai/localspec", api_base=base, api_key=key, temperature=0, max_tokens=48,
+                       messages=[{"role": "user", "content": "What is the weather in Paris right now?"}], tools=[tool])
+m = r.choices[0].message
+print("tool call:", r.choices[0].finish_reason, [(c.function.name, c.function.arguments) for c in m.tool_calls or []])
+try:
+    litellm.completion(model="openai/localspec", api_base=base, api_key=key, max_tokens=8,
+                       messages=[{"role": "user", "content": "word " * 200000}])
+    print("context overflow: no error"); sys.exit(1)
+except litellm.ContextWindowExceededError as e:
+    print("context overflow: ContextWindowExceededError:", str(e)[:160])
+sys.exit(0 if m.tool_calls else 1)
+"""
+
+
+def try_litellm(python: str, base_url: str, api_key: str) -> bool:
+    section("LiteLLM")
+    r = subprocess.run([python, "-c", LITELLM_SNIPPET, base_url, api_key], text=True, capture_output=True, timeout=3600)
+    print(r.stdout.strip() or r.stderr.strip()[-2000:])
+    return r.returncode == 0
+
+
+def try_aider(aider: str, base_url: str, api_key: str, n_ctx: int) -> bool:
+    version = subprocess.run([aider, "--version"], text=True, capture_output=True).stdout.strip()
+    section(version)
+    d = workdir()
+    (d / ".aider.model.metadata.json").write_text(json.dumps({"openai/localspec": {
+        "max_input_tokens": n_ctx, "max_output_tokens": n_ctx, "input_cost_per_token": 0,
+        "output_cost_per_token": 0, "litellm_provider": "openai", "mode": "chat"}}))
+    cmd = [aider, "--openai-api-base", base_url, "--openai-api-key", api_key, "--model", "openai/localspec",
+           "--yes-always", "--no-auto-commits", "--no-check-update", "--no-analytics", "--no-show-model-warnings",
+           "--edit-format", "whole", "--no-stream", "--map-tokens", "0",
+           "--message", "Rename the function greet to welcome, everywhere in hello.py.", "hello.py"]
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, cwd=d, text=True, capture_output=True, timeout=3600,
+                       env={**os.environ, "HOME": str(d), "AIDER_CHECK_UPDATE": "false"})
+    out = (r.stdout + r.stderr).strip()
+    print(textwrap.indent(out[-2500:], "  "))
+    text = (d / "hello.py").read_text()
+    print(f"hello.py after {time.perf_counter() - t0:.0f} s:\n" + textwrap.indent(text, "  "))
+    shutil.rmtree(d, ignore_errors=True)
+    return r.returncode == 0 and "def welcome" in text and "greet" not in text
+
+
+def try_continue(cn: str, base_url: str, api_key: str) -> bool:
+    version = subprocess.run([cn, "--version"], text=True, capture_output=True).stdout.strip()
+    section(f"Continue CLI (@continuedev/cli) {version}")
+    d = workdir()
+    home = d / "home"
+    (home / ".continue").mkdir(parents=True)
+    config = home / ".continue" / "config.yaml"
+    config.write_text(textwrap.dedent(f"""\
+        name: localspec
+        version: 0.0.1
+        schema: v1
+        models:
+          - name: localspec
+            provider: openai
+            model: localspec
+            apiBase: {base_url}
+            apiKey: {api_key}
+            roles: [chat, edit, apply]
+        """))
+    ok = True
+    for prompt, extra in (("Say hello", []),
+                          ("Use your tools to read the file hello.py, then tell me in one sentence what it does.",
+                           ["--auto"])):
+        t0 = time.perf_counter()
+        r = subprocess.run([cn, "-p", prompt, "--config", str(config), *extra], cwd=d, text=True,
+                           capture_output=True, timeout=3600, env={**os.environ, "HOME": str(home)})
+        print(f"cn -p {prompt!r} {' '.join(extra)} -> exit {r.returncode} after {time.perf_counter() - t0:.0f} s:")
+        print(textwrap.indent((r.stdout + r.stderr).strip()[-1500:] or "(no output)", "  "))
+        ok = ok and r.returncode == 0 and bool(r.stdout.strip())
+    shutil.rmtree(d, ignore_errors=True)
+    return ok
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--base-url", default="http://127.0.0.1:8080/v1")
+    p.add_argument("--api-key", default="none", help="the server's --api-key (any text without one)")
+    p.add_argument("--n-ctx", type=int, default=4096, help="the server's --n-ctx, for aider's metadata file")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--litellm-python", help="a Python interpreter with litellm installed")
+    p.add_argument("--aider", help="the aider executable")
+    p.add_argument("--cn", help="the Continue CLI executable (cn)")
+    p.add_argument("--skip-openai", action="store_true")
+    ns = p.parse_args()
+    results = {}
+    if not ns.skip_openai:
+        results["openai"] = try_openai(ns.base_url, ns.api_key, ns.max_tokens)
+    if ns.litellm_python:
+        results["litellm"] = try_litellm(ns.litellm_python, ns.base_url, ns.api_key)
+    if ns.aider:
+        results["aider"] = try_aider(ns.aider, ns.base_url, ns.api_key, ns.n_ctx)
+    if ns.cn:
+        results["continue"] = try_continue(ns.cn, ns.base_url, ns.api_key)
+    section("summary")
+    for name, ok in results.items():
+        print(f"{name}: {'ok' if ok else 'FAILED'}")
+    return 0 if all(results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,12 +1,13 @@
 """The FastAPI app: routes, authentication, body limit, errors as OpenAI's error object.
 
 Routes: ``GET /health``, ``GET /v1/models``, ``GET /v1/models/{id}``,
-``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /metrics``. Cross-origin
-requests (CORS, for browser-based clients) are refused unless origins are allowed
-(``cors_origins``); then preflight ``OPTIONS`` requests are answered. With an API key, every route but
-``/health`` needs ``Authorization: Bearer KEY`` (compared in constant time). A request
-body over ``max_body`` bytes is refused with 413 without being kept in memory. No
-error sends a traceback to the client; a bug is logged and answered with a 500.
+``POST /v1/chat/completions`` (with tool calling, :mod:`.tools`), ``POST /v1/completions``,
+``GET /metrics``. Cross-origin requests (CORS, for browser-based clients) get no CORS headers
+unless origins are allowed (``cors_origins``); then preflight ``OPTIONS`` requests are
+answered. With an API key, every route but ``/health`` needs ``Authorization: Bearer KEY``
+(compared in constant time). A request body over ``max_body`` bytes is refused with 413
+without being kept in memory. No error sends a traceback to the client; a bug is logged
+and answered with a 500.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..config import Settings
-from .metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from . import tools
+from .metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from .openai_api import FINISH_REASONS, ApiError, ResponseShape, parse_request, speculation, usage
 from .worker import EngineWorker, Failed, Finished, Job, Started, Tokens, sampling_for
 

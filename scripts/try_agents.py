@@ -18,8 +18,8 @@ What runs, each in a fresh temporary folder (a git repository holding ``hello.py
   window, which LiteLLM must raise as ``ContextWindowExceededError``;
 - aider (``--aider``): one whole-file edit with ``--message`` (the README's command plus a
   ``.aider.model.metadata.json`` giving the context size); prints the file afterwards;
-- Continue (``--cn``): ``cn -p "Say hello"`` and a prompt that needs its read-file tool, with
-  the README's ``config.yaml`` in a temporary HOME.
+- Continue (``--cn``): ``cn -p "Say hello"`` and a prompt that needs its Read tool (the answer
+  must name the function in ``hello.py``), with the README's ``config.yaml`` in a temporary HOME.
 
 Prints each client's version and what it did; exits 1 if any client that ran failed.
 """
@@ -75,7 +75,8 @@ def try_openai(base_url: str, api_key: str, max_tokens: int) -> bool:
                                         max_tokens=max_tokens)
     m1 = r1.choices[0].message
     print(f"step 1 ({time.perf_counter() - t0:.0f} s): finish_reason {r1.choices[0].finish_reason}, "
-          f"tool_calls {[(c.function.name, c.function.arguments) for c in m1.tool_calls or []]}, content {m1.content!r}")
+          f"tool_calls {[(c.function.name, c.function.arguments) for c in m1.tool_calls or []]}, "
+          f"content {m1.content!r}")
     print("  " + spec_line(r1))
     streamed = list(client.chat.completions.create(model=model, messages=msgs, tools=[WEATHER_TOOL], temperature=0,
                                                    max_tokens=max_tokens, stream=True))
@@ -168,14 +169,15 @@ def try_continue(cn: str, base_url: str, api_key: str) -> bool:
         """))
     ok = True
     for prompt, extra in (("Say hello", []),
-                          ("Use your tools to read the file hello.py, then tell me in one sentence what it does.",
+                          ("Read hello.py with the Read tool and tell me the name of the function defined in it.",
                            ["--auto"])):
         t0 = time.perf_counter()
         r = subprocess.run([cn, "-p", prompt, "--config", str(config), *extra], cwd=d, text=True,
                            capture_output=True, timeout=3600, env={**os.environ, "HOME": str(home)})
         print(f"cn -p {prompt!r} {' '.join(extra)} -> exit {r.returncode} after {time.perf_counter() - t0:.0f} s:")
         print(textwrap.indent((r.stdout + r.stderr).strip()[-1500:] or "(no output)", "  "))
-        ok = ok and r.returncode == 0 and bool(r.stdout.strip())
+        answered = bool(r.stdout.strip()) and ("--auto" not in extra or "greet" in r.stdout)
+        ok = ok and r.returncode == 0 and answered
     shutil.rmtree(d, ignore_errors=True)
     return ok
 

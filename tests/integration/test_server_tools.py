@@ -84,7 +84,8 @@ def test_auto_call_and_its_stream(client, weather):
     assert len(deltas) >= 2 and all(d.id is None and d.function.name is None for d in deltas[1:])
     spec = weather.model_extra["speculation"]  # speculation keeps working (and is reported) with tools
     assert spec["mode"] == "lookup" and 0 <= spec["accepted"] <= spec["drafted"]
-    assert spec["acceptance_rate"] is None or spec["acceptance_rate"] == pytest.approx(spec["accepted"] / spec["drafted"])
+    if spec["drafted"]:
+        assert spec["acceptance_rate"] == pytest.approx(spec["accepted"] / spec["drafted"])
 
 
 def test_two_step_conversation(client, weather):

@@ -33,8 +33,8 @@ CASES = [
     # malformed JSON (one brace short), an unknown function, arguments not an object: content
     ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}\n</tool_call>',
      '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}\n</tool_call>', []),
-    ('<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>', '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>',
-     []),
+    ('<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>',
+     '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>', []),
     ('<tool_call>{"name": "read_file", "arguments": [1]}</tool_call>',
      '<tool_call>{"name": "read_file", "arguments": [1]}</tool_call>', []),
     # arguments as a string holding an object; no closing marker at the end of the output

@@ -524,6 +524,8 @@ class LlamaModel:
         start = self.n_cached
         rows: list[np.ndarray] = []
         batch = self._batch
+        if progress is not None:
+            progress(0, n)
         for chunk_start in range(0, n, self.n_batch):
             chunk = tokens[chunk_start : chunk_start + self.n_batch]
             m = len(chunk)

@@ -604,7 +604,7 @@ _peer_cache: dict[tuple, object] = {}
 
 
 @contextmanager
-def _peer_extra_bufts(lc, on: bool):
+def peer_extra_bufts(lc, on: bool):
     """While a ``Llama`` loads, its model params get ``use_extra_bufts = on``."""
     low = lc.llama_cpp
     original = low.llama_model_default_params
@@ -664,7 +664,7 @@ def run_llama_cpp_peer(
 
             kwargs["draft_model"] = LlamaPromptLookupDecoding(num_pred_tokens=lookup_num_pred_tokens)
             kwargs["logits_all"] = True
-        with _peer_extra_bufts(lc, bool(repack)):
+        with peer_extra_bufts(lc, bool(repack)):
             llm = _peer_cache[key] = lc.Llama(**kwargs)
     t0 = time.perf_counter()
     out = llm.create_completion(list(prompt_tokens), max_tokens=max_tokens, temperature=0.0, top_k=1,

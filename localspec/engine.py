@@ -111,6 +111,7 @@ class Generation:
         self.stats = GenerationStats(prompt_tokens=len(self.prompt))
         self.rounds: list[RoundStats] = []
         self._cancel = False
+        self._running = False
         #: ``on_prefill(done, total)``: set by a front-end to follow a long prompt's prefill
         #: (called after each ``n_batch`` chunk of the prompt tokens not cached yet)
         self.on_prefill: Callable[[int, int], None] | None = None
@@ -130,7 +131,8 @@ class Generation:
         with the tokens already committed.
         """
         self._cancel = True
-        self.engine.abort()
+        if self._running:  # a stale flag would stop the engine's next, unrelated decode
+            self.engine.abort()
 
     def close(self) -> None:
         """End now; caches are left consistent with :attr:`token_ids`."""
@@ -186,6 +188,7 @@ class Generation:
                 yield TokenEvent(p.token, piece, p.kind, p.round, p.position)
 
         eng.clear_abort()
+        self._running = True
         try:
             # prefill: the target caches every prompt token but the last
             if not self._cancel:
@@ -266,6 +269,7 @@ class Generation:
         except DecodeAborted:
             pass  # cancel() stopped a decode: ends as cancelled, below
         finally:
+            self._running = False
             eng.clear_abort()
             if end is None or (not completed and n_released < len(pending)):
                 # the consumer stopped early (or an error): keep only the tokens it was given

@@ -17,9 +17,9 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..events import EndReason, GenerationStats, RoundStats, TokenEvent
 
@@ -150,6 +150,12 @@ class SamplingFields(BaseModel):
     top_k: int | None = Field(None, ge=0)
     min_p: float | None = Field(None, ge=0.0, le=1.0)
 
+    @field_validator("max_tokens", "max_completion_tokens", "seed", "top_k", mode="before")
+    @classmethod
+    def _integral_number(cls, v: Any) -> Any:
+        """JSON has one number type: ``4.0`` is the integer 4 (as JSON Schema says); ``4.5`` stays refused."""
+        return int(v) if isinstance(v, float) and v.is_integer() else v
+
 
 class TextPart(BaseModel):
     """A text content part (the only kind served)."""
@@ -160,10 +166,18 @@ class TextPart(BaseModel):
 
 
 class ChatMessage(BaseModel):
-    """A chat message; ``developer`` is read as ``system``; an assistant's content may be null."""
+    """A system, developer (read as system) or user message."""
 
     model_config = ConfigDict(extra="allow")
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user"]
+    content: str | list[TextPart]
+
+
+class AssistantMessage(BaseModel):
+    """An assistant message of the history; its content may be null."""
+
+    model_config = ConfigDict(extra="allow")
+    role: Literal["assistant"]
     content: str | list[TextPart] | None = None
 
 
@@ -175,19 +189,25 @@ class Prediction(BaseModel):
     content: str | list[TextPart]
 
 
+StopString = Annotated[str, Field(min_length=1)]
+
+
 class ChatCompletionBody(SamplingFields):
     """``POST /v1/chat/completions``: the request body as documented in ``/openapi.json``
     (:func:`parse_request` checks it and names the parameter at fault)."""
 
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: list[Annotated[ChatMessage | AssistantMessage, Field(discriminator="role")]] = Field(min_length=1)
     prediction: Prediction | None = None
+    stop: StopString | list[StopString] | None = None
 
 
 class CompletionBody(SamplingFields):
     """``POST /v1/completions``: the request body as documented in ``/openapi.json``."""
 
-    prompt: str | list[str]
+    prompt: Annotated[str, Field(min_length=1)] | Annotated[list[Annotated[str, Field(min_length=1)]],
+                                                            Field(min_length=1, max_length=1)]
     prediction: Prediction | None = None
+    stop: StopString | list[StopString] | None = None
 
 
 @dataclass

@@ -159,8 +159,8 @@ class ChatPiece:
 def split_rendered_chat(messages: Sequence[dict], render: Callable[[list[dict]], str]) -> list[ChatPiece] | None:
     """Split a chat prompt into the template's markup and the messages' contents.
 
-    The template is rendered twice: as is, and with every string ``content`` replaced by
-    a unique placeholder (other keys, e.g. ``tool_calls``, pass through unchanged). The
+    The template is rendered twice: as is, and with every non-empty string ``content``
+    replaced by a unique placeholder (other keys, e.g. ``tool_calls``, pass through unchanged). The
     placeholders mark where each content sits; the split is kept only if writing each
     content back (as is, or stripped, as a ``| trim`` filter does) into the placeholders
     gives exactly the real rendering.
@@ -175,7 +175,9 @@ def split_rendered_chat(messages: Sequence[dict], render: Callable[[list[dict]],
         part) or its markup depends on the content, so the split cannot be trusted.
     """
     nonce = secrets.token_hex(8)
-    slots = {i: f"LSPC{nonce}M{i}E" for i, m in enumerate(messages) if isinstance(m.get("content"), str)}
+    # an empty content holds no markers and stays as it is (templates test it: ``if message.content``)
+    slots = {i: f"LSPC{nonce}M{i}E" for i, m in enumerate(messages) if isinstance(m.get("content"), str)
+             and m["content"]}
     masked = [{**m, "content": slots[i]} if i in slots else dict(m) for i, m in enumerate(messages)]
     real = render([dict(m) for m in messages])
     if any(nonce in m["content"] for i, m in enumerate(messages) if i in slots):

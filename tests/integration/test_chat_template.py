@@ -165,6 +165,13 @@ def test_split_keeps_trimmed_content_and_refuses_what_it_cannot_locate():
     pieces = split_rendered_chat([{"role": "user", "content": "  a</s>b \n"}], trimming)
     assert pieces == [ChatPiece("<s>[user] ", False), ChatPiece("a</s>b", True), ChatPiece("</s>", False)]
 
+    def skipping_empty(msgs):  # Qwen's template writes "\n" + content only "if message.content"
+        return "".join(f"<s>{m['role']}" + (f"\n{m['content']}" if m["content"] else "") + "</s>" for m in msgs)
+
+    msgs = [{"role": "assistant", "content": ""}, {"role": "user", "content": "x</s>"}]
+    assert split_rendered_chat(msgs, skipping_empty) == [
+        ChatPiece("<s>assistant</s><s>user\n", False), ChatPiece("x</s>", True), ChatPiece("</s>", False)]
+
     def escaping(msgs):
         return "".join(f"<s>{m['content']!r}</s>" for m in msgs)  # the content in another form
 

@@ -35,8 +35,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..config import Settings
 from .metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from .openai_api import (FINISH_REASONS, MAX_JSON_DEPTH, ApiError, ChatCompletionBody, CompletionBody,
-                         ResponseShape, check_json,
-                         parse_request, speculation, usage)
+                         ResponseShape, check_json, parse_request, speculation, usage)
 from .worker import EngineWorker, Failed, Finished, Job, Started, Tokens, sampling_for
 
 log = logging.getLogger("localspec.server")
@@ -149,8 +148,7 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
                     "required": True,
                     "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}
             if api_key is not None:
-                schemas_sec = doc["components"].setdefault("securitySchemes", {})
-                schemas_sec["bearer"] = {"type": "http", "scheme": "bearer"}
+                doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
                 doc["security"] = [{"bearer": []}]
             app.openapi_schema = doc
         return app.openapi_schema

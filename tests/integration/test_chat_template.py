@@ -8,6 +8,8 @@ those tokens (KV-prefix reuse across requests depends on it)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -37,7 +39,10 @@ TEXT = st.text(st.characters(exclude_categories=["Cs", "Cn", "Cc"]), max_size=6)
 CONTENT = st.lists(st.one_of(st.sampled_from(MARKERS), TEXT), max_size=8).map("".join)
 MESSAGES = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]), "content": CONTENT}),
                     min_size=1, max_size=4)
-FUZZ = settings(derandomize=True, max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: ``scripts/fuzz.py --scale N``: N times the examples, drawn at random
+SCALE = float(os.environ.get("LOCALSPEC_FUZZ_SCALE", "1"))
+FUZZ = settings(derandomize=SCALE == 1, max_examples=int(300 * SCALE), deadline=None, database=None,
+                suppress_health_check=[HealthCheck.too_slow])
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +210,7 @@ def test_chat_template_fuzz_smollm(tiny, messages):
     check_chat(tiny, messages)
 
 
-@settings(FUZZ, max_examples=150)
+@settings(FUZZ, max_examples=int(150 * SCALE))
 @given(messages=MESSAGES)
 def test_chat_template_fuzz_qwen(qwen, messages):
     check_chat(qwen, messages)

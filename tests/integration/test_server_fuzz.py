@@ -5,7 +5,7 @@ the server's log, and the engine answers as before afterwards.
 
 Bounded for CI (derandomized, 170 requests, each answer at most 4 tokens, a context of 384
 tokens; about a minute);
-``scripts/fuzz_server.py --scale N`` runs the same checks N times longer with random seeds
+``scripts/fuzz.py --scale N`` runs the same checks N times longer with random seeds
 (``LOCALSPEC_FUZZ_SCALE``)."""
 
 from __future__ import annotations

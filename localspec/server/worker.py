@@ -232,16 +232,19 @@ class EngineWorker:
                 pass
 
     def _next(self) -> Job | None:
-        """The next live job (None: stop)."""
+        """The next live job (None: stop). A job cancelled while it was being taken is skipped
+        (cancel sets its flag before it asks for the job's withdrawal)."""
         with self._lock:
-            while not self._queue and not self._stopping:
-                self._ready.wait()
-            if self._stopping:
-                return None
-            job = self._queue.popleft()
-            job._withdraw = None
-            self.current = job
-            return job
+            while True:
+                while not self._queue and not self._stopping:
+                    self._ready.wait()
+                if self._stopping:
+                    return None
+                job = self._queue.popleft()
+                job._withdraw = None
+                if not job.cancelled:
+                    self.current = job
+                    return job
 
     # -- the thread ---------------------------------------------------------------------
     def _loop(self) -> None:

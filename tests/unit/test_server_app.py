@@ -156,3 +156,18 @@ def test_401s_are_counted_in_the_metrics():
         metrics = c.get("/metrics", headers={"Authorization": "Bearer k"}).text
     assert 'localspec_requests_total{endpoint="completions",status="401"} 2.0' in metrics
     assert 'localspec_requests_total{endpoint="completions",status="200"} 1.0' in metrics
+
+
+def test_a_job_cancelled_as_it_is_taken_is_skipped():
+    """The flag is set before the withdrawal: a job the worker pops in between is not run."""
+    loop = asyncio.new_event_loop()
+    try:
+        worker = EngineWorker(SpeculativeEngine(FakeModel(), None), SETTINGS, max_queue=2)
+        a, b = make_job(loop, 0), make_job(loop, 1)
+        worker.submit(a)
+        worker.submit(b)
+        a._cancelled.set()  # cancel() half done: flagged, not yet withdrawn
+        taken = worker._next()
+        assert taken is b and worker.current is b and worker.waiting == 0
+    finally:
+        loop.close()

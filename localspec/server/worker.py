@@ -231,14 +231,15 @@ class EngineWorker:
             except ValueError:
                 pass
 
-    def _next(self) -> Job | None:
-        """The next live job (None: stop). A job cancelled while it was being taken is skipped
-        (cancel sets its flag before it asks for the job's withdrawal)."""
+    def _next(self, block: bool = True) -> Job | None:
+        """The next live job, now :attr:`current` (None: stop, or none waits and ``block`` is False).
+        A job cancelled while it was being taken is skipped (cancel sets its flag before it asks
+        for the job's withdrawal)."""
         with self._lock:
             while True:
-                while not self._queue and not self._stopping:
+                while block and not self._queue and not self._stopping:
                     self._ready.wait()
-                if self._stopping:
+                if self._stopping or not self._queue:
                     return None
                 job = self._queue.popleft()
                 job._withdraw = None
@@ -248,28 +249,36 @@ class EngineWorker:
 
     # -- the thread ---------------------------------------------------------------------
     def _loop(self) -> None:
-        while True:
-            job = self._next()
-            if job is None:
-                return
+        job = self._next()
+        while job is not None:
             job.wait_seconds = time.perf_counter() - job.enqueued_at
             job.served = self._served
             self._served += 1
             t0 = time.perf_counter()
-            try:
-                self._run(job)
-            except ApiError as e:
-                job.post(Failed(e))
-            except LocalspecError as e:
-                status = 500 if isinstance(e, BackendError) else 400
-                job.post(Failed(ApiError(status, e.message + (f" ({e.hint})" if e.hint else ""),
-                                         job.request.prompt_param if status == 400 else None)))
-            except Exception:  # a bug: logged here with its traceback, never sent to the client
-                log.exception("request %d failed", job.arrival)
-                job.post(Failed(ApiError(500, "internal server error (see the server log)")))
-            finally:
-                self.current = None
-                self.mean_seconds += 0.2 * (time.perf_counter() - t0 - self.mean_seconds)
+            last, gen = self._serve(job)
+            self.mean_seconds += 0.2 * (time.perf_counter() - t0 - self.mean_seconds)
+            # take the next job before this one's last message goes out: its client may send its
+            # next request at once, and must find this request's place in the queue free
+            self.current = None
+            following = self._next(block=False)
+            job.post(last)
+            if gen is not None and self.on_finished is not None:
+                self.on_finished(job.request, gen)
+            job = following if following is not None else self._next()
+
+    def _serve(self, job: Job) -> tuple[Finished | Failed, Generation | None]:
+        """Run ``job``; its last message (not posted yet) and the finished generation (None on failure)."""
+        try:
+            return self._run(job)
+        except ApiError as e:
+            return Failed(e), None
+        except LocalspecError as e:
+            status = 500 if isinstance(e, BackendError) else 400
+            return Failed(ApiError(status, e.message + (f" ({e.hint})" if e.hint else ""),
+                                   job.request.prompt_param if status == 400 else None)), None
+        except Exception:  # a bug: logged here with its traceback, never sent to the client
+            log.exception("request %d failed", job.arrival)
+            return Failed(ApiError(500, "internal server error (see the server log)")), None
 
     def _prompt(self, req: GenerationRequest) -> tuple[list[int], int]:
         """Prompt token ids and max_tokens; ApiError 400 (with the numbers) when they do not fit."""
@@ -288,7 +297,8 @@ class EngineWorker:
         max_tokens = req.max_tokens or min(self.default_max_tokens or room, room)
         return prompt, max_tokens
 
-    def _run(self, job: Job) -> None:
+    def _run(self, job: Job) -> tuple[Finished | Failed, Generation | None]:
+        """Generate, posting Started and Tokens; returns the last message (not posted) and the generation."""
         req = job.request
         eng = self.engine
         prompt, max_tokens = self._prompt(req)
@@ -311,15 +321,11 @@ class EngineWorker:
             if not isinstance(e, LocalspecError):
                 log.exception("request %d failed while generating", job.arrival)
             gen.close()
-            job.post(Failed(ApiError(500, e.message if isinstance(e, LocalspecError) else
-                                     "internal server error (see the server log)")))
-            return
+            return Failed(ApiError(500, e.message if isinstance(e, LocalspecError) else
+                                   "internal server error (see the server log)")), None
         if pending:
             job.post(Tokens(pending, None))
         if job.ended_by_server is not None:  # cut by a shutdown, not finished: say so
-            job.post(Failed(ApiError(503, f"{job.ended_by_server} ({gen.stats.tokens} tokens sent)", None,
-                                     "server_shutdown")))
-        else:
-            job.post(Finished(gen))
-        if self.on_finished is not None:
-            self.on_finished(req, gen)
+            return Failed(ApiError(503, f"{job.ended_by_server} ({gen.stats.tokens} tokens sent)", None,
+                                   "server_shutdown")), gen
+        return Finished(gen), gen

@@ -3,6 +3,7 @@ tests/integration/test_server.py): a bug in the engine is a 500 without a traceb
 server keeps serving; errors are OpenAI's error object; hostile input (issue 22) is a 4xx naming what is wrong."""
 
 import asyncio
+import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -13,7 +14,7 @@ from localspec.engine import SpeculativeEngine
 from localspec.server import create_app
 from localspec.server.app import bearer_token
 from localspec.server.openai_api import MAX_JSON_DEPTH, ApiError, check_json, parse_request
-from localspec.server.worker import EngineWorker, Failed, Job
+from localspec.server.worker import EngineWorker, Failed, Finished, Job
 
 SETTINGS = Settings(target=ModelSettings(model="fake.gguf"), drafting=DraftParams(mode="lookup"))
 
@@ -170,4 +171,34 @@ def test_a_job_cancelled_as_it_is_taken_is_skipped():
         taken = worker._next()
         assert taken is b and worker.current is b and worker.waiting == 0
     finally:
+        loop.close()
+
+
+def test_the_next_job_is_taken_before_the_last_message_goes_out():
+    """A client that sends its next request as soon as its answer arrives finds a free place
+    (issue 22: a full queue must not refuse it while the worker is between two jobs)."""
+    loop = asyncio.new_event_loop()
+    worker = EngineWorker(SpeculativeEngine(FakeModel(), None), SETTINGS, max_queue=2)
+    seen = []
+
+    class Recording(Job):
+        def post(self, msg):
+            if isinstance(msg, (Finished, Failed)):
+                seen.append((self.arrival, worker.waiting))
+            super().post(msg)
+
+    def job(n):
+        return Recording(parse_request({"prompt": f"t{3 + n}", "max_tokens": 2}, "completion"), SamplingParams(),
+                         loop)
+
+    try:
+        worker.submit(job(0))
+        worker.submit(job(1))
+        worker.start()
+        deadline = time.monotonic() + 10
+        while len(seen) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert seen[:2] == [(0, 0), (1, 0)]  # job 1 left the queue before job 0's answer was posted
+    finally:
+        worker.stop()
         loop.close()

@@ -269,6 +269,9 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         raise ConfigError(f"--port must be 0..65535 (got {ns.port})", "pick a free TCP port, e.g. --port 8080")
     if ns.queue_size < 0 or ns.max_body_mb <= 0:
         raise ConfigError("--queue-size must be >= 0 and --max-body-mb > 0", "e.g. --queue-size 8 --max-body-mb 8")
+    if not 0 <= ns.shutdown_grace <= 3600:
+        raise ConfigError(f"--shutdown-grace must be 0..3600 seconds (got {ns.shutdown_grace:g})",
+                          "e.g. --shutdown-grace 5")
     try:
         from .server import serve
     except ImportError as e:
@@ -283,7 +286,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         print_notices(engine, Console(stderr=True))
         serve(engine, settings, host=ns.host, port=ns.port, api_key=ns.api_key or os.environ.get("LOCALSPEC_API_KEY"),
               max_queue=ns.queue_size, max_body=int(ns.max_body_mb * (1 << 20)), default_max_tokens=ns.max_tokens,
-              log_level=ns.log_level)
+              log_level=ns.log_level, shutdown_grace=ns.shutdown_grace)
     finally:
         engine.close()
     return 0
@@ -352,6 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--queue-size", type=int, default=8, help="most requests waiting for the engine; beyond, 429 "
                     "(default 8)")
     sv.add_argument("--max-body-mb", type=float, default=8.0, help="largest request body, MiB; beyond, 413 (default 8)")
+    sv.add_argument("--shutdown-grace", type=float, default=5.0, metavar="SECONDS",
+                    help="on SIGTERM or Ctrl-C: seconds the running answer may take to finish (waiting requests "
+                         "get 503 at once); then it ends with an error event saying why (default 5)")
     sv.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     add_generation_arguments(sv)
     add_model_arguments(sv)

@@ -396,9 +396,17 @@ class SpeculativeEngine:
     def chat_tokens(self, messages: Sequence[dict]) -> list[int]:
         """Chat messages rendered with the target's chat template, then tokenized.
 
-        The draft model receives these identical ids.
+        Only the template's markup becomes special tokens; message content is tokenized
+        as text, so a message cannot forge a turn with ``<|im_start|>`` written in it
+        (:meth:`localspec.backend.LlamaModel.tokenize_chat`). The draft model receives
+        these identical ids.
+
+        Raises:
+            ModelError: the target has no chat template.
+            ConfigError: the template refuses the messages, or a content cannot be kept as
+                text (see ``tokenize_chat``).
         """
-        return self.target.tokenize(self.target.render_chat(messages))
+        return self.target.tokenize_chat(messages)
 
     def model_seconds(self) -> float:
         """Seconds spent in model decode calls (target and draft model) since the engine was made.

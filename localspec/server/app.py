@@ -1,10 +1,17 @@
 """The FastAPI app: routes, authentication, body limit, errors as OpenAI's error object.
 
 Routes: ``GET /health``, ``GET /v1/models``, ``POST /v1/chat/completions``,
-``POST /v1/completions``, ``GET /metrics``. With an API key, every route but
-``/health`` needs ``Authorization: Bearer KEY`` (compared in constant time). A request
-body over ``max_body`` bytes is refused with 413 without being kept in memory. No
-error sends a traceback to the client; a bug is logged and answered with a 500.
+``POST /v1/completions``, ``GET /metrics``, and ``GET /openapi.json`` (the request bodies'
+schemas). With an API key, every route but ``/health`` and ``/openapi.json`` needs
+``Authorization: Bearer KEY`` (the scheme case-insensitive, RFC 9110 §11.1; the key compared
+in constant time). A request body over ``max_body`` bytes is refused with 413 without being
+kept in memory; one that is not JSON, nests deeper than
+:data:`~localspec.server.openai_api.MAX_JSON_DEPTH` or holds a lone UTF-16 surrogate gets a
+400. No error sends a traceback to the client; a bug is logged and answered with a 500.
+Every answer of the generation endpoints, 401s included, is counted in
+``localspec_requests_total``. On SIGTERM or Ctrl-C (:func:`serve`) the server stops
+accepting, answers waiting requests 503, lets the running answer finish within the grace
+period (else ends it with an error event saying why) and exits 0.
 """
 
 from __future__ import annotations
@@ -13,19 +20,22 @@ import asyncio
 import hmac
 import json
 import logging
+import signal
 import sys
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..config import Settings
 from .metrics import CONTENT_TYPE_LATEST, ServerMetrics
-from .openai_api import FINISH_REASONS, ApiError, ResponseShape, parse_request, speculation, usage
+from .openai_api import (FINISH_REASONS, MAX_JSON_DEPTH, ApiError, ChatCompletionBody, CompletionBody,
+                         ResponseShape, check_json, parse_request, speculation, usage)
 from .worker import EngineWorker, Failed, Finished, Job, Started, Tokens, sampling_for
 
 log = logging.getLogger("localspec.server")
@@ -44,8 +54,51 @@ def _error_response(e: ApiError) -> JSONResponse:
     return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
 
 
+def bearer_token(authorization: str) -> str | None:
+    """The token of an ``Authorization: Bearer TOKEN`` header value, or None.
+
+    The scheme is case-insensitive (RFC 9110 §11.1: ``bearer``, ``BEARER``) and may be followed
+    by several spaces.
+    """
+    scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+#: path -> the ``endpoint`` label of ``localspec_requests_total``
+GENERATION_ENDPOINTS = {"/v1/chat/completions": "chat_completions", "/v1/completions": "completions"}
+
+
+class _CountRequests:
+    """ASGI middleware: count every answer of the generation endpoints by status, whatever sent it
+    (the route, an auth dependency's 401, the body limit's 413; an exception that escapes is a 500)."""
+
+    def __init__(self, app, metrics: ServerMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send) -> None:
+        endpoint = GENERATION_ENDPOINTS.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if endpoint is None:
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def counting_send(message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counting_send)
+        finally:
+            self.metrics.requests.labels(endpoint, str(status)).inc()
+
+
 def create_app(engine, settings: Settings, *, api_key: str | None = None, max_queue: int = 8,
-               max_body: int = 8 << 20, default_max_tokens: int | None = None) -> FastAPI:
+               max_body: int = 8 << 20, default_max_tokens: int | None = None,
+               shutdown_grace: float = 5.0) -> FastAPI:
     """Build the app around a loaded engine (the app starts and stops its worker thread).
 
     Args:
@@ -56,6 +109,8 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
         max_body: largest request body, bytes; beyond, 413.
         default_max_tokens: max_tokens of a chat request that leaves it out (None: the
             room left in the context window).
+        shutdown_grace: seconds a running answer may take to finish once a shutdown began
+            (``app.state.worker.drain``); the stream is kept open that long plus 2 s.
     """
     metrics: ServerMetrics | None = None
     worker = EngineWorker(engine, settings, max_queue=max_queue, default_max_tokens=default_max_tokens,
@@ -74,9 +129,31 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
         finally:
             await asyncio.to_thread(worker.stop)
 
-    app = FastAPI(title="localspec", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="localspec", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url="/openapi.json")
     app.state.worker = worker
     app.state.metrics = metrics
+    app.add_middleware(_CountRequests, metrics=metrics)
+
+    def openapi() -> dict:
+        """FastAPI's document, with the request bodies the generation routes read themselves."""
+        if app.openapi_schema is None:
+            doc = get_openapi(title="localspec", version="1", routes=app.routes,
+                              description="OpenAI-compatible API of localspec serve")
+            schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+            for model, path in ((ChatCompletionBody, "/v1/chat/completions"), (CompletionBody, "/v1/completions")):
+                js = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                schemas.update(js.pop("$defs", {}))
+                schemas[model.__name__] = js
+                doc["paths"][path]["post"]["requestBody"] = {
+                    "required": True,
+                    "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}
+            if api_key is not None:
+                doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+                doc["security"] = [{"bearer": []}]
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, e: ApiError):
@@ -95,8 +172,8 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
     async def authorize(request: Request) -> None:
         if api_key is None:
             return
-        given = request.headers.get("authorization", "").encode()
-        if not hmac.compare_digest(given, f"Bearer {api_key}".encode()):
+        token = bearer_token(request.headers.get("authorization", ""))
+        if token is None or not hmac.compare_digest(token.encode(), api_key.encode()):
             raise ApiError(401, "missing or wrong API key: send Authorization: Bearer <key>", None, "invalid_api_key",
                            headers={"WWW-Authenticate": "Bearer"})
 
@@ -114,9 +191,14 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
             raise ApiError(413, f"the request body is {size} bytes; the limit is {max_body}", None,
                            "request_too_large")
         try:
-            return json.loads(b"".join(chunks))
+            body = json.loads(b"".join(chunks))
         except (ValueError, UnicodeDecodeError) as e:
             raise ApiError(400, f"the request body is not valid JSON: {e}", None, "invalid_json") from None
+        except RecursionError:  # nested deeper than Python's parser recurses (about 1000 levels)
+            raise ApiError(400, f"the request body nests arrays and objects more than {MAX_JSON_DEPTH} levels deep",
+                           None, "invalid_json") from None
+        check_json(body)
+        return body
 
     async def next_message(job: Job, request: Request):
         """The job's next message; cancels the job if the client goes away while waiting."""
@@ -128,29 +210,22 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
                     job.cancel()
                     return None
 
-    async def generate(request: Request, kind: str, endpoint: str) -> Response:
-        status = 500
-        try:
-            req = parse_request(await read_json(request), kind)
-            job = Job(req, sampling_for(settings, req), asyncio.get_running_loop())
-            worker.submit(job)
-            first = await next_message(job, request)
-            if first is None:  # gone while waiting
-                status = 499
-                return Response(status_code=499)
-            if isinstance(first, Failed):
-                raise first.error
-            assert isinstance(first, Started)
-            shape = ResponseShape(kind, target_id)
-            status = 200
-            if req.stream:
-                return EventSourceResponse(_stream(job, req, shape), sep="\n")
-            return await _collect(job, request, shape)
-        except ApiError as e:
-            status = e.status
-            raise
-        finally:
-            metrics.requests.labels(endpoint, str(status)).inc()
+    async def generate(request: Request, kind: str) -> Response:
+        req = parse_request(await read_json(request), kind)
+        job = Job(req, sampling_for(settings, req), asyncio.get_running_loop())
+        worker.submit(job)
+        first = await next_message(job, request)
+        if first is None:  # gone while waiting (its place in the queue is freed)
+            return Response(status_code=499)
+        if isinstance(first, Failed):
+            raise first.error
+        assert isinstance(first, Started)
+        shape = ResponseShape(kind, target_id)
+        if req.stream:
+            # sse-starlette ends streams when uvicorn begins to shut down; give the running answer
+            # the grace period (the worker ends it then, with an error event saying why)
+            return EventSourceResponse(_stream(job, req, shape), sep="\n", shutdown_grace_period=shutdown_grace + 2)
+        return await _collect(job, request, shape)
 
     def _extra(job: Job, gen) -> dict:
         return {"speculation": speculation(mode, gen.stats, gen.rounds),
@@ -196,7 +271,8 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "busy": worker.busy, "waiting": worker.waiting}
+        return {"status": "shutting_down" if worker.draining else "ok", "busy": worker.busy,
+                "waiting": worker.waiting}
 
     @app.get("/v1/models", dependencies=[Depends(authorize)])
     async def models():
@@ -207,11 +283,11 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
 
     @app.post("/v1/chat/completions", dependencies=[Depends(authorize)])
     async def chat_completions(request: Request):
-        return await generate(request, "chat", "chat_completions")
+        return await generate(request, "chat")
 
     @app.post("/v1/completions", dependencies=[Depends(authorize)])
     async def completions(request: Request):
-        return await generate(request, "completion", "completions")
+        return await generate(request, "completion")
 
     @app.get("/metrics", dependencies=[Depends(authorize)])
     async def prometheus_metrics():
@@ -222,15 +298,42 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
 
 def serve(engine, settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, api_key: str | None = None,
           max_queue: int = 8, max_body: int = 8 << 20, default_max_tokens: int | None = None,
-          log_level: str = "info") -> None:
-    """Serve until interrupted (uvicorn). Warns when binding beyond loopback without an API key."""
+          log_level: str = "info", shutdown_grace: float = 5.0) -> None:
+    """Serve until SIGTERM or Ctrl-C (uvicorn). Warns when binding beyond loopback without an API key.
+
+    Shutdown: stop accepting connections, answer waiting requests 503, let the running answer
+    finish within ``shutdown_grace`` seconds (else end it with an error event, code
+    ``server_shutdown``), then return (the CLI exits 0).
+    """
     import uvicorn
 
     if host not in LOOPBACK and not api_key:
         print(f"warning: serving on {host} without --api-key: anyone who can reach this port can use the model",
               file=sys.stderr)
     app = create_app(engine, settings, api_key=api_key, max_queue=max_queue, max_body=max_body,
-                     default_max_tokens=default_max_tokens)
+                     default_max_tokens=default_max_tokens, shutdown_grace=shutdown_grace)
     print(f"localspec serve: http://{host}:{port}/v1 (model {model_id(settings.target.model)}, "
           f"mode {settings.drafting.mode})", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                            timeout_graceful_shutdown=shutdown_grace + 3)  # a backstop after the worker's own
+
+    class DrainingServer(uvicorn.Server):
+        """uvicorn's server; its first exit signal also starts the worker's drain."""
+
+        def handle_exit(self, sig, frame) -> None:
+            if not self.should_exit:
+                drain = lambda: app.state.worker.drain(shutdown_grace)  # noqa: E731
+                try:  # a signal handler must not take locks: drain in the event loop
+                    asyncio.get_running_loop().call_soon_threadsafe(drain)
+                except RuntimeError:  # no event loop running yet
+                    drain()
+            super().handle_exit(sig, frame)
+
+    server = DrainingServer(config)
+    # uvicorn raises the signal it caught again after serving, to the handler it found: with the
+    # default one a SIGTERM would kill the process (exit -15) after a clean shutdown
+    previous = signal.signal(signal.SIGTERM, lambda sig, frame: None)
+    try:
+        server.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -85,6 +85,9 @@ class FakeGeneration:
                 if eng.round_delay:
                     eng.started.set()
                     time.sleep(eng.round_delay)
+                    if self._cancel:  # stopped during the pass (llama.cpp's abort callback): nothing committed
+                        end = EndReason.CANCELLED
+                        break
                 planned = ACCEPT_PATTERN[rnd % len(ACCEPT_PATTERN)]
                 if mode == "none" or planned is None:
                     g, k = 0, 0
@@ -183,7 +186,7 @@ class FakeEngine:
         self.clock.advance(self.prefill_seconds)
         return Prefill(self.prefill_seconds, 0.0, 0)
 
-    def calibrated_costs(self, draft_max: int, remeasure: bool = False) -> EngineCosts:
+    def calibrated_costs(self, draft_max: int, remeasure: bool = False, progress=None) -> EngineCosts:
         """A flat cost curve: every verification pass costs ``verify_seconds``."""
         curve = [self.verify_seconds] * (draft_max + 1)
         self.cost_model = EngineCosts(verify=list(curve), draft_token=None, target=ModelCosts(seconds=curve), draft=None)

@@ -125,13 +125,23 @@ class SettingsScreen(ModalScreen[Settings | None]):
             msg = errors.get(path, "")
             err = self.query_one("#" + field_id(path) + "-error", Static)
             err.update(msg)
+            err.display = bool(msg)  # a line only where there is a reason to show
             self.query_one("#" + field_id(path)).set_class(bool(msg), "invalid")
         general = self.query_one("#settings-error", Static)
         general.update(errors.get("", ""))
         general.display = "" in errors
         return settings
 
+    def on_resize(self, event) -> None:
+        self._fit(event.size.height)
+
+    def _fit(self, height: int) -> None:
+        # the form scrolls; the title, the reasons and the buttons always stay on screen
+        # (the dialog is at most 90% of the screen: border 2, title 2, error 1, buttons 3)
+        self.query_one("#settings-form").styles.max_height = max(3, min(30, int(height * 0.9) - 8))
+
     def on_mount(self) -> None:
+        self._fit(self.app.size.height)
         self.query_one("#settings-form").can_focus = False
         self.query_one("#" + field_id(SETTINGS_FIELDS[0][0])).focus()
         self.validate_form()

@@ -290,3 +290,32 @@ async def test_corrupt_user_config_is_reported_in_the_app(fake):
     async with app.run_test(size=SIZE) as pilot:
         await idle(pilot)
         assert any("corrupt-" in m and "default settings" in m for m in messages(app))
+
+
+async def test_race_too_short_for_a_figure_says_so_here_and_in_chat(clock):
+    """Issue 23 item 11: a race whose sides produce a few tokens gives no speedup figure;
+    the race screen and the chat panel say why instead."""
+    spec, only = FakeEngine(clock, reply="Hi there."), FakeEngine(clock, reply="Hi there.")
+    app = build(spec, engines=(only,), race=True, remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await idle(pilot)
+        await submit(pilot, "#race-prompt", "say hi")
+        result = str(app.screen.query_one("#race-result").render())
+        assert "no speedup figure" in result and "too few" in result and "x " not in result
+        assert app.last_speedup is None
+        await pilot.press("f1")
+        await pilot.pause()
+        from tui.widgets import StatsPanel
+
+        panel = app.screen.query_one(StatsPanel)
+        assert panel.speedup is None and "no figure" in panel.speedup_note
+
+
+async def test_notices_of_the_engine_are_shown_once_loaded(clock):
+    """What the engine wants the user told once (e.g. weight repacking turned off) is a notification."""
+    fake = FakeEngine(clock)
+    fake.notices = ["weight repacking is off: the probe [crashed] on this CPU"]
+    app = build(fake, remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await idle(pilot)
+        assert fake.notices[0] in messages(app)

@@ -85,8 +85,10 @@ def race_verdict(target: LiveStats, spec: LiveStats, texts: dict[str, str]) -> t
     else:
         at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
         same = f"outputs differ from character {at}: the rates are over different texts"
-    verdict = ("no faster or slower: the difference is within measurement noise" if abs(sp - 1) < RACE_NOISE
-               else "speculation was faster" if sp >= 1 else "speculation was slower")
+    if abs(sp - 1) < RACE_NOISE:
+        verdict = f"no measurable difference: within measurement noise ({RACE_NOISE:.0%})"
+    else:
+        verdict = "speculation was faster" if sp >= 1 else "speculation was slower"
     return sp, (f"speculative {spec.rate:.1f} tok/s vs target-only {target.rate:.1f} tok/s, decode rates "
                 f"({spec.tokens} vs {plural(target.tokens, 'token')}, {same}): {verdict}")
 

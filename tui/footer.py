@@ -15,7 +15,7 @@ NARROW_HIDDEN = frozenset({"switch_mode('chat')", "switch_mode('edit')", "switch
 
 class KeyFooter(Footer):
     """A compact Footer whose keys fit the width: under :data:`NARROW_COLUMNS` columns it
-    leaves out the actions in :data:`NARROW_HIDDEN` (a cut label such as ``^p palettet``
+    leaves out the actions in the screen's ``NARROW_HIDDEN`` (default :data:`NARROW_HIDDEN`; a cut label such as ``^p palettet``
     reads as a bug)."""
 
     def __init__(self, **kw) -> None:
@@ -23,8 +23,9 @@ class KeyFooter(Footer):
 
     def compose(self):
         narrow = self.app.size.width < NARROW_COLUMNS
+        hidden = getattr(self.screen, "NARROW_HIDDEN", NARROW_HIDDEN)
         for widget in super().compose():
-            if narrow and isinstance(widget, FooterKey) and widget.action in NARROW_HIDDEN:
+            if narrow and isinstance(widget, FooterKey) and widget.action in hidden:
                 continue
             yield widget
 

@@ -20,7 +20,7 @@ from localspec.fileio import expand_path, read_text_file
 
 from ..dialogs import Choose, Confirm, FilePicker
 from ..messages import GenerationFinished
-from ..footer import KeyFooter
+from ..footer import NARROW_HIDDEN, KeyFooter
 from ..prompt import PromptArea
 from ..stats import LiveStats
 from ..widgets import Legend, MiniStats, RoundInspector, StatsPanel
@@ -89,7 +89,7 @@ class EditScreen(GenerationScreen):
     BINDINGS = [
         Binding("ctrl+o", "open_file", "Open"),
         # priority: the instruction box (focused by default) would take Ctrl+D as "delete right"
-        Binding("ctrl+d", "toggle_diff", "Diff/answer", priority=True),
+        Binding("ctrl+d", "toggle_diff", "Diff", priority=True, tooltip="switch between the diff and the answer"),
         Binding("ctrl+s", "save_new", "Save new"),
         Binding("ctrl+r", "replace", "Replace"),
         Binding("f9", "continue_answer", "Continue", show=False),  # offered when an answer is cut
@@ -97,6 +97,7 @@ class EditScreen(GenerationScreen):
         Binding("f8", "next_round", "Next round", show=False, priority=True),
     ]
     PROMPT_ID = "edit-instruction"
+    NARROW_HIDDEN = NARROW_HIDDEN | {"settings"}  # the file's keys first; F4 stays in the palette
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)

@@ -353,7 +353,7 @@ class MiniStats(Static):
             parts += [fmt_rate(stats.rate, " tok/s"),
                       f"accepted {fmt_rate(None if rate is None else rate * 100, '%', 0)}",
                       plural(stats.tokens, "token")]
-        self.update(" · ".join(parts) + " · F10 statistics")
+        self.update(" · ".join(parts) + " · F10 more")
 
 
 class StatsPanel(Vertical):

@@ -319,3 +319,32 @@ async def test_notices_of_the_engine_are_shown_once_loaded(clock):
     async with app.run_test(size=SIZE) as pilot:
         await idle(pilot)
         assert fake.notices[0] in messages(app)
+
+
+async def test_function_keys_work_while_a_prompt_has_focus(clock):
+    """The prompts are TextAreas, which bind F6 and F7 themselves: the screens' F6 (retry,
+    race again), F7 and F8 (rounds) still act while a prompt has focus."""
+    spec, only = FakeEngine(clock), FakeEngine(clock)
+    app = build(spec, engines=(only,), race=True, remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await idle(pilot)
+        await submit(pilot, "#race-prompt", "reverse a string")
+        assert app.focused is app.screen.query_one("#race-prompt")
+        n = len(spec.calls)
+        await pilot.press("f6")
+        await idle(pilot)
+        assert len(spec.calls) == n + 1
+        await pilot.press("f1")
+        await pilot.pause()
+        await submit(pilot, "#prompt", "hi")
+        assert app.focused is app.screen.query_one("#prompt")
+        n = len(spec.calls)
+        await pilot.press("f6")  # retry
+        await idle(pilot)
+        assert len(spec.calls) == n + 1 and len(app.screen.messages) == 2
+        insp = app.screen.query_one("#inspector")
+        last = insp.index
+        await pilot.press("f7")
+        assert insp.index == last - 1
+        await pilot.press("f8")
+        assert insp.index == last

@@ -101,7 +101,10 @@ class RaceScreen(Screen):
     times (F6 races again); from 3 races on the median and range of the speedups show.
     """
 
-    BINDINGS = [Binding("f5", "app.cycle_mode", "Mode"), Binding("f6", "race_again", "Again")]
+    # F6 has priority: the prompt (a TextArea) binds F6 to "select line"
+    BINDINGS = [Binding("f5", "app.cycle_mode", "Mode"), Binding("f6", "race_again", "Again", priority=True)]
+    #: on a narrow screen the footer leaves out F1-F3 only (this screen has few keys of its own)
+    NARROW_HIDDEN = frozenset({"switch_mode('chat')", "switch_mode('edit')", "switch_mode('race')"})
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)

@@ -12,7 +12,7 @@ from textual.selection import Selection
 from tui.prompt import PromptArea
 from tui.screens import AssistantMessage
 from tui.widgets import TokenStream
-from tui_fakes import FakeClock, FakeEngine
+from tui_fakes import FakeEngine
 from tui_helpers import build, idle
 
 pytestmark = pytest.mark.asyncio

@@ -402,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
             from .bench import cli_bench
 
             return cli_bench(argv[1:])
+        if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+            argv = ["chat", *argv]  # `localspec --target X` is `localspec chat --target X`
         ns = build_parser().parse_args(argv)
         if ns.command == "generate":
             return cmd_generate(ns)

@@ -159,3 +159,16 @@ def test_new_undefined_names_reports_only_what_is_new():
     assert new_undefined_names(original, original, "m.py") == []
     local = "def g():\n    y = 1\n    return y\n"
     assert new_undefined_names(local, "def g():\n    return y\n    y = 1\n", "m.py") == [("y", 2)]
+
+
+def test_options_without_a_command_open_the_chat(monkeypatch):
+    """`localspec --target X --mode lookup` opens the chat UI, as `localspec` alone does."""
+    import tui.app
+    from localspec.cli import main
+
+    opened = []
+    monkeypatch.setattr(tui.app, "run_app", lambda settings, **k: opened.append((settings, k)))
+    assert main(["--target", "smollm2-135m", "--mode", "lookup"]) == 0
+    (settings, kw), = opened
+    assert settings.target.model == "smollm2-135m" and settings.drafting.mode == "lookup"
+    assert kw == {"edit_file": None, "race": False}

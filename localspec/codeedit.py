@@ -397,7 +397,7 @@ def apply_answer(original: str, answer: str, *, name: str = "file", end_reason: 
     warnings: list[str] = []
     can_continue = False
     if not block.closed:
-        count = f" ({tokens} tokens)" if tokens is not None else ""
+        count = f" ({tokens} token{'' if tokens == 1 else 's'})" if tokens is not None else ""
         if end == "max_tokens":
             incomplete.append(f"the answer ended at max_tokens{count} before the file was complete")
             can_continue = True

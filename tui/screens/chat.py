@@ -19,7 +19,7 @@ from ..dialogs import Confirm, PathPrompt
 from ..messages import GenerationFailed, GenerationFinished, Notice
 from ..footer import KeyFooter
 from ..prompt import PromptArea
-from ..stats import LiveStats, RoundView
+from ..stats import LiveStats, RoundView, plural
 from ..widgets import Legend, MiniStats, RoundInspector, StatsPanel
 from .base import AssistantMessage, GenerationScreen, LoadBar, UserMessage, new_tag, side_panel
 
@@ -96,7 +96,7 @@ class ChatScreen(GenerationScreen):
             # the engine's overflow policy: drop the oldest turns that do not fit
             fitted = fit_messages(engine, chat, settings.generation.max_tokens)
             if fitted.dropped:
-                app.post_message(Notice(f"the context window is full: the oldest {fitted.dropped} message(s) "
+                app.post_message(Notice(f"the context window is full: the oldest {plural(fitted.dropped, 'message')} "
                                         "were left out of this prompt (they stay in the transcript)", "warning"))
             return engine.generate(fitted.tokens, settings.sampling, drafting, settings.generation)
 

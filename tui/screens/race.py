@@ -220,7 +220,7 @@ class RaceScreen(Screen):
                        f"(range {lo:.2f}x to {hi:.2f}x" + ("; it includes 1.00x: no measurable difference)"
                                                          if spans_one else ")"), "bold")
         elif self.ratios:
-            out.append(f"\n{len(self.ratios)} race(s) of this prompt so far; F6 races again "
+            out.append(f"\n{plural(len(self.ratios), 'race')} of this prompt so far; F6 races again "
                        "(median and range from 3)", "dim")
         result.update(out)
         if msg.repeat < msg.repeats:

@@ -15,12 +15,12 @@ import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from . import hugepages
-from .errors import BackendError, CacheRollbackError, ConfigError, ContextOverflowError, ModelError
+from .errors import BackendError, CacheRollbackError, ConfigError, ContextOverflowError, DecodeAborted, ModelError
 
 _init_lock = threading.Lock()
 _initialized = False
@@ -124,6 +124,28 @@ def _read_into_memory(lc, mparams) -> None:
         mparams.use_mmap = False
 
 
+_abort_fn = None  # keep a reference: llama.cpp holds the C pointer
+
+
+def _flag_abort_callback(lc):
+    """llama.cpp's ``ggml_abort_callback`` as C's ``strlen``, or None where no C library is found.
+
+    llama.cpp's CPU backend asks the abort callback after every graph node (about a thousand
+    a token): a Python callback would take the GIL that often, slowing every decode and
+    waiting on the UI thread. ``strlen(data)`` reads a 2-byte flag buffer instead, with no
+    Python involved: 0 while ``data[0]`` is NUL (go on), 1 once it is set (abort); both are
+    valid ``bool`` returns on every C ABI (the low byte of the return register).
+    """
+    global _abort_fn
+    if _abort_fn is None:
+        try:
+            libc = ctypes.CDLL(None) if os.name != "nt" else ctypes.cdll.msvcrt
+            _abort_fn = lc.ggml_abort_callback(ctypes.cast(libc.strlen, ctypes.c_void_p).value)
+        except (OSError, AttributeError, TypeError):  # pragma: no cover - no C library to borrow from
+            _abort_fn = False
+    return _abort_fn or None
+
+
 def _set_extra_bufts(mparams, on: bool) -> bool:
     """Set ``use_extra_bufts`` (weight repacking) on llama.cpp model params; False if the build lacks it."""
     if not hasattr(mparams, "use_extra_bufts"):  # pragma: no cover - older llama-cpp-python
@@ -209,6 +231,7 @@ class LlamaModel:
         threads = n_threads or os.cpu_count() or 1
         self._ctx_args = (n_ctx, n_batch, threads)
         self._ctx = None
+        self._abort_flag = ctypes.create_string_buffer(2)  # see abort(); read by llama.cpp's threads
         self.flash_attn = flash_attn
         try:
             self._new_context(flash_attn)
@@ -247,6 +270,10 @@ class LlamaModel:
         cparams.n_seq_max = 1
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
+        abort_fn = _flag_abort_callback(lc)
+        if abort_fn is not None:
+            cparams.abort_callback = abort_fn
+            cparams.abort_callback_data = ctypes.cast(self._abort_flag, ctypes.c_void_p)
         if flash_attn is not None:
             cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
         # /proc/self/smaps is read only when huge pages were asked for
@@ -315,6 +342,23 @@ class LlamaModel:
             self.close()
         except Exception:
             pass
+
+    # -- cancelling -----------------------------------------------------------------
+    def abort(self) -> None:
+        """Stop the running (or next) :meth:`decode` within about one graph node; thread-safe.
+
+        The decode raises :class:`~localspec.errors.DecodeAborted` with the cache rolled back
+        to where it was before the call. The flag stays set until :meth:`clear_abort`.
+        """
+        self._abort_flag[0] = b"\x01"
+
+    def clear_abort(self) -> None:
+        """Let decodes run again after :meth:`abort`."""
+        self._abort_flag[0] = b"\x00"
+
+    @property
+    def abort_requested(self) -> bool:
+        return self._abort_flag.raw[0] != 0
 
     # -- metadata -------------------------------------------------------------------
     def metadata(self, key: str) -> str | None:
@@ -433,7 +477,8 @@ class LlamaModel:
     #: take differences of it to separate llama.cpp's work from the engine's own)
     decode_seconds: float = 0.0
 
-    def decode(self, tokens: Sequence[int], logits_for: Sequence[int] | str = "last") -> np.ndarray:
+    def decode(self, tokens: Sequence[int], logits_for: Sequence[int] | str = "last",
+               progress: Callable[[int, int], None] | None = None) -> np.ndarray:
         """Append ``tokens`` to the KV cache and return logits for the positions asked.
 
         The call's wall time is added to :attr:`decode_seconds`.
@@ -441,21 +486,25 @@ class LlamaModel:
         Args:
             tokens: ids to evaluate at positions ``n_cached .. n_cached + len(tokens) - 1``.
             logits_for: ``"last"``, ``"all"``, or indices into ``tokens``.
+            progress: called as ``progress(done, len(tokens))`` after each ``n_batch`` chunk
+                (a long prompt's prefill).
 
         Returns:
             float32 array of shape (k, n_vocab), one row per position asked, in order.
 
         Raises:
             ContextOverflowError: the tokens do not fit in the context window.
+            DecodeAborted: :meth:`abort` was called (the cache is rolled back to where it was).
             BackendError: llama_decode failed (the cache is rolled back to where it was).
         """
         t0 = time.perf_counter()
         try:
-            return self._decode(tokens, logits_for)
+            return self._decode(tokens, logits_for, progress)
         finally:
             self.decode_seconds += time.perf_counter() - t0
 
-    def _decode(self, tokens: Sequence[int], logits_for: Sequence[int] | str) -> np.ndarray:
+    def _decode(self, tokens: Sequence[int], logits_for: Sequence[int] | str,
+                progress: Callable[[int, int], None] | None = None) -> np.ndarray:
         n = len(tokens)
         if n == 0:
             raise ValueError("decode needs at least one token")
@@ -475,6 +524,8 @@ class LlamaModel:
         start = self.n_cached
         rows: list[np.ndarray] = []
         batch = self._batch
+        if progress is not None:
+            progress(0, n)
         for chunk_start in range(0, n, self.n_batch):
             chunk = tokens[chunk_start : chunk_start + self.n_batch]
             m = len(chunk)
@@ -492,13 +543,17 @@ class LlamaModel:
                     out_idx.append(j)
             # record first: an interrupt after llama_decode must not hide cached positions
             self.cached_tokens.extend(int(t) for t in chunk)
-            rc = lc.llama_decode(self._ctx, batch)
+            rc = 2 if self.abort_requested else lc.llama_decode(self._ctx, batch)
             if rc != 0:
                 # drop whatever part of this call reached the cache
                 lc.llama_memory_seq_rm(self._mem, 0, start, -1)
                 del self.cached_tokens[start:]
+                if rc == 2 and self.abort_requested:
+                    raise DecodeAborted("decode stopped on request", "")
                 raise BackendError(f"llama_decode failed with status {rc}{_last_error()}",
                                    "raise n_ctx or lower n_batch")
+            if progress is not None:
+                progress(min(chunk_start + m, n), n)
             for j in out_idx:
                 ptr = lc.llama_get_logits_ith(self._ctx, j)
                 rows.append(np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy())

@@ -182,6 +182,21 @@ def save_verdict(verdict: RepackVerdict) -> None:
         pass
 
 
+def describe_choice(loaded_with_repack: bool, verdict: RepackVerdict | None) -> str:
+    """One line for headers (calibrate, bench): the choice and the probe's findings."""
+    state = "on" if loaded_with_repack else "off"
+    if verdict is None:
+        return f"weight repacking: {state} (--repack off: no probe)"
+    ratio = "" if verdict.speed_ratio is None else f"; time with/without {verdict.speed_ratio:.2f}"
+    return (f"weight repacking: {state} (probe in a child process: with repacking {verdict.with_repack.describe()}, "
+            f"without {verdict.without_repack.describe()}{ratio})")
+
+
+def choice_json(loaded_with_repack: bool, verdict: RepackVerdict | None) -> dict:
+    """The choice for JSON reports: ``{"repack": bool, "probe": {...} | None}``."""
+    return {"repack": bool(loaded_with_repack), "probe": None if verdict is None else verdict.to_json()}
+
+
 # -- the child --------------------------------------------------------------------------
 def probe_command(path: str | os.PathLike, repack: bool, n_threads: int, n_gpu_layers: int) -> list[str]:
     """The command line of one probe child (this module's ``main``)."""

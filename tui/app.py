@@ -25,7 +25,7 @@ from localspec.errors import LocalspecError
 from .dialogs import SettingsScreen
 from .driver import RaceSide, drive, race, warm_up
 from .messages import (EngineReady, GenerationFailed, GenerationFinished, JobDone, LoadFailed, LoadProgress,
-                       LoadStage, Notice, RaceFinished, TokensEmitted)
+                       LoadStage, Notice, PrefillProgress, RaceFinished, TokensEmitted)
 from .screens import ChatScreen, EditScreen, RaceScreen
 from .widgets import token_css
 
@@ -39,7 +39,9 @@ STREAM_SWITCH_INTERVAL = 0.0005
 def _default_factory(settings: Settings, progress=None, stage=None):
     from localspec.loader import load_engine
 
-    return load_engine(settings, progress=progress, stage=stage)
+    # the calibration's measurement steps go to the same progress callback, counted in steps
+    steps = (lambda what, done, total: progress(what, done, total, "steps")) if progress else None
+    return load_engine(settings, progress=progress, stage=stage, steps=steps)
 
 
 class LocalspecApp(App):
@@ -171,11 +173,11 @@ class LocalspecApp(App):
     def _load_worker(self, settings: Settings, old: list) -> None:
         last = [0.0]
 
-        def progress(stage: str, done: int, total: int) -> None:
+        def progress(stage: str, done: int, total: int, unit: str = "bytes") -> None:
             now = time.monotonic()
-            if now - last[0] >= 0.1 or (total and done >= total):
+            if now - last[0] >= 0.1 or (total and done >= total) or unit == "steps":
                 last[0] = now
-                self.post_message(LoadProgress(stage, done, total))
+                self.post_message(LoadProgress(stage, done, total, unit))
 
         def stage(text: str) -> None:
             self.post_message(LoadStage(text))
@@ -197,7 +199,10 @@ class LocalspecApp(App):
     def on_load_progress(self, msg: LoadProgress) -> None:
         words = {"assemble": "assembling the offline mirror", "download": "downloading", "verify": "verifying"}
         what = words.get(msg.stage, msg.stage)
-        if msg.total:
+        if msg.total and msg.unit == "steps":
+            self.load_fraction = min(1.0, msg.done / msg.total)
+            self.load_text = f"{what} (once for this machine): {msg.done}/{msg.total}"
+        elif msg.total:
             self.load_fraction = min(1.0, msg.done / msg.total)
             self.load_text = f"{what}: {msg.done / 1e6:.0f} / {msg.total / 1e6:.0f} MB"
         else:
@@ -212,9 +217,9 @@ class LocalspecApp(App):
         self.engine = msg.engine
         self.busy = None
         self.engine_state = "ready"
-        self.notify(f"loaded {msg.description}", timeout=3)
-        for notice in getattr(msg.engine, "notices", None) or ():  # e.g. weight repacking turned off
-            self.notify(str(notice), title="note", severity="warning", timeout=12)
+        self.notify(f"loaded {msg.description}", timeout=3, markup=False)
+        for notice in getattr(msg.engine, "notices", ()):  # e.g. weight repacking turned off by the probe
+            self.notify(notice, severity="warning", timeout=20, markup=False)
         self._maybe_reload()
 
     def on_load_failed(self, msg: LoadFailed) -> None:
@@ -345,6 +350,7 @@ class LocalspecApp(App):
             with self.engine_lock:
                 try:
                     gen = make_gen()
+                    gen.on_prefill = lambda done, total: screen.post_message(PrefillProgress(tag, done, total))
                     self._track(gen)
                     post = lambda p, r, s: screen.post_message(TokensEmitted(tag, p, r, s))  # noqa: E731
                     stats, rounds = drive(gen, engine, post, self.clock)
@@ -360,7 +366,7 @@ class LocalspecApp(App):
             self.post_message(JobDone(tag))
 
     def on_notice(self, msg: Notice) -> None:
-        self.notify(msg.text, severity=msg.severity, timeout=6)
+        self.notify(msg.text, severity=msg.severity, timeout=6, markup=False)
 
     def on_job_done(self, msg: JobDone) -> None:
         self._job_done(msg.tag)
@@ -396,10 +402,12 @@ class LocalspecApp(App):
                         # the engine holds one KV cache per model, so two generations cannot
                         # interleave on it: the target-only side gets its own target instance
                         # (llama.cpp maps the same weights file, so this costs a KV cache, not a copy)
-                        self.post_message(LoadStage("race: loading a target-only instance"))
+                        self.post_message(Notice(f"race: loading a second instance of {settings.target.model} "
+                                                 "for the target-only side (once)…"))
                         only = settings.model_copy(update={"drafting": settings.drafting.model_copy(
                             update={"mode": "none"})})
                         self.target_engine = self.engine_factory(only, None, None)
+                        self.post_message(Notice("race: target-only instance loaded; racing…"))
                     tgt = self.target_engine
                     chat = [{"role": "user", "content": prompt_text}]
                     none = drafting.model_copy(update={"mode": "none"})

@@ -153,6 +153,7 @@ class FakeEngine:
         self.closed = False
         self.started = threading.Event()
         self.cached_prompt: list[int] | None = None  #: the prompt whose prefill is in the "KV cache"
+        self.notices: list[str] = []  #: what the loader would tell the user once
 
     def token_id(self, text: str) -> int:
         if text not in self.vocab:
@@ -178,7 +179,7 @@ class FakeEngine:
                 return reply
         return self.reply
 
-    def prefill(self, prompt, draft: bool = True) -> Prefill:
+    def prefill(self, prompt, draft: bool = True, progress=None) -> Prefill:
         """Like the engine's: costs ``prefill_seconds`` on the clock unless the prompt is cached."""
         if list(prompt) == self.cached_prompt:
             return Prefill(0.0, 0.0, len(prompt) - 1)

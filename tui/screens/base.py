@@ -13,7 +13,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import ProgressBar, Static
 
-from ..messages import GenerationFailed, GenerationFinished, TokensEmitted
+from ..messages import GenerationFailed, GenerationFinished, PrefillProgress, TokensEmitted
 from ..stats import LiveStats, RoundView
 from ..footer import NARROW_COLUMNS
 from ..widgets import RoundInspector, StatsPanel, TokenStream
@@ -134,6 +134,10 @@ def side_panel() -> ComposeResult:
         yield RoundInspector(id="inspector")
 
 
+#: prompts with at least this many tokens to read say how far the prefill is (a 2-core CPU reads ~50-100 a second)
+PREFILL_NOTE_TOKENS = 256
+
+
 class GenerationScreen(Screen):
     """What chat and code-edit share: the stats panel, the inspector and the streaming handlers.
 
@@ -189,8 +193,28 @@ class GenerationScreen(Screen):
     def answer_scroll(self) -> VerticalScroll:
         raise NotImplementedError
 
+    #: the header's subtitle before a prefill note replaced it
+    _sub_before_prefill: str | None = None
+
+    @on(PrefillProgress)
+    def _prefill(self, msg: PrefillProgress) -> None:
+        """A long prompt being read (over ``PREFILL_NOTE_TOKENS``): the header says how far, until done."""
+        if msg.tag != self.tag or msg.total < PREFILL_NOTE_TOKENS:
+            return
+        if self._sub_before_prefill is None:
+            self._sub_before_prefill = self.sub_title
+        if msg.done >= msg.total:
+            self.sub_title, self._sub_before_prefill = self._sub_before_prefill, None
+        else:
+            self.sub_title = f"{self._sub_before_prefill} · reading the prompt: {msg.done:,}/{msg.total:,} tokens"
+
+    def _end_prefill_note(self) -> None:
+        if self._sub_before_prefill is not None:
+            self.sub_title, self._sub_before_prefill = self._sub_before_prefill, None
+
     @on(TokensEmitted)
     def _tokens(self, msg: TokensEmitted) -> None:
+        self._end_prefill_note()
         if msg.tag != self.tag or self.current is None:
             return
         self.current.rounds.extend(msg.rounds)
@@ -223,6 +247,7 @@ class GenerationScreen(Screen):
 
     @on(GenerationFinished)
     def _finished(self, msg: GenerationFinished) -> None:
+        self._end_prefill_note()
         if msg.tag != self.tag or self.current is None:
             return
         cur = self.current
@@ -242,6 +267,7 @@ class GenerationScreen(Screen):
 
     @on(GenerationFailed)
     def _failed(self, msg: GenerationFailed) -> None:
+        self._end_prefill_note()
         if msg.tag != self.tag:
             return
         self.app.notify_error(msg.message, msg.hint)

@@ -15,8 +15,8 @@ NARROW_HIDDEN = frozenset({"switch_mode('chat')", "switch_mode('edit')", "switch
 
 class KeyFooter(Footer):
     """A compact Footer whose keys fit the width: under :data:`NARROW_COLUMNS` columns it
-    leaves out the actions in the screen's ``NARROW_HIDDEN`` (default :data:`NARROW_HIDDEN`; a cut label such as ``^p palettet``
-    reads as a bug)."""
+    leaves out the actions in the screen's ``NARROW_HIDDEN`` (default :data:`NARROW_HIDDEN`;
+    a cut label such as ``^p palettet`` reads as a bug)."""
 
     def __init__(self, **kw) -> None:
         super().__init__(compact=True, **kw)

@@ -187,7 +187,10 @@ class GenerationScreen(Screen):
     def refresh_stats(self) -> None:
         panel = self.query_one(StatsPanel)
         sp = self.app.last_speedup
-        note = (self.app.last_speedup_note or "n/a (race: F3)") if sp is None else f"(race, {self.app.last_speedup_mode})"
+        if sp is None:
+            note = self.app.last_speedup_note or "n/a (race: F3)"
+        else:
+            note = f"(race, {self.app.last_speedup_mode})"
         panel.show(mode=self.mode_label(), speedup=sp, note=note)
 
     def answer_scroll(self) -> VerticalScroll:

@@ -462,7 +462,12 @@ def _run_tui(ns: argparse.Namespace) -> int:
     from .userconfig import load_settings
 
     settings = settings_from_args(ns, base=load_settings())
-    run_app(settings, edit_file=getattr(ns, "file", None), race=ns.command == "race")
+    edit_file = getattr(ns, "file", None)
+    if edit_file is not None:  # a missing or binary file fails here, with error:/hint:, not in the UI
+        from .fileio import read_text_file
+
+        read_text_file(edit_file)
+    run_app(settings, edit_file=edit_file, race=ns.command == "race")
     return 0
 
 
@@ -473,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
             from .bench import cli_bench
 
             return cli_bench(argv[1:])
+        if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+            argv = ["chat", *argv]  # `localspec --target X` is `localspec chat --target X`
         ns = build_parser().parse_args(argv)
         if ns.command == "generate":
             return cmd_generate(ns)

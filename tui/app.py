@@ -17,7 +17,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import Input
+from textual.widgets import HelpPanel
 
 from localspec.config import DraftParams, Settings
 from localspec.errors import LocalspecError
@@ -57,7 +57,7 @@ class LocalspecApp(App):
         Binding("f1", "switch_mode('chat')", "Chat"),
         Binding("f2", "switch_mode('edit')", "Edit"),
         Binding("f3", "switch_mode('race')", "Race"),
-        Binding("f4", "settings", "Set"),
+        Binding("f4", "settings", "Settings"),
         Binding("f5", "cycle_mode", "Mode"),
     ]
 
@@ -85,6 +85,7 @@ class LocalspecApp(App):
         self._switch_interval: float | None = None  #: the interpreter's, while an answer streams
         self.last_speedup: float | None = None  # measured by the latest race
         self.last_speedup_mode = ""
+        self.last_speedup_note = ""  #: why the latest race gave no speedup figure (empty: none yet, or it did)
 
     # -- lifecycle ------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -99,6 +100,12 @@ class LocalspecApp(App):
         else:
             self.switch_mode("chat")
         self.load()
+
+    def notify(self, message: str, *, title: str = "", severity="information", timeout: float | None = None,
+               markup: bool = False) -> None:
+        """A notification, always plain text: messages carry paths, model names and user or
+        model text, none of which is markup (``[b]`` stays ``[b]``)."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     def notify_error(self, message: str, hint: str = "") -> None:
         self.notify(message + (f"\nhint: {hint}" if hint else ""), title="error", severity="error", timeout=12)
@@ -124,6 +131,8 @@ class LocalspecApp(App):
             yield SystemCommand("Retry", "ask the last question again (F6)", screen.action_retry)
         if isinstance(screen, EditScreen):
             yield SystemCommand("Open file to edit", "(Ctrl+O)", screen.action_open_file)
+            yield SystemCommand("Diff / answer", "switch between the diff and the answer stream (Ctrl+D)",
+                                screen.action_toggle_diff)
             yield SystemCommand("Save edited file as new", "(Ctrl+S)", screen.action_save_new)
             yield SystemCommand("Replace original (backup kept)", "(Ctrl+R)", screen.action_replace)
 
@@ -275,7 +284,11 @@ class LocalspecApp(App):
         return True
 
     def action_stop(self) -> None:
-        """Esc: end the current generation after its current round (both KV caches stay consistent)."""
+        """Esc: end the current generation after its current round (both KV caches stay consistent);
+        with no generation running, close the keys panel if it is open."""
+        if not self.current_gens and not self.busy and self.screen.query(HelpPanel):
+            self.action_hide_help_panel()
+            return
         self._stop_requested = True
         gens = list(self.current_gens)
         for g in gens:
@@ -317,7 +330,7 @@ class LocalspecApp(App):
         """Stop the text cursors blinking while an answer streams, restore them after."""
         if pause:
             self._blinking = {}
-            for inp in self.screen.query(Input):
+            for inp in self.screen.query("Input, TextArea"):
                 self._blinking[inp] = inp.cursor_blink
                 inp.cursor_blink = False
         else:

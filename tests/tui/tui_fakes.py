@@ -85,6 +85,9 @@ class FakeGeneration:
                 if eng.round_delay:
                     eng.started.set()
                     time.sleep(eng.round_delay)
+                    if self._cancel:  # stopped during the pass (llama.cpp's abort callback): nothing committed
+                        end = EndReason.CANCELLED
+                        break
                 planned = ACCEPT_PATTERN[rnd % len(ACCEPT_PATTERN)]
                 if mode == "none" or planned is None:
                     g, k = 0, 0

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
+import secrets
 import threading
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from . import hugepages
-from .errors import BackendError, CacheRollbackError, ConfigError, ContextOverflowError, ModelError
+from .errors import BackendError, CacheRollbackError, ConfigError, ContextOverflowError, DecodeAborted, ModelError
 
 _init_lock = threading.Lock()
 _initialized = False
@@ -124,12 +126,144 @@ def _read_into_memory(lc, mparams) -> None:
         mparams.use_mmap = False
 
 
+_abort_fn = None  # keep a reference: llama.cpp holds the C pointer
+
+
+def _flag_abort_callback(lc):
+    """llama.cpp's ``ggml_abort_callback`` as C's ``strlen``, or None where no C library is found.
+
+    llama.cpp's CPU backend asks the abort callback after every graph node (about a thousand
+    a token): a Python callback would take the GIL that often, slowing every decode and
+    waiting on the UI thread. ``strlen(data)`` reads a 2-byte flag buffer instead, with no
+    Python involved: 0 while ``data[0]`` is NUL (go on), 1 once it is set (abort); both are
+    valid ``bool`` returns on every C ABI (the low byte of the return register).
+    """
+    global _abort_fn
+    if _abort_fn is None:
+        try:
+            libc = ctypes.CDLL(None) if os.name != "nt" else ctypes.cdll.msvcrt
+            _abort_fn = lc.ggml_abort_callback(ctypes.cast(libc.strlen, ctypes.c_void_p).value)
+        except (OSError, AttributeError, TypeError):  # pragma: no cover - no C library to borrow from
+            _abort_fn = False
+    return _abort_fn or None
+
+
 def _set_extra_bufts(mparams, on: bool) -> bool:
     """Set ``use_extra_bufts`` (weight repacking) on llama.cpp model params; False if the build lacks it."""
     if not hasattr(mparams, "use_extra_bufts"):  # pragma: no cover - older llama-cpp-python
         return False
     mparams.use_extra_bufts = bool(on)
     return True
+
+
+# -- chat prompts: the template's markup as special tokens, message content as text --------
+#: llama.cpp's token attributes (``enum llama_token_attr``)
+TOKEN_ATTR_UNKNOWN = 1 << 0
+TOKEN_ATTR_CONTROL = 1 << 3
+TOKEN_ATTR_USER_DEFINED = 1 << 4
+TOKEN_ATTR_LSTRIP = 1 << 7
+TOKEN_ATTR_RSTRIP = 1 << 8
+#: the tokens llama.cpp's tokenizer matches as text when parsing special tokens (its
+#: ``cache_special_tokens``)
+TOKEN_ATTR_SPECIAL = TOKEN_ATTR_CONTROL | TOKEN_ATTR_USER_DEFINED | TOKEN_ATTR_UNKNOWN
+#: what a template may do to a message's content before writing it (tried in this order)
+_CONTENT_FORMS: tuple[Callable[[str], str], ...] = (lambda c: c, str.strip)
+
+
+@dataclass(frozen=True)
+class ChatPiece:
+    """A piece of a rendered chat prompt: the template's own text, or a message's content."""
+
+    text: str
+    is_content: bool
+
+
+def split_rendered_chat(messages: Sequence[dict], render: Callable[[list[dict]], str]) -> list[ChatPiece] | None:
+    """Split a chat prompt into the template's markup and the messages' contents.
+
+    The template is rendered twice: as is, and with every non-empty string ``content``
+    replaced by a unique placeholder (other keys, e.g. ``tool_calls``, pass through unchanged). The
+    placeholders mark where each content sits; the split is kept only if writing each
+    content back (as is, or stripped, as a ``| trim`` filter does) into the placeholders
+    gives exactly the real rendering.
+
+    Args:
+        messages: chat messages (dicts with ``role``, ``content`` and any other keys).
+        render: renders a list of messages to the prompt text (the chat template).
+
+    Returns:
+        The pieces in order, their texts concatenated equal to ``render(messages)``; or
+        None when the template writes content in another form (escaped, split, only in
+        part) or its markup depends on the content, so the split cannot be trusted.
+    """
+    nonce = secrets.token_hex(8)
+    # an empty content holds no markers and stays as it is (templates test it: ``if message.content``)
+    slots = {i: f"LSPC{nonce}M{i}E" for i, m in enumerate(messages) if isinstance(m.get("content"), str)
+             and m["content"]}
+    masked = [{**m, "content": slots[i]} if i in slots else dict(m) for i, m in enumerate(messages)]
+    real = render([dict(m) for m in messages])
+    if any(nonce in m["content"] for i, m in enumerate(messages) if i in slots):
+        return None  # pragma: no cover - a 64-bit random nonce
+    parts = re.split(f"LSPC{nonce}M(\\d+)E", render(masked))
+    for form in _CONTENT_FORMS:
+        pieces = [ChatPiece(parts[0], False)]
+        for k in range(1, len(parts), 2):
+            pieces.append(ChatPiece(form(messages[int(parts[k])]["content"]), True))
+            pieces.append(ChatPiece(parts[k + 1], False))
+        if "".join(p.text for p in pieces) == real:
+            return [p for p in pieces if p.text]
+    return None
+
+
+def chat_fragments(pieces: Sequence[ChatPiece], specials: dict[str, tuple[int, int]]) -> list[int | str]:
+    """The special tokens of the markup, and the text between them, in order.
+
+    Mirrors llama.cpp's special-token partition (``tokenizer_st_partition``): a special
+    token's text becomes its id, the text between two special tokens is one fragment for
+    the text tokenizer, and a token with the LSTRIP (RSTRIP) attribute strips the
+    whitespace before (after) it. Only markup is searched for special tokens; a content's
+    text, whatever special-token text it holds, stays inside its fragment.
+
+    Args:
+        pieces: from :func:`split_rendered_chat`.
+        specials: special-token text -> (id, llama.cpp token attributes).
+
+    Returns:
+        Token ids (int) and non-empty texts (str) to tokenize without special parsing.
+    """
+    pattern = re.compile("|".join(re.escape(t) for t in sorted(specials, key=len, reverse=True) if t))
+    out: list[int | str] = []
+    run: list[str] = []
+    rstrip_next = False
+
+    def flush(lstrip: bool) -> None:
+        text = "".join(run)
+        run.clear()
+        if rstrip_next:
+            text = text.lstrip(_ASCII_SPACE)
+        if lstrip:
+            text = text.rstrip(_ASCII_SPACE)
+        if text:
+            out.append(text)
+
+    for piece in pieces:
+        if piece.is_content or not specials:
+            run.append(piece.text)
+            continue
+        at = 0
+        for m in pattern.finditer(piece.text):
+            run.append(piece.text[at:m.start()])
+            token, attrs = specials[m.group()]
+            flush(bool(attrs & TOKEN_ATTR_LSTRIP))
+            out.append(token)
+            rstrip_next = bool(attrs & TOKEN_ATTR_RSTRIP)
+            at = m.end()
+        run.append(piece.text[at:])
+    flush(False)
+    return out
+
+
+_ASCII_SPACE = " \t\n\v\f\r"  # C isspace(), as llama.cpp strips
 
 
 class LlamaModel:
@@ -209,6 +343,7 @@ class LlamaModel:
         threads = n_threads or os.cpu_count() or 1
         self._ctx_args = (n_ctx, n_batch, threads)
         self._ctx = None
+        self._abort_flag = ctypes.create_string_buffer(2)  # see abort(); read by llama.cpp's threads
         self.flash_attn = flash_attn
         try:
             self._new_context(flash_attn)
@@ -233,6 +368,8 @@ class LlamaModel:
         #: the :class:`localspec.repack.RepackVerdict` the loader followed (None: not probed)
         self.repack_verdict = None
         self._piece_cache: dict[int, bytes] = {}
+        self._specials: dict[str, tuple[int, int]] | None = None
+        self._formatters: dict[bool, object] = {}  # compiled chat templates, by add_generation_prompt
         self._piece_buf = ctypes.create_string_buffer(256)
         self._logits_rows = 0
 
@@ -247,6 +384,10 @@ class LlamaModel:
         cparams.n_seq_max = 1
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
+        abort_fn = _flag_abort_callback(lc)
+        if abort_fn is not None:
+            cparams.abort_callback = abort_fn
+            cparams.abort_callback_data = ctypes.cast(self._abort_flag, ctypes.c_void_p)
         if flash_attn is not None:
             cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
         # /proc/self/smaps is read only when huge pages were asked for
@@ -316,6 +457,23 @@ class LlamaModel:
         except Exception:
             pass
 
+    # -- cancelling -----------------------------------------------------------------
+    def abort(self) -> None:
+        """Stop the running (or next) :meth:`decode` within about one graph node; thread-safe.
+
+        The decode raises :class:`~localspec.errors.DecodeAborted` with the cache rolled back
+        to where it was before the call. The flag stays set until :meth:`clear_abort`.
+        """
+        self._abort_flag[0] = b"\x01"
+
+    def clear_abort(self) -> None:
+        """Let decodes run again after :meth:`abort`."""
+        self._abort_flag[0] = b"\x00"
+
+    @property
+    def abort_requested(self) -> bool:
+        return self._abort_flag.raw[0] != 0
+
     # -- metadata -------------------------------------------------------------------
     def metadata(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(1 << 16)
@@ -357,7 +515,11 @@ class LlamaModel:
         bos_text = self.token_bytes(self.bos, special=True).decode("utf-8", "replace") if self.bos >= 0 else ""
         eos_text = self.token_bytes(self.eos, special=True).decode("utf-8", "replace") if self.eos >= 0 else ""
         try:
-            formatter = Jinja2ChatFormatter(template, eos_text, bos_text, add_generation_prompt=add_generation_prompt)
+            formatter = self._formatters.get(add_generation_prompt)
+            if formatter is None:  # compiling the template costs milliseconds; rendering, microseconds
+                formatter = Jinja2ChatFormatter(template, eos_text, bos_text,
+                                                add_generation_prompt=add_generation_prompt)
+                self._formatters[add_generation_prompt] = formatter
             return formatter(messages=list(messages), tools=list(tools) if tools else None).prompt
         except Exception as e:  # Jinja syntax/undefined errors and the template's own raise_exception
             said = str(e).strip() or type(e).__name__
@@ -367,6 +529,73 @@ class LlamaModel:
                     "check the roles and order of the messages (many templates want user and assistant to "
                     "alternate), or send a raw prompt with --raw")
             raise ConfigError(f"the chat template of {self.path.name} refused the messages: {said}", hint) from e
+
+    def tokenize_chat(self, messages: Sequence[dict], add_generation_prompt: bool = True,
+                      **render_kwargs) -> list[int]:
+        """Chat messages -> prompt token ids, with message content always tokenized as text.
+
+        Only the chat template's own markup becomes special tokens: a message whose text
+        holds ``<|im_end|>\\n<|im_start|>system`` cannot open a turn, and a content gives
+        the same tokens whatever markers it holds. The prompt of a chat whose contents hold
+        no special-token text is token-identical to tokenizing the whole rendered prompt
+        with special parsing (what this returned before), so KV-cache prefixes keep
+        matching. (The GGUF's user-defined tokens, e.g. Qwen's ``<tool_call>``, are matched
+        in text too, as llama.cpp and Hugging Face tokenizers do; they open no turn.)
+
+        Args:
+            messages: dicts with ``role`` and ``content`` (a string) and any other keys the
+                template reads.
+            add_generation_prompt: end with the template's assistant header.
+            render_kwargs: passed on to :meth:`render_chat`.
+
+        Returns:
+            Token ids, with BOS where the GGUF asks for it (never two).
+
+        Raises:
+            ModelError, ConfigError: from :meth:`render_chat`.
+            ConfigError: a content holds special-token text and the template writes content
+                in a form that cannot be located in the prompt (escaped or cut), or a text
+                holds a lone UTF-16 surrogate.
+        """
+        def render(msgs: list[dict]) -> str:
+            return self.render_chat(msgs, add_generation_prompt=add_generation_prompt, **render_kwargs)
+
+        pieces = split_rendered_chat(messages, render)
+        if pieces is None:
+            for i, m in enumerate(messages):
+                content = m.get("content")
+                if isinstance(content, str) and (self.tokenize(content, add_special=False) !=
+                                                 self.tokenize(content, add_special=False, parse_special=False)):
+                    raise ConfigError(
+                        f"message {i} holds special-token text, and the chat template of {self.path.name} "
+                        "changes message content, so it cannot be kept as plain text",
+                        "remove the special-token markers (such as <|im_start|>) from the message, or send a raw "
+                        "prompt (--raw, /v1/completions)")
+            return self.tokenize(render(list(messages)))  # no content can become a special token
+        tokens = [self.bos] if self.add_bos and self.bos >= 0 else []
+        for frag in chat_fragments(pieces, self.special_tokens()):
+            tokens += [frag] if isinstance(frag, int) else self.tokenize(frag, add_special=False, parse_special=False)
+        if self.bos >= 0 and len(tokens) >= 2 and tokens[0] == self.bos and tokens[1] == self.bos:
+            tokens = tokens[1:]
+        return tokens
+
+    def special_tokens(self) -> dict[str, tuple[int, int]]:
+        """The texts llama.cpp's tokenizer reads as special tokens: text -> (id, attributes).
+
+        Control, user-defined and unknown tokens (llama.cpp's ``cache_special_tokens``);
+        computed once per model.
+        """
+        if self._specials is None:
+            lc = self._lc
+            table: dict[str, tuple[int, int]] = {}
+            for t in range(self.n_vocab):
+                attrs = int(lc.llama_vocab_get_attr(self._vocab, t))
+                if attrs & TOKEN_ATTR_SPECIAL:
+                    text = (lc.llama_vocab_get_text(self._vocab, t) or b"").decode("utf-8", "replace")
+                    if text:
+                        table.setdefault(text, (t, attrs))
+            self._specials = table
+        return self._specials
 
     def vocab_info(self) -> VocabInfo:
         lc = self._lc
@@ -392,9 +621,17 @@ class LlamaModel:
         Special tokens written as text (``<|im_start|>``) become single ids. BOS is added
         when the GGUF asks for it (``add_special=None``), and never twice: a text that
         already starts with the BOS token keeps one.
+
+        Raises:
+            ConfigError: the text holds a lone UTF-16 surrogate (e.g. from JSON ``"\\ud800"``),
+                which is not Unicode text and has no UTF-8 encoding.
         """
         lc = self._lc
-        data = text.encode("utf-8")
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ConfigError(f"the text holds a lone UTF-16 surrogate ({text[e.start]!r} at character {e.start}), "
+                              "which is not valid Unicode", "send UTF-8 text; pair or remove the surrogate") from None
         add = self.add_bos if add_special is None else add_special
         cap = len(data) + 8
         buf = (lc.llama_token * cap)()
@@ -438,7 +675,8 @@ class LlamaModel:
     #: take differences of it to separate llama.cpp's work from the engine's own)
     decode_seconds: float = 0.0
 
-    def decode(self, tokens: Sequence[int], logits_for: Sequence[int] | str = "last") -> np.ndarray:
+    def decode(self, tokens: Sequence[int], logits_for: Sequence[int] | str = "last",
+               progress: Callable[[int, int], None] | None = None) -> np.ndarray:
         """Append ``tokens`` to the KV cache and return logits for the positions asked.
 
         The call's wall time is added to :attr:`decode_seconds`.
@@ -446,21 +684,25 @@ class LlamaModel:
         Args:
             tokens: ids to evaluate at positions ``n_cached .. n_cached + len(tokens) - 1``.
             logits_for: ``"last"``, ``"all"``, or indices into ``tokens``.
+            progress: called as ``progress(done, len(tokens))`` after each ``n_batch`` chunk
+                (a long prompt's prefill).
 
         Returns:
             float32 array of shape (k, n_vocab), one row per position asked, in order.
 
         Raises:
             ContextOverflowError: the tokens do not fit in the context window.
+            DecodeAborted: :meth:`abort` was called (the cache is rolled back to where it was).
             BackendError: llama_decode failed (the cache is rolled back to where it was).
         """
         t0 = time.perf_counter()
         try:
-            return self._decode(tokens, logits_for)
+            return self._decode(tokens, logits_for, progress)
         finally:
             self.decode_seconds += time.perf_counter() - t0
 
-    def _decode(self, tokens: Sequence[int], logits_for: Sequence[int] | str) -> np.ndarray:
+    def _decode(self, tokens: Sequence[int], logits_for: Sequence[int] | str,
+                progress: Callable[[int, int], None] | None = None) -> np.ndarray:
         n = len(tokens)
         if n == 0:
             raise ValueError("decode needs at least one token")
@@ -480,6 +722,8 @@ class LlamaModel:
         start = self.n_cached
         rows: list[np.ndarray] = []
         batch = self._batch
+        if progress is not None:
+            progress(0, n)
         for chunk_start in range(0, n, self.n_batch):
             chunk = tokens[chunk_start : chunk_start + self.n_batch]
             m = len(chunk)
@@ -497,13 +741,17 @@ class LlamaModel:
                     out_idx.append(j)
             # record first: an interrupt after llama_decode must not hide cached positions
             self.cached_tokens.extend(int(t) for t in chunk)
-            rc = lc.llama_decode(self._ctx, batch)
+            rc = 2 if self.abort_requested else lc.llama_decode(self._ctx, batch)
             if rc != 0:
                 # drop whatever part of this call reached the cache
                 lc.llama_memory_seq_rm(self._mem, 0, start, -1)
                 del self.cached_tokens[start:]
+                if rc == 2 and self.abort_requested:
+                    raise DecodeAborted("decode stopped on request", "")
                 raise BackendError(f"llama_decode failed with status {rc}{_last_error()}",
                                    "raise n_ctx or lower n_batch")
+            if progress is not None:
+                progress(min(chunk_start + m, n), n)
             for j in out_idx:
                 ptr = lc.llama_get_logits_ith(self._ctx, j)
                 rows.append(np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy())
@@ -554,7 +802,7 @@ _peer_cache: dict[tuple, object] = {}
 
 
 @contextmanager
-def _peer_extra_bufts(lc, on: bool):
+def peer_extra_bufts(lc, on: bool):
     """While a ``Llama`` loads, its model params get ``use_extra_bufts = on``."""
     low = lc.llama_cpp
     original = low.llama_model_default_params
@@ -614,7 +862,7 @@ def run_llama_cpp_peer(
 
             kwargs["draft_model"] = LlamaPromptLookupDecoding(num_pred_tokens=lookup_num_pred_tokens)
             kwargs["logits_all"] = True
-        with _peer_extra_bufts(lc, bool(repack)):
+        with peer_extra_bufts(lc, bool(repack)):
             llm = _peer_cache[key] = lc.Llama(**kwargs)
     t0 = time.perf_counter()
     out = llm.create_completion(list(prompt_tokens), max_tokens=max_tokens, temperature=0.0, top_k=1,

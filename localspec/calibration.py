@@ -20,8 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,25 +62,11 @@ def _model_name(model) -> str:
 
 def model_cost_key(model) -> dict:
     """What a measurement depends on: model file, context settings, llama.cpp build, machine."""
-    path = Path(model.path)
-    try:
-        st = path.stat()
-        size, mtime = st.st_size, int(st.st_mtime)
-    except OSError:
-        size, mtime = -1, 0
-    try:
-        from .backend import llama_cpp_version
-
-        backend_version = llama_cpp_version()
-    except Exception:  # pragma: no cover - llama_cpp missing (fake models in tests)
-        backend_version = "?"
-    from .machine import cpu_model
+    from .machine import file_key, machine_key
 
     return {
         "format": COST_FORMAT,
-        "path": str(path.resolve()),
-        "size": size,
-        "mtime": mtime,
+        **file_key(model.path),
         "n_ctx": int(getattr(model, "n_ctx", 0) or 0),
         "n_threads": int(getattr(model, "n_threads", 0) or 0),
         "n_batch": int(getattr(model, "n_batch", 0) or 0),
@@ -91,11 +75,7 @@ def model_cost_key(model) -> dict:
         "flash_attn": _flash_attn_mode(model),
         "huge_pages": bool(getattr(model, "huge_pages", False)),
         "repack": bool(getattr(model, "repack", False)),
-        "hostname": socket.gethostname(),
-        "cpu": cpu_model(),
-        "cpu_count": os.cpu_count() or 0,
-        "platform": platform.platform(),
-        "llama_cpp_python": backend_version,
+        **machine_key(),
     }
 
 

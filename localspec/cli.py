@@ -41,6 +41,57 @@ def _progress_printer(stream):
     return progress
 
 
+def _stage_printer(stream):
+    """``stage(message)`` for :func:`localspec.loader.load_engine`: one line per stage on ``stream``."""
+    def stage(message: str) -> None:
+        print(f"{message}…", file=stream, flush=True)
+
+    return stage
+
+
+def _step_printer(stream):
+    """``steps(what, done, total)``: ``what: 40% (4/10)``, a line updated in place on a terminal; in a
+    log (not a terminal, e.g. ``localspec serve > log``) a line at the start, every quarter and the end."""
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    last: dict[str, int] = {}
+
+    def steps(what: str, done: int, total: int) -> None:
+        if total <= 0:
+            return
+        pct = 100 * done // total
+        if not tty:
+            quarter = pct // 25
+            if last.get(what) == quarter:
+                return
+            last[what] = quarter
+        end = "\n" if done >= total or not tty else "\r"
+        print(f"  {what}: {pct:3d}% ({done}/{total})", end=end, file=stream, flush=True)
+
+    return steps
+
+
+def _prefill_printer(stream, min_tokens: int = 256):
+    """``on_prefill(done, total)`` for a long prompt (at least ``min_tokens`` to prefill): a line
+    updated in place while the prompt is read, erased when it is done."""
+    def on_prefill(done: int, total: int) -> None:
+        if total < min_tokens:
+            return
+        if done >= total:
+            print("\r\033[K", end="", file=stream, flush=True)
+        else:
+            print(f"\r  reading the prompt: {done:,}/{total:,} tokens", end="", file=stream, flush=True)
+
+    return on_prefill
+
+
+def print_notices(engine, console) -> None:
+    """What the loader found the user should know (``engine.notices``), once, as plain text."""
+    from rich.text import Text
+
+    for notice in getattr(engine, "notices", ()):
+        console.print(Text("note: " + notice, style="yellow"))
+
+
 def _format_stats(stats) -> list[tuple[str, str]]:
     ar = stats.acceptance_rate
     mal = stats.mean_accepted_length
@@ -153,12 +204,12 @@ def cmd_generate(ns: argparse.Namespace) -> int:
         err.print(f"[dim]mode {settings.drafting.mode}, target {settings.target.model}"
                   + (f", draft {settings.draft.model}" if settings.drafting.mode in ("draft", "auto") else "")
                   + "[/dim]")
-    engine = load_engine(settings, progress=None if ns.json else _progress_printer(sys.stderr))
+    quiet = ns.json
+    engine = load_engine(settings, progress=None if quiet else _progress_printer(sys.stderr),
+                         stage=None if quiet else _stage_printer(sys.stderr),
+                         steps=None if quiet else _step_printer(sys.stderr))
     try:
-        if settings.drafting.mode == "auto" and not ns.json:
-            if engine.cost_model is None:
-                err.print("[dim]measuring this machine's decode costs once (cached; localspec calibrate shows them)"
-                          "…[/dim]")
+        print_notices(engine, err)
         prediction = engine.tokenize(predicted_text, special=False) if predicted_text else None
         if raw is not None:
             prompt = engine.tokenize(raw)
@@ -174,6 +225,7 @@ def cmd_generate(ns: argparse.Namespace) -> int:
                 err.print(f"[yellow]note: left out the {session.last_prompt.dropped} oldest messages "
                           f"to fit the context window of {engine.n_ctx}[/yellow]")
         if not ns.json:
+            gen.on_prefill = _prefill_printer(sys.stderr)
             legend = Text("legend: ")
             for kind in TokenKind:
                 legend.append(kind.label, style=KIND_STYLES[kind.value] or "default")
@@ -217,18 +269,24 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         raise ConfigError(f"--port must be 0..65535 (got {ns.port})", "pick a free TCP port, e.g. --port 8080")
     if ns.queue_size < 0 or ns.max_body_mb <= 0:
         raise ConfigError("--queue-size must be >= 0 and --max-body-mb > 0", "e.g. --queue-size 8 --max-body-mb 8")
+    if not 0 <= ns.shutdown_grace <= 3600:
+        raise ConfigError(f"--shutdown-grace must be 0..3600 seconds (got {ns.shutdown_grace:g})",
+                          "e.g. --shutdown-grace 5")
     try:
         from .server import serve
     except ImportError as e:
         raise ConfigError(f"the server's dependencies are missing: {e}", "pip install -e . (installs fastapi, "
                           "uvicorn, sse-starlette, prometheus-client)") from e
-    engine = load_engine(settings, progress=_progress_printer(sys.stderr))
+    from rich.console import Console
+
+    # the probe, the loads and (mode auto, first run) the calibration, each said in the log as it happens
+    engine = load_engine(settings, progress=_progress_printer(sys.stderr), stage=_stage_printer(sys.stderr),
+                         steps=_step_printer(sys.stderr))
     try:
-        if settings.drafting.mode == "auto":
-            engine.calibrated_costs(settings.drafting.draft_max)  # measure (or load) this machine's costs first
+        print_notices(engine, Console(stderr=True))
         serve(engine, settings, host=ns.host, port=ns.port, api_key=ns.api_key or os.environ.get("LOCALSPEC_API_KEY"),
               max_queue=ns.queue_size, max_body=int(ns.max_body_mb * (1 << 20)), default_max_tokens=ns.max_tokens,
-              log_level=ns.log_level, cors_origins=ns.cors_origin)
+              log_level=ns.log_level, shutdown_grace=ns.shutdown_grace, cors_origins=ns.cors_origin)
     finally:
         engine.close()
     return 0
@@ -297,6 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--queue-size", type=int, default=8, help="most requests waiting for the engine; beyond, 429 "
                     "(default 8)")
     sv.add_argument("--max-body-mb", type=float, default=8.0, help="largest request body, MiB; beyond, 413 (default 8)")
+    sv.add_argument("--shutdown-grace", type=float, default=5.0, metavar="SECONDS",
+                    help="on SIGTERM or Ctrl-C: seconds the running answer may take to finish (waiting requests "
+                         "get 503 at once); then it ends with an error event saying why (default 5)")
     sv.add_argument("--cors-origin", action="append", default=None, metavar="ORIGIN",
                     help="let web pages from ORIGIN (e.g. http://localhost:3000) call the server from a browser; "
                          "repeatable; '*' allows any origin (warned); default: no cross-origin access")
@@ -332,26 +393,39 @@ def cmd_calibrate(ns: argparse.Namespace) -> int:
         raise ConfigError("--repeats and --long-context must be >= 1")
     settings = settings_from_args(ns, command="calibrate")
     draft_max = settings.drafting.draft_max
+    from rich.console import Console
+
+    from .repack import choice_json, describe_choice
+
     out: dict = {}
     huge: dict[str, int] = {}  # bytes of each model's weights in huge pages
-    target = load_model(settings.target)
+    repack: dict[str, tuple] = {}  # each model's weight-repacking choice and probe verdict
+    notices: list[str] = []
+    stage, steps = _stage_printer(sys.stderr), _step_printer(sys.stderr)
+    target = load_model(settings.target, stage=stage, notices=notices)
     huge["target"] = target.huge_page_bytes
+    repack["target"] = (target.repack, target.repack_verdict)
     try:
         out["target"] = get_costs(target, draft_max + 1, remeasure=ns.remeasure, repeats=ns.repeats,
-                                  contexts=calibration_contexts(target, draft_max + 1, ns.long_context))
+                                  contexts=calibration_contexts(target, draft_max + 1, ns.long_context),
+                                  progress=steps)
     finally:
         target.close()
     if not ns.no_draft:
-        draft = load_model(settings.draft)
+        draft = load_model(settings.draft, stage=stage, notices=notices)
         huge["draft"] = draft.huge_page_bytes
+        repack["draft"] = (draft.repack, draft.repack_verdict)
         try:
             out["draft"] = get_costs(draft, 2, remeasure=ns.remeasure, repeats=max(ns.repeats, 5),
-                                     contexts=calibration_contexts(draft, 2, ns.long_context))
+                                     contexts=calibration_contexts(draft, 2, ns.long_context), progress=steps)
         finally:
             draft.close()
     if ns.json:
-        print(json.dumps({k: v.to_json() for k, v in out.items()}, indent=1))
+        print(json.dumps({k: {**v.to_json(), "weight_repacking": choice_json(*repack[k])} for k, v in out.items()},
+                         indent=1))
         return 0
+    for notice in notices:
+        Console(stderr=True).print("note: " + notice, style="yellow", markup=False, highlight=False)
     tc = out["target"]
     if tc.load > 0.5 * (os.cpu_count() or 1) and time.time() - tc.created < 120:
         print(f"warning: load average {tc.load:.2f} on {os.cpu_count()} CPUs while measuring; other processes "
@@ -361,6 +435,8 @@ def cmd_calibrate(ns: argparse.Namespace) -> int:
     print(describe())
     print("weights in 2 MiB huge pages: " + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in huge.items())
           + ("" if any(huge.values()) else " (--huge-pages off, or not available on this system)"))
+    for name, (on, verdict) in repack.items():
+        print(f"{name} {describe_choice(on, verdict)}")
     print(format_curve(tc, f"target {settings.target.model} ({src}, {tc.key.get('n_threads')} threads, "
                            f"median of {tc.repeats}); cache: {cost_cache_path(tc.key)}"))
     print(describe_costs(tc))
@@ -389,7 +465,12 @@ def _run_tui(ns: argparse.Namespace) -> int:
     from .userconfig import load_settings
 
     settings = settings_from_args(ns, base=load_settings())
-    run_app(settings, edit_file=getattr(ns, "file", None), race=ns.command == "race")
+    edit_file = getattr(ns, "file", None)
+    if edit_file is not None:  # a missing or binary file fails here, with error:/hint:, not in the UI
+        from .fileio import read_text_file
+
+        read_text_file(edit_file)
+    run_app(settings, edit_file=edit_file, race=ns.command == "race")
     return 0
 
 
@@ -400,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
             from .bench import cli_bench
 
             return cli_bench(argv[1:])
+        if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+            argv = ["chat", *argv]  # `localspec --target X` is `localspec chat --target X`
         ns = build_parser().parse_args(argv)
         if ns.command == "generate":
             return cmd_generate(ns)

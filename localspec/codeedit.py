@@ -312,6 +312,29 @@ def _python_error(text: str) -> str | None:
     return None
 
 
+def undefined_names(text: str, name: str = "file.py") -> dict[str, int]:
+    """Names ``text`` (Python source that parses) uses without defining them, as pyflakes
+    reports them (undefined names, locals used before assignment, ``__all__`` entries):
+    name -> first line."""
+    from pyflakes import checker, messages
+
+    kinds = (messages.UndefinedName, messages.UndefinedLocal, messages.UndefinedExport)
+    found: dict[str, int] = {}
+    for m in checker.Checker(ast.parse(text), filename=name).messages:
+        if isinstance(m, kinds):
+            found.setdefault(str(m.message_args[0]), m.lineno)
+    return found
+
+
+def new_undefined_names(original: str, result: str, name: str = "file.py") -> list[tuple[str, int]]:
+    """The names the result uses without defining them that the original did not already
+    (a variable or import the model dropped: the file still parses, the code raises
+    NameError). Both texts must parse. Returns (name, first line in the result), by line."""
+    before = undefined_names(original, name)
+    after = undefined_names(result, name)
+    return sorted(((n, line) for n, line in after.items() if n not in before), key=lambda x: (x[1], x[0]))
+
+
 @dataclass(frozen=True)
 class EditResult:
     """What an answer makes of the file.
@@ -374,7 +397,7 @@ def apply_answer(original: str, answer: str, *, name: str = "file", end_reason: 
     warnings: list[str] = []
     can_continue = False
     if not block.closed:
-        count = f" ({tokens} tokens)" if tokens is not None else ""
+        count = f" ({tokens} token{'' if tokens == 1 else 's'})" if tokens is not None else ""
         if end == "max_tokens":
             incomplete.append(f"the answer ended at max_tokens{count} before the file was complete")
             can_continue = True
@@ -403,6 +426,9 @@ def apply_answer(original: str, answer: str, *, name: str = "file", end_reason: 
         err = _python_error(to_lf(text).lstrip(BOM))
         if err is not None:
             warnings.append(f"the original parses as Python but the result does not ({err})")
+        elif lost := new_undefined_names(form.text, to_lf(text).lstrip(BOM), name):
+            warnings.append("the result uses names it no longer defines: "
+                            + ", ".join(f"{n} (line {line})" for n, line in lost))
     return EditResult(text, unified_diff(original, text, name), block, tuple(incomplete), tuple(warnings),
                       can_continue, tuple(partial))
 

@@ -22,14 +22,14 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Iterator, NamedTuple, Protocol, Sequence
+from typing import Callable, Iterator, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
 from .config import DraftParams, GenerationParams, SamplingParams
 from .calibration import EngineCosts, engine_costs
 from .drafters import Draft, DraftModelDrafter, Drafter, PredictionDrafter, PromptLookupDrafter
-from .errors import ConfigError, ContextOverflowError
+from .errors import ConfigError, ContextOverflowError, DecodeAborted
 from .events import EndReason, GenerationStats, RoundStats, TokenEvent, TokenKind
 from .policy import AdaptivePolicy, Choice, DraftPolicy, FixedPolicy
 from .streaming import TextAssembler
@@ -111,6 +111,10 @@ class Generation:
         self.stats = GenerationStats(prompt_tokens=len(self.prompt))
         self.rounds: list[RoundStats] = []
         self._cancel = False
+        self._running = False
+        #: ``on_prefill(done, total)``: set by a front-end to follow a long prompt's prefill
+        #: (called after each ``n_batch`` chunk of the prompt tokens not cached yet)
+        self.on_prefill: Callable[[int, int], None] | None = None
         self._it = self._run()
 
     def __iter__(self) -> Iterator[Event]:
@@ -120,8 +124,15 @@ class Generation:
         return next(self._it)
 
     def cancel(self) -> None:
-        """Ask the generation to end after the current round (end reason ``cancelled``)."""
+        """End the generation soon (end reason ``cancelled``); callable from another thread.
+
+        The llama.cpp decode running now (a prefill, a verification pass, a draft) stops within
+        about one graph node (:meth:`SpeculativeEngine.abort`); the caches are left consistent
+        with the tokens already committed.
+        """
         self._cancel = True
+        if self._running:  # a stale flag would stop the engine's next, unrelated decode
+            self.engine.abort()
 
     def close(self) -> None:
         """End now; caches are left consistent with :attr:`token_ids`."""
@@ -176,9 +187,13 @@ class Generation:
                 stats.add_token(p.kind)
                 yield TokenEvent(p.token, piece, p.kind, p.round, p.position)
 
+        eng.clear_abort()
+        self._running = True
         try:
             # prefill: the target caches every prompt token but the last
-            stats.prefill_seconds, _, stats.cached_prompt_tokens = eng.prefill(prompt, draft=False)
+            if not self._cancel:
+                stats.prefill_seconds, _, stats.cached_prompt_tokens = eng.prefill(prompt, draft=False,
+                                                                                   progress=self.on_prefill)
             while end is None:
                 if self._cancel:
                     break
@@ -251,7 +266,11 @@ class Generation:
                 assembler.finish()
                 yield from release(assembler.safe_end(), True)
             completed = True
+        except DecodeAborted:
+            pass  # cancel() stopped a decode: ends as cancelled, below
         finally:
+            self._running = False
+            eng.clear_abort()
             if end is None or (not completed and n_released < len(pending)):
                 # the consumer stopped early (or an error): keep only the tokens it was given
                 end = EndReason.CANCELLED
@@ -302,7 +321,8 @@ class Engine(Protocol):
 
     def calibrated_costs(self, draft_max: int, remeasure: bool = False, progress=None) -> EngineCosts: ...
 
-    def prefill(self, prompt: Sequence[int], draft: bool = True) -> Prefill: ...
+    def prefill(self, prompt: Sequence[int], draft: bool = True,
+                progress: Callable[[int, int], None] | None = None) -> Prefill: ...
 
     def generate(self, prompt: Sequence[int], sampling: SamplingParams | None = None,
                  drafting: DraftParams | None = None, generation: GenerationParams | None = None,
@@ -378,13 +398,21 @@ class SpeculativeEngine:
     def chat_tokens(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> list[int]:
         """Chat messages rendered with the target's chat template, then tokenized.
 
-        ``tools``: OpenAI's function tools, rendered by the template (its ``tools``
-        variable); see :meth:`localspec.backend.LlamaModel.render_chat`. The draft model
-        receives these identical ids.
+        Only the template's markup becomes special tokens; message content is tokenized
+        as text, so a message cannot forge a turn with ``<|im_start|>`` written in it
+        (:meth:`localspec.backend.LlamaModel.tokenize_chat`). ``tools``: OpenAI's function
+        tools, rendered by the template (its ``tools`` variable; see
+        :meth:`localspec.backend.LlamaModel.render_chat`). The draft model receives these
+        identical ids.
+
+        Raises:
+            ModelError: the target has no chat template.
+            ConfigError: the template refuses the messages, or a content cannot be kept as
+                text (see ``tokenize_chat``).
         """
         if tools:
-            return self.target.tokenize(self.target.render_chat(messages, tools=tools))
-        return self.target.tokenize(self.target.render_chat(messages))
+            return self.target.tokenize_chat(messages, tools=tools)
+        return self.target.tokenize_chat(messages)
 
     def chat_template(self) -> str | None:
         """The target GGUF's chat template (Jinja source), or None."""
@@ -483,24 +511,26 @@ class SpeculativeEngine:
         """Tokens the draft model would catch up on before drafting after ``committed`` (0 without one)."""
         return self.drafter.catchup_tokens(committed) if self.drafter is not None else 0
 
-    def prefill(self, prompt: Sequence[int], draft: bool = True) -> "Prefill":
+    def prefill(self, prompt: Sequence[int], draft: bool = True,
+                progress: Callable[[int, int], None] | None = None) -> "Prefill":
         """Put ``prompt[:-1]`` in the target's KV cache and, with ``draft``, in the draft model's.
 
         Reuses the cached common prefix. A generation of ``prompt`` started afterwards
         finds both caches warm (race mode warms both sides this way before timing).
+        ``progress(done, total)`` follows the target's prefill of the uncached tokens.
 
         Returns:
             :class:`Prefill`: target and draft-model seconds (wall time) and how many
             prompt tokens the target's cache already held.
         """
-        def warm(model) -> tuple[float, int]:
+        def warm(model, progress=None) -> tuple[float, int]:
             t0 = time.perf_counter()
             n = model.sync(prompt)
             if n < len(prompt) - 1:
-                model.decode(prompt[n : len(prompt) - 1], logits_for=())
+                model.decode(prompt[n : len(prompt) - 1], logits_for=(), **({"progress": progress} if progress else {}))
             return time.perf_counter() - t0, n
 
-        t_target, n_cached = warm(self.target)
+        t_target, n_cached = warm(self.target, progress)
         model = self.draft_model
         t_draft = warm(model)[0] if draft and model is not None and len(prompt) > 1 else 0.0
         return Prefill(t_target, t_draft, n_cached)
@@ -525,6 +555,17 @@ class SpeculativeEngine:
         verdict = verify(draft.tokens, draft.probs, logits, sampling, rng)
         self.target.truncate(len(committed) + verdict.accepted)  # the rejected draft tokens leave the cache
         return Speculated(draft, choice, verdict, t_draft, time.perf_counter() - t0, catchup)
+
+    def abort(self) -> None:
+        """Stop the decode running now in either model (:meth:`LlamaModel.abort`); thread-safe."""
+        for m in (self.target, self.draft_model):
+            if m is not None and hasattr(m, "abort"):
+                m.abort()
+
+    def clear_abort(self) -> None:
+        for m in (self.target, self.draft_model):
+            if m is not None and hasattr(m, "clear_abort"):
+                m.clear_abort()
 
     def rollback(self, committed: Sequence[int]) -> None:
         """End of a round: the target's KV cache to ``committed[:-1]``, the draft model's to a prefix of it."""

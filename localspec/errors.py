@@ -58,3 +58,11 @@ class BackendError(LocalspecError):
 
 class CacheRollbackError(BackendError):
     """The KV cache of a model cannot be partly removed (recurrent/hybrid models)."""
+
+
+class DecodeAborted(BackendError):
+    """A decode was stopped by :meth:`localspec.backend.LlamaModel.abort` (a cancel), not by a fault.
+
+    The KV cache is rolled back to where it was before the call; the engine ends the
+    generation with end reason ``cancelled``.
+    """

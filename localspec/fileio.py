@@ -34,7 +34,9 @@ def expand_path(path: str | os.PathLike) -> Path:
 def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
     """Write ``text`` to ``path`` atomically (temp file in the same folder + ``os.replace``).
 
-    Keeps the mode bits of an existing file. Creates missing parent folders.
+    Keeps the mode bits of an existing file; a new file gets the mode ``open()`` would
+    give it (0o666 less the umask), not :func:`tempfile.mkstemp`'s 0o600. Creates missing
+    parent folders.
 
     Raises:
         FileError: the folder cannot be created or written.
@@ -52,6 +54,8 @@ def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8
             os.fsync(f.fileno())
         if path.exists():
             shutil.copymode(path, tmp)
+        else:
+            os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, path)
     except OSError as e:
         raise FileError(f"cannot write {path}: {e.strerror or e}", "check the disk has room and the file is writable") from e
@@ -59,6 +63,13 @@ def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def current_umask() -> int:
+    """The process's umask (read by setting it and setting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def read_text_file(path: str | os.PathLike, max_bytes: int = MAX_EDIT_BYTES) -> str:

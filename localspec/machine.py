@@ -127,3 +127,30 @@ def machine_is_quiet(seconds: float = 1.0, threshold: float = BUSY_THRESHOLD) ->
     time.sleep(seconds)
     f = meter.other_fraction()
     return f is None or f < threshold
+
+
+def file_key(path) -> dict:
+    """A file's identity for a cache key: resolved path, size (bytes, -1 if missing) and mtime (seconds)."""
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        st = p.stat()
+        size, mtime = st.st_size, int(st.st_mtime)
+    except OSError:
+        size, mtime = -1, 0
+    return {"path": str(p.resolve()), "size": size, "mtime": mtime}
+
+
+def machine_key() -> dict:
+    """This machine and llama.cpp build, for cache keys: measurements are redone when either changes."""
+    try:
+        from .backend import llama_cpp_version
+
+        build = llama_cpp_version()
+    except Exception:  # pragma: no cover - llama_cpp missing (fake models in tests)
+        build = "?"
+    import socket
+
+    return {"hostname": socket.gethostname(), "cpu": cpu_model(), "cpu_count": os.cpu_count() or 0,
+            "platform": platform.platform(), "llama_cpp_python": build}

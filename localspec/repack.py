@@ -32,9 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -134,23 +132,10 @@ class RepackVerdict:
 
 def probe_key(path: str | os.PathLike, n_threads: int, n_gpu_layers: int) -> dict:
     """What a verdict depends on: the model file, threads, GPU layers, llama.cpp build and machine."""
-    from .backend import llama_cpp_version
-    from .machine import cpu_model, vector_extensions
+    from .machine import file_key, machine_key, vector_extensions
 
-    p = Path(path)
-    try:
-        st = p.stat()
-        size, mtime = st.st_size, int(st.st_mtime)
-    except OSError:
-        size, mtime = -1, 0
-    try:
-        build = llama_cpp_version()
-    except Exception:  # pragma: no cover - llama_cpp missing
-        build = "?"
-    return {"format": VERDICT_FORMAT, "path": str(p.resolve()), "size": size, "mtime": mtime,
-            "n_threads": int(n_threads), "n_gpu_layers": int(n_gpu_layers), "llama_cpp_python": build,
-            "hostname": socket.gethostname(), "cpu": cpu_model(), "cpu_flags": " ".join(vector_extensions()),
-            "cpu_count": os.cpu_count() or 0, "platform": platform.platform()}
+    return {"format": VERDICT_FORMAT, **file_key(path), "n_threads": int(n_threads), "n_gpu_layers": int(n_gpu_layers),
+            **machine_key(), "cpu_flags": " ".join(vector_extensions())}
 
 
 def verdict_path(key: dict) -> Path:
@@ -180,6 +165,21 @@ def save_verdict(verdict: RepackVerdict) -> None:
         os.replace(tmp, path)
     except OSError:  # pragma: no cover - read-only home: the probe runs again next time
         pass
+
+
+def describe_choice(loaded_with_repack: bool, verdict: RepackVerdict | None) -> str:
+    """One line for headers (calibrate, bench): the choice and the probe's findings."""
+    state = "on" if loaded_with_repack else "off"
+    if verdict is None:
+        return f"weight repacking: {state} (--repack off: no probe)"
+    ratio = "" if verdict.speed_ratio is None else f"; time with/without {verdict.speed_ratio:.2f}"
+    return (f"weight repacking: {state} (probe in a child process: with repacking {verdict.with_repack.describe()}, "
+            f"without {verdict.without_repack.describe()}{ratio})")
+
+
+def choice_json(loaded_with_repack: bool, verdict: RepackVerdict | None) -> dict:
+    """The choice for JSON reports: ``{"repack": bool, "probe": {...} | None}``."""
+    return {"repack": bool(loaded_with_repack), "probe": None if verdict is None else verdict.to_json()}
 
 
 # -- the child --------------------------------------------------------------------------

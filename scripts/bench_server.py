@@ -8,7 +8,8 @@ The same code-edit requests, greedy, through the ``openai`` client, streamed, to
 * ``b``:        ``localspec serve`` (mode auto), without a prediction;
 * ``c``:        ``localspec serve`` (mode auto), with the original file as ``prediction``;
 
-same model file, threads and context size, greedy everywhere (the peer is sent ``repeat_penalty``
+same model file, threads, context size and weight-repacking choice (localspec's probe,
+``localspec.repack``, decides it once; the peer's server loads with it too), greedy everywhere (the peer is sent ``repeat_penalty``
 1.0: its default 1.1 changes the answer); the order of the servers alternates (forwards,
 backwards) between repetitions; medians. Per request: end-to-end latency (request sent to
 last chunk, seconds) and decode tokens/s ((tokens - 1) / (last chunk - first chunk)).
@@ -42,6 +43,7 @@ import openai
 
 from localspec.bench import _EDIT_FILE, BUILTIN_TASKS
 from localspec.models import resolve_model
+from localspec.repack import decide_repack, describe_choice
 from localspec.server.process import ServerProcess
 
 HERE = Path(__file__).resolve().parent
@@ -137,11 +139,19 @@ def main(argv: list[str]) -> int:
     target = str(resolve_model("qwen2.5-coder-1.5b"))
     tmp = Path(tempfile.mkdtemp(prefix="localspec-bench-server-"))
     common = ["--n_threads", str(args.threads), "--n_threads_batch", str(args.threads), "--n_ctx", str(args.n_ctx)]
-    peer = [sys.executable, "-m", "llama_cpp.server", "--model", target, "--host", "127.0.0.1", "--port", "{port}",
-            *common]
+    # both sides load the weights with the same repacking choice: localspec's probe decides it once
+    # (on virtualized AMX Xeons llama.cpp's repacked weights crash the first batched decode)
+    verdict = decide_repack(target, "auto", n_threads=args.threads, stage=lambda s: print(s, file=sys.stderr))
+    repack = bool(verdict and verdict.use)
+    print(f"target {describe_choice(repack, verdict)}; llama-cpp-python's server loads it the same way",
+          file=sys.stderr)
+    peer_main = ("import runpy, llama_cpp\nfrom localspec.backend import peer_extra_bufts\n"
+                 f"with peer_extra_bufts(llama_cpp, {repack}):\n"
+                 "    runpy.run_module('llama_cpp.server', run_name='__main__', alter_sys=True)")
+    peer = [sys.executable, "-c", peer_main, "--model", target, "--host", "127.0.0.1", "--port", "{port}", *common]
     ours = [sys.executable, "-m", "localspec.cli", "serve", "--target", target, "--port", "{port}",
             "--n-threads", str(args.threads), "--n-ctx", str(args.n_ctx), "--draft-max", str(args.draft_max),
-            "--log-level", "warning"]
+            "--repack", "on" if repack else "off", "--log-level", "warning"]
     ceil = ceiling(target, args.threads, args.draft_max, args.n_ctx)
     procs = {
         "a-plain": ServerProcess(peer, tmp / "a-plain.log", ready_path="/v1/models"),

@@ -49,7 +49,7 @@ class FakeModel:
         logits[(tok + 1) % N_VOCAB] = 5.0
         return logits
 
-    def decode(self, tokens, logits_for="last"):
+    def decode(self, tokens, logits_for="last", progress=None):
         n = len(tokens)
         if self.n_cached + n > self.n_ctx:
             from localspec.errors import ContextOverflowError

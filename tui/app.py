@@ -17,7 +17,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import Input
+from textual.widgets import HelpPanel
 
 from localspec.config import DraftParams, Settings
 from localspec.errors import LocalspecError
@@ -25,7 +25,7 @@ from localspec.errors import LocalspecError
 from .dialogs import SettingsScreen
 from .driver import RaceSide, drive, race, warm_up
 from .messages import (EngineReady, GenerationFailed, GenerationFinished, JobDone, LoadFailed, LoadProgress,
-                       LoadStage, Notice, RaceFinished, TokensEmitted)
+                       LoadStage, Notice, PrefillProgress, RaceFinished, TokensEmitted)
 from .screens import ChatScreen, EditScreen, RaceScreen
 from .widgets import token_css
 
@@ -39,7 +39,9 @@ STREAM_SWITCH_INTERVAL = 0.0005
 def _default_factory(settings: Settings, progress=None, stage=None):
     from localspec.loader import load_engine
 
-    return load_engine(settings, progress=progress, stage=stage)
+    # the calibration's measurement steps go to the same progress callback, counted in steps
+    steps = (lambda what, done, total: progress(what, done, total, "steps")) if progress else None
+    return load_engine(settings, progress=progress, stage=stage, steps=steps)
 
 
 class LocalspecApp(App):
@@ -55,7 +57,7 @@ class LocalspecApp(App):
         Binding("f1", "switch_mode('chat')", "Chat"),
         Binding("f2", "switch_mode('edit')", "Edit"),
         Binding("f3", "switch_mode('race')", "Race"),
-        Binding("f4", "settings", "Set"),
+        Binding("f4", "settings", "Settings"),
         Binding("f5", "cycle_mode", "Mode"),
     ]
 
@@ -83,6 +85,7 @@ class LocalspecApp(App):
         self._switch_interval: float | None = None  #: the interpreter's, while an answer streams
         self.last_speedup: float | None = None  # measured by the latest race
         self.last_speedup_mode = ""
+        self.last_speedup_note = ""  #: why the latest race gave no speedup figure (empty: none yet, or it did)
 
     # -- lifecycle ------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -97,6 +100,12 @@ class LocalspecApp(App):
         else:
             self.switch_mode("chat")
         self.load()
+
+    def notify(self, message: str, *, title: str = "", severity="information", timeout: float | None = None,
+               markup: bool = False) -> None:
+        """A notification, always plain text: messages carry paths, model names and user or
+        model text, none of which is markup (``[b]`` stays ``[b]``)."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     def notify_error(self, message: str, hint: str = "") -> None:
         self.notify(message + (f"\nhint: {hint}" if hint else ""), title="error", severity="error", timeout=12)
@@ -122,6 +131,8 @@ class LocalspecApp(App):
             yield SystemCommand("Retry", "ask the last question again (F6)", screen.action_retry)
         if isinstance(screen, EditScreen):
             yield SystemCommand("Open file to edit", "(Ctrl+O)", screen.action_open_file)
+            yield SystemCommand("Diff / answer", "switch between the diff and the answer stream (Ctrl+D)",
+                                screen.action_toggle_diff)
             yield SystemCommand("Save edited file as new", "(Ctrl+S)", screen.action_save_new)
             yield SystemCommand("Replace original (backup kept)", "(Ctrl+R)", screen.action_replace)
 
@@ -162,11 +173,11 @@ class LocalspecApp(App):
     def _load_worker(self, settings: Settings, old: list) -> None:
         last = [0.0]
 
-        def progress(stage: str, done: int, total: int) -> None:
+        def progress(stage: str, done: int, total: int, unit: str = "bytes") -> None:
             now = time.monotonic()
-            if now - last[0] >= 0.1 or (total and done >= total):
+            if now - last[0] >= 0.1 or (total and done >= total) or unit == "steps":
                 last[0] = now
-                self.post_message(LoadProgress(stage, done, total))
+                self.post_message(LoadProgress(stage, done, total, unit))
 
         def stage(text: str) -> None:
             self.post_message(LoadStage(text))
@@ -188,7 +199,10 @@ class LocalspecApp(App):
     def on_load_progress(self, msg: LoadProgress) -> None:
         words = {"assemble": "assembling the offline mirror", "download": "downloading", "verify": "verifying"}
         what = words.get(msg.stage, msg.stage)
-        if msg.total:
+        if msg.total and msg.unit == "steps":
+            self.load_fraction = min(1.0, msg.done / msg.total)
+            self.load_text = f"{what} (once for this machine): {msg.done}/{msg.total}"
+        elif msg.total:
             self.load_fraction = min(1.0, msg.done / msg.total)
             self.load_text = f"{what}: {msg.done / 1e6:.0f} / {msg.total / 1e6:.0f} MB"
         else:
@@ -203,7 +217,9 @@ class LocalspecApp(App):
         self.engine = msg.engine
         self.busy = None
         self.engine_state = "ready"
-        self.notify(f"loaded {msg.description}", timeout=3)
+        self.notify(f"loaded {msg.description}", timeout=3, markup=False)
+        for notice in getattr(msg.engine, "notices", ()):  # e.g. weight repacking turned off by the probe
+            self.notify(notice, severity="warning", timeout=20, markup=False)
         self._maybe_reload()
 
     def on_load_failed(self, msg: LoadFailed) -> None:
@@ -268,7 +284,11 @@ class LocalspecApp(App):
         return True
 
     def action_stop(self) -> None:
-        """Esc: end the current generation after its current round (both KV caches stay consistent)."""
+        """Esc: end the current generation after its current round (both KV caches stay consistent);
+        with no generation running, close the keys panel if it is open."""
+        if not self.current_gens and not self.busy and self.screen.query(HelpPanel):
+            self.action_hide_help_panel()
+            return
         self._stop_requested = True
         gens = list(self.current_gens)
         for g in gens:
@@ -310,7 +330,7 @@ class LocalspecApp(App):
         """Stop the text cursors blinking while an answer streams, restore them after."""
         if pause:
             self._blinking = {}
-            for inp in self.screen.query(Input):
+            for inp in self.screen.query("Input, TextArea"):
                 self._blinking[inp] = inp.cursor_blink
                 inp.cursor_blink = False
         else:
@@ -330,6 +350,7 @@ class LocalspecApp(App):
             with self.engine_lock:
                 try:
                     gen = make_gen()
+                    gen.on_prefill = lambda done, total: screen.post_message(PrefillProgress(tag, done, total))
                     self._track(gen)
                     post = lambda p, r, s: screen.post_message(TokensEmitted(tag, p, r, s))  # noqa: E731
                     stats, rounds = drive(gen, engine, post, self.clock)
@@ -345,7 +366,7 @@ class LocalspecApp(App):
             self.post_message(JobDone(tag))
 
     def on_notice(self, msg: Notice) -> None:
-        self.notify(msg.text, severity=msg.severity, timeout=6)
+        self.notify(msg.text, severity=msg.severity, timeout=6, markup=False)
 
     def on_job_done(self, msg: JobDone) -> None:
         self._job_done(msg.tag)
@@ -381,10 +402,12 @@ class LocalspecApp(App):
                         # the engine holds one KV cache per model, so two generations cannot
                         # interleave on it: the target-only side gets its own target instance
                         # (llama.cpp maps the same weights file, so this costs a KV cache, not a copy)
-                        self.post_message(LoadStage("race: loading a target-only instance"))
+                        self.post_message(Notice(f"race: loading a second instance of {settings.target.model} "
+                                                 "for the target-only side (once)…"))
                         only = settings.model_copy(update={"drafting": settings.drafting.model_copy(
                             update={"mode": "none"})})
                         self.target_engine = self.engine_factory(only, None, None)
+                        self.post_message(Notice("race: target-only instance loaded; racing…"))
                     tgt = self.target_engine
                     chat = [{"role": "user", "content": prompt_text}]
                     none = drafting.model_copy(update={"mode": "none"})

@@ -106,8 +106,8 @@ class SettingsScreen(ModalScreen[Settings | None]):
                             text = "" if value is None else str(value)
                             sugg = SuggestFromList(presets, case_sensitive=False) if kind == "model" else None
                             yield Input(text, id=field_id(path), suggester=sugg, compact=True)
-                    yield Static("", id=field_id(path) + "-error", classes="field-error")
-            yield Static("", id="settings-error", classes="field-error")
+                    yield Static("", id=field_id(path) + "-error", classes="field-error", markup=False)
+            yield Static("", id="settings-error", classes="field-error", markup=False)
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Apply", variant="primary", id="apply")
                 yield Button("Cancel", id="cancel")
@@ -125,13 +125,23 @@ class SettingsScreen(ModalScreen[Settings | None]):
             msg = errors.get(path, "")
             err = self.query_one("#" + field_id(path) + "-error", Static)
             err.update(msg)
+            err.display = bool(msg)  # a line only where there is a reason to show
             self.query_one("#" + field_id(path)).set_class(bool(msg), "invalid")
         general = self.query_one("#settings-error", Static)
         general.update(errors.get("", ""))
         general.display = "" in errors
         return settings
 
+    def on_resize(self, event) -> None:
+        self._fit(event.size.height)
+
+    def _fit(self, height: int) -> None:
+        # the form scrolls; the title, the reasons and the buttons always stay on screen
+        # (the dialog is at most 90% of the screen: border 2, title 2, error 1, buttons 3)
+        self.query_one("#settings-form").styles.max_height = max(3, min(30, int(height * 0.9) - 8))
+
     def on_mount(self) -> None:
+        self._fit(self.app.size.height)
         self.query_one("#settings-form").can_focus = False
         self.query_one("#" + field_id(SETTINGS_FIELDS[0][0])).focus()
         self.validate_form()
@@ -164,16 +174,17 @@ class PathPrompt(ModalScreen[str | None]):
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, title: str, default: str = "") -> None:
+    def __init__(self, title: str, default: str = "", hint: str = "Enter to confirm, Esc to cancel") -> None:
         super().__init__()
         self.title_text = title
         self.default = default
+        self.hint = hint
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog small-dialog"):
-            yield Static(self.title_text, classes="dialog-title")
+            yield Static(self.title_text, classes="dialog-title", markup=False)
             yield Input(self.default, id="path-input")
-            yield Static("Enter to confirm, Esc to cancel; .md saves Markdown, anything else JSON", classes="hint")
+            yield Static(self.hint, classes="hint", markup=False)
 
     @on(Input.Submitted)
     def _ok(self, event: Input.Submitted) -> None:
@@ -221,7 +232,7 @@ class Confirm(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog small-dialog"):
-            yield Static(self.question, classes="dialog-title")
+            yield Static(self.question, classes="dialog-title", markup=False)
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Yes (y)", variant="warning", id="yes")
                 yield Button("No (n)", id="no")
@@ -253,7 +264,7 @@ class Choose(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog small-dialog"):
-            yield Static(self.question, classes="dialog-title", id="choose-question")
+            yield Static(self.question, classes="dialog-title", id="choose-question", markup=False)
             with Horizontal(classes="dialog-buttons"):
                 for i, (cid, label, _key) in enumerate(self.choices):
                     yield Button(label, variant="primary" if i == 0 else "default", id=f"choose-{cid}")

@@ -12,11 +12,13 @@ from .stats import LiveStats
 # -- model loading ------------------------------------------------------------------
 @dataclass
 class LoadProgress(Message):
-    """Bytes assembled / downloaded / verified so far (total 0 = unknown)."""
+    """Bytes assembled / downloaded / verified so far (total 0 = unknown); with ``unit`` ``"steps"``,
+    measurement steps of the calibration done so far."""
 
     stage: str
     done: int
     total: int
+    unit: str = "bytes"
 
 
 @dataclass
@@ -37,6 +39,15 @@ class LoadFailed(Message):
 
 
 # -- generation ---------------------------------------------------------------------
+@dataclass
+class PrefillProgress(Message):
+    """Prompt tokens read into the KV cache so far (a long prompt's prefill, before the first token)."""
+
+    tag: str
+    done: int
+    total: int
+
+
 @dataclass
 class TokensEmitted(Message):
     """A batch of streamed tokens: ``pieces`` are (text, kind, round); ``rounds`` the

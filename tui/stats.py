@@ -85,6 +85,11 @@ class LiveStats(GenerationStats):
         return s
 
 
+def plural(n: int, word: str) -> str:
+    """``1 token``, ``2 tokens``, ``0 tokens``."""
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 def fmt_rate(x: float | None, unit: str = "", digits: int = 1) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}{unit}"
 

@@ -19,13 +19,14 @@ from textual.message import Message
 from textual.containers import Vertical
 from textual.geometry import Region, Size
 from textual.reactive import reactive
+from textual.selection import Selection
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Sparkline, Static
 
 from localspec.events import TokenKind
 
-from .stats import LiveStats, fmt_rate
+from .stats import LiveStats, fmt_rate, plural
 
 #: the token kinds (localspec.events.TokenKind, in its order) and their legend labels; colours: token_css()
 KINDS = tuple(k.value for k in TokenKind)
@@ -223,10 +224,51 @@ class TokenStream(Widget):
             self._rewrap(width)
         if y >= len(self._rows):
             return Strip.blank(width, base)
+        selection = self.text_selection
+        if selection is not None and (span := selection.get_span(y)) is not None:
+            return self._selected(self._render_row(y, base), span).crop_extend(0, width, base).apply_offsets(0, y)
         strip = self._strips.get(y)
         if strip is None:
-            strip = self._strips[y] = self._render_row(y, base).crop_extend(0, width, base)
+            # offsets: where each character is, for selecting text with the mouse
+            strip = self._strips[y] = self._render_row(y, base).crop_extend(0, width, base).apply_offsets(0, y)
         return strip
+
+    def _selected(self, strip: Strip, span: tuple[int, int]) -> Strip:
+        """``strip`` with the characters ``span`` (of the row as drawn) in the selection style."""
+        drawn = "".join(seg.text for seg in strip)
+        start, end = span
+        end = len(drawn) if end == -1 else end
+        cuts = [cell_len(drawn[:start]), cell_len(drawn[:end]), strip.cell_length]
+        parts = strip.divide(cuts)
+        before, inside, after = (parts + [Strip([])] * 3)[:3]
+        sel = self.screen.get_component_rich_style("screen--selection")
+        inside = Strip([Segment(t, (st + sel) if st else sel, c) for t, st, c in inside])
+        return Strip.join([before, inside, after])
+
+    def _char_at(self, offset) -> int:
+        """The index in :attr:`text` of the character drawn at ``offset`` (x: character of
+        the row as drawn, tabs drawn as four spaces; y: row)."""
+        if offset.y >= len(self._rows):
+            return len(self._text)
+        if offset.y < 0:
+            return 0
+        a, b = self._rows[offset.y]
+        i, drawn = a, 0
+        while i < b and drawn < offset.x:
+            drawn += len(TAB) if self._text[i] == "\t" else 1
+            i += 1
+        return i
+
+    def get_selection(self, selection: Selection) -> tuple[str, str] | None:
+        """The selected part of the answer's text, as generated (wrapped rows joined again)."""
+        if not self._wrap_width and self.size.width:
+            self._rewrap(self.size.width)
+        start = 0 if selection.start is None else self._char_at(selection.start)
+        end = len(self._text) if selection.end is None else self._char_at(selection.end)
+        return self._text[start:end], "\n"
+
+    def selection_updated(self, selection: Selection | None) -> None:
+        self.refresh()
 
     def _render_row(self, y: int, base: Style) -> Strip:
         a, b = self._rows[y]
@@ -295,6 +337,25 @@ class Legend(Widget):
         return out
 
 
+class MiniStats(Static):
+    """One line of the statistics panel's main figures, shown when the panel is folded away
+    (a narrow screen); F10 opens the panel."""
+
+    DEFAULT_CSS = "MiniStats { height: auto; padding: 0 1; color: $text-muted; }"
+
+    def __init__(self, **kw) -> None:
+        super().__init__("", markup=False, **kw)
+
+    def show(self, stats: LiveStats, mode: str) -> None:
+        rate = stats.acceptance_rate
+        parts = [mode or "-"]
+        if stats.tokens:
+            parts += [fmt_rate(stats.rate, " tok/s"),
+                      f"accepted {fmt_rate(None if rate is None else rate * 100, '%', 0)}",
+                      plural(stats.tokens, "token")]
+        self.update(" · ".join(parts) + " · F10 more")
+
+
 class StatsPanel(Vertical):
     """Live statistics of the current answer, and a sparkline of accepted lengths per round."""
 
@@ -302,7 +363,8 @@ class StatsPanel(Vertical):
         super().__init__(**kw)
         self.title_text = title
         self.stats = LiveStats()
-        self.mode = ""
+        self.mode = ""  #: the drafting mode set now (the next answer's)
+        self.figures_mode = ""  #: the mode of the answer whose figures are shown ("" = as set now)
         self.speedup: float | None = None
         self.speedup_note = "n/a (race: F3)"
 
@@ -316,12 +378,16 @@ class StatsPanel(Vertical):
         self.tooltip = STATS_TOOLTIP
         self._redraw()
 
-    def show(self, stats: LiveStats | None = None, *, mode: str | None = None,
+    def show(self, stats: LiveStats | None = None, *, mode: str | None = None, figures_mode: str | None = None,
              speedup: float | None | str = "keep", note: str | None = None) -> None:
+        """Show ``stats``; ``mode`` is the mode set now, ``figures_mode`` the mode the figures
+        were made with (an answer that starts passes both)."""
         if stats is not None:
             self.stats = stats
         if mode is not None:
             self.mode = mode
+        if figures_mode is not None:
+            self.figures_mode = figures_mode
         if speedup != "keep":
             self.speedup = speedup
         if note is not None:
@@ -336,36 +402,61 @@ class StatsPanel(Vertical):
         t.add_column(style="bold", no_wrap=True, min_width=max(len(k) for k in STAT_LABELS))
         t.add_column(overflow="fold")
         rate = s.acceptance_rate
-        t.add_row("mode", self.mode or "-")
+        shown = s.tokens or s.rounds or s.final
+        if shown and self.figures_mode and self.figures_mode != self.mode:
+            # the figures below are the previous answer's: say its mode, and what the next one uses
+            t.add_row("mode", Text(self.figures_mode))
+            t.add_row("next answer", Text(self.mode or "-"))
+        else:
+            t.add_row("mode", Text(self.mode or "-"))
         t.add_row("decode rate", fmt_rate(s.rate, " tok/s"))
-        t.add_row("prefill", f"{s.prefill_seconds:.2f} s ({s.prompt_tokens} tokens)" if s.prompt_tokens else "-")
-        t.add_row("draft catch-up", f"{s.catchup_seconds:.2f} s ({s.catchup_tokens} tokens)" if s.catchup_tokens
-                  else "none")
+        cached = min(s.cached_prompt_tokens, s.prompt_tokens)
+        prompt = (f"{s.prompt_tokens - cached} new, {cached} cached" if cached
+                  else plural(s.prompt_tokens, "token"))
+        t.add_row("prefill", f"{s.prefill_seconds:.2f} s ({prompt})" if s.prompt_tokens else "-")
+        t.add_row("draft catch-up", f"{s.catchup_seconds:.2f} s ({plural(s.catchup_tokens, 'token')})"
+                  if s.catchup_tokens else "none")
         t.add_row("first token", fmt_rate(s.time_to_first_token, " s", 2))
         t.add_row("acceptance", f"{fmt_rate(None if rate is None else rate * 100, '%', 0)}"
                                 f" ({s.accepted}/{s.drafted} drafted)")
         t.add_row("mean accepted", fmt_rate(s.mean_accepted_length, digits=2))
-        t.add_row("tokens/target pass", fmt_rate(s.tokens_per_target_pass, digits=2))
-        t.add_row("draft length", "-" if s.draft_len is None else f"{s.draft_len} ({s.drafter})")
+        # nothing drafted: every pass gave one token (less, counting the prefill's): not a figure
+        t.add_row("tokens/target pass", fmt_rate(s.tokens_per_target_pass, digits=2) if s.drafted
+                  else "n/a (nothing drafted)")
+        nothing = s.drafter in ("", "none") or not s.draft_len
+        t.add_row("draft length", "-" if s.draft_len is None else "0 (this round drafted nothing)" if nothing
+                  else f"{s.draft_len} ({s.drafter})")
         sp = f"{self.speedup:.2f}x {self.speedup_note}" if self.speedup is not None else self.speedup_note
-        t.add_row("speedup", sp)
+        t.add_row("speedup", Text(sp))
         end = s.end_text
-        t.add_row("tokens", f"{s.tokens} in {s.rounds} rounds" + (f", {end}" if end else ""))
+        t.add_row("tokens", f"{plural(s.tokens, 'token')} in {plural(s.rounds, 'round')}" + (f", {end}" if end else ""))
         parts: list = [t]
         table = self.query_one("#stats-table", Static)
-        lines = t.row_count
         if s.draft_reason:  # the policy's reason has its own line and wraps
-            why = Text.assemble(("why ", "bold"), s.draft_reason, overflow="fold")
-            parts.append(why)
-            lines += wrapped_lines(table, why)
-        update_in_place(table, Group(*parts), lines)
+            reason = s.draft_reason
+            if reason.startswith("fixed"):
+                reason = "draft length fixed by the settings (F4)" + reason.removeprefix("fixed") \
+                    + "; mode auto adapts it"
+            parts.append(Text.assemble(("why ", "bold"), reason, overflow="fold"))
+        group = Group(*parts)
+        update_in_place(table, group, rendered_lines(table, group))
+        for mini in self.screen.query(MiniStats):  # the same figures, in one line, on a narrow screen
+            mini.show(s, self.figures_mode if shown and self.figures_mode else self.mode)
         data = list(s.accepted_lengths[-60:])
         spark = self.query_one("#stats-spark", Sparkline)
         # before the first drafted round there is nothing to draw (no row of empty blocks)
         if spark.display != any(data):
             spark.display = any(data)
-        spark.data = data or [0]
-        title = "accepted length per round" if any(data) else "accepted length per round: none yet"
+        same = len(set(data)) == 1
+        # Sparkline scales from the lowest value to the highest: equal values would all sit at
+        # the bottom; one value draws full bars, and the title says which value it is
+        spark.data = (data[:1] if same else data) or [0]
+        if not any(data):
+            title = "accepted length per round: none yet"
+        elif same:
+            title = f"accepted length per round: {data[0]} every round"
+        else:
+            title = f"accepted length per round: {min(data)} to {max(data)}"
         update_in_place(self.query_one(".spark-title", Static), title, wrapped_lines(table, Text(title)))
 
 
@@ -373,6 +464,16 @@ def wrapped_lines(widget: Widget, text: Text) -> int:
     """Lines ``text`` takes at ``widget``'s width (-1 before the widget has a size)."""
     width = widget.size.width
     return len(text.wrap(widget.app.console, width)) if width else -1
+
+
+def rendered_lines(widget: Widget, renderable) -> int:
+    """Lines ``renderable`` takes at ``widget``'s content width, wrapped rows included
+    (-1 before the widget has a size)."""
+    width = widget.content_region.width or widget.size.width
+    if not width:
+        return -1
+    console = widget.app.console
+    return len(console.render_lines(renderable, console.options.update(width=width, height=None), pad=False))
 
 
 def update_in_place(static: Static, content, lines: int) -> None:
@@ -395,6 +496,7 @@ STAT_LABELS = {
     "mean accepted": "accepted draft tokens per round that drafted",
     "tokens/target pass": "generated tokens per target verification pass",
     "draft length": "draft length chosen for the latest round, and its drafter",
+    "next answer": "the drafting mode set now, when the figures are of an answer made with another",
     "speedup": "decode rate over target-only decode rate, measured by the latest race (F3)",
     "tokens": "generated tokens, rounds, and why the answer ended",
     "why": "the adaptive policy's reason for the latest draft length",
@@ -497,5 +599,6 @@ class RoundInspector(Static):
         foot = Text("target row: the token committed there (resampled at a rejection)\n", "dim")
         foot += Text(f"verify {rs.verify_seconds * 1000:.0f} ms, draft {rs.draft_seconds * 1000:.0f} ms", "dim")
         if rs.catchup_tokens:  # the draft model's catch-up: its own line, not part of drafting
-            foot += Text(f"\ndraft catch-up {rs.catchup_seconds * 1000:.0f} ms ({rs.catchup_tokens} tokens)", "dim")
+            foot += Text(f"\ndraft catch-up {rs.catchup_seconds * 1000:.0f} ms ({plural(rs.catchup_tokens, 'token')})",
+                         "dim")
         self.update(Group(head, t, foot), layout=False)  # its height is fixed by the CSS (1fr)

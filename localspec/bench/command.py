@@ -82,6 +82,7 @@ def cli_bench(argv: list[str]) -> int:
 
     from ..loader import load_engine
     from ..models import resolve_model
+    from ..repack import choice_json, describe_choice
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -89,6 +90,13 @@ def cli_bench(argv: list[str]) -> int:
           + ("  (busy machine: timings will be noisy)" if (load_average() or [0])[0] > 0.5 * (os.cpu_count() or 1) else ""),
           file=sys.stderr)
     engine = load_engine(settings, stage=lambda s: print(s, file=sys.stderr))
+    for notice in engine.notices:
+        print("note: " + notice, file=sys.stderr)
+    repack = {"target": choice_json(engine.target.repack, engine.target.repack_verdict)}
+    if engine.draft_model is not None:
+        repack["draft"] = choice_json(engine.draft_model.repack, engine.draft_model.repack_verdict)
+    print(f"target {describe_choice(engine.target.repack, engine.target.repack_verdict)}; the llama-cpp-python "
+          "peers load the target the same way", file=sys.stderr)
     t0 = time.perf_counter()
     try:
         modes = build_modes(args.lookup_lengths, args.peer_lookup, args.draft_lengths, peers=not args.no_peers,
@@ -96,6 +104,7 @@ def cli_bench(argv: list[str]) -> int:
         result = run_bench(engine, tasks, modes, repeats=args.repeats, max_tokens=args.max_tokens,
                            target_path=resolve_model(settings.target.model), n_ctx=settings.target.n_ctx,
                            n_threads=settings.target.n_threads, n_gpu_layers=settings.target.n_gpu_layers,
+                           repack=engine.target.repack,
                            wait_idle=args.wait_idle, recalibrate=args.recalibrate,
                            log=lambda s: print(s, file=sys.stderr),
                            checkpoint=lambda part: (out / "bench.partial.json").write_text(json.dumps(part, indent=1)))
@@ -103,6 +112,7 @@ def cli_bench(argv: list[str]) -> int:
         engine.close()
     result["settings"].update({"target": settings.target.model_dump(), "draft": settings.draft.model_dump(),
                                "quick": args.quick, "wall_seconds": time.perf_counter() - t0,
+                               "weight_repacking": repack,
                                "huge_page_bytes": {"target": engine.target.huge_page_bytes,
                                                    "draft": getattr(engine.draft_model, "huge_page_bytes", None)}})
     (out / "bench.json").write_text(json.dumps(result, indent=1))

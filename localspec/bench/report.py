@@ -211,6 +211,12 @@ def format_table(result: dict) -> str:
         lines.insert(1, f"weights in 2 MiB huge pages: target {hp['target'] / 2**20:.0f} MiB"
                         + (f", draft {hp['draft'] / 2**20:.0f} MiB" if hp.get("draft") is not None else "")
                         + f" (THP {mach.get('transparent_huge_pages')}; llama-cpp-python's Llama maps the file)")
+    rp = (result.get("settings") or {}).get("weight_repacking") or {}
+    if rp.get("target"):
+        lines.insert(1 + bool(hp.get("target") is not None),
+                     "weight repacking (llama.cpp extra buffer types): "
+                     + ", ".join(f"{k} {'on' if v.get('repack') else 'off'}" for k, v in rp.items())
+                     + "; llama-cpp-python's Llama loads the target the same way")
     last = None
     for r in result["rows"]:
         if last is not None and r["task"] != last:

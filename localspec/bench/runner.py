@@ -108,7 +108,7 @@ def _top2_gap(engine, seq: Sequence[int]) -> float | None:
 
 
 def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: int, max_tokens: int,
-              target_path: Path, n_ctx: int, n_threads: int, n_gpu_layers: int = 0,
+              target_path: Path, n_ctx: int, n_threads: int, n_gpu_layers: int = 0, repack: bool = False,
               wait_idle: float = 0.0, busy_threshold: float = BUSY_THRESHOLD, max_retries: int = 2, recalibrate: bool = False,
               log: Callable[[str], None] = print, checkpoint: Callable[[dict], None] | None = None) -> dict:
     """Run every (task, mode) ``repeats`` times side by side; return the JSON-able result.
@@ -116,7 +116,9 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
     With ``wait_idle`` > 0, each repetition waits (up to that many seconds) for other
     processes to leave the CPUs, and a repetition during which other processes used more
     than ``busy_threshold`` of the CPUs is run again (at most ``max_retries`` times); the
-    share of the CPUs others used is kept with every repetition either way.
+    share of the CPUs others used is kept with every repetition either way. The llama-cpp-python
+    peers load the target with ``repack``, the weight-repacking choice our target was loaded with
+    (:mod:`localspec.repack`), so both sides run the same kernels.
     """
     from ..backend import close_llama_cpp_peers, run_llama_cpp_peer
 
@@ -147,7 +149,8 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
         if not m.ours:
             ids, _text, secs = run_llama_cpp_peer(
                 target_path, tokens, max_tokens, n_ctx=n_ctx, n_threads=n_threads,
-                lookup_num_pred_tokens=m.g if m.family == "peer-lookup" else None, n_gpu_layers=n_gpu_layers)
+                lookup_num_pred_tokens=m.g if m.family == "peer-lookup" else None, n_gpu_layers=n_gpu_layers,
+                repack=repack)
             return Run(task.name, m.name, rep, len(ids), secs, list(ids))
         in_models = engine.model_seconds()
         ids, secs, g = ours(tokens, m, max_tokens)
@@ -178,7 +181,7 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
                 if not m.ours:
                     run_llama_cpp_peer(target_path, tokens, 1, n_ctx=n_ctx, n_threads=n_threads,
                                        lookup_num_pred_tokens=m.g if m.family == "peer-lookup" else None,
-                                       n_gpu_layers=n_gpu_layers)
+                                       n_gpu_layers=n_gpu_layers, repack=repack)
             for rep in range(repeats):
                 order = list(modes) if rep % 2 == 0 else list(reversed(modes))
                 for attempt in range(max_retries + 1):

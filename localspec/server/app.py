@@ -2,12 +2,19 @@
 
 Routes: ``GET /health``, ``GET /v1/models``, ``GET /v1/models/{id}``,
 ``POST /v1/chat/completions`` (with tool calling, :mod:`.tools`), ``POST /v1/completions``,
-``GET /metrics``. Cross-origin requests (CORS, for browser-based clients) get no CORS headers
-unless origins are allowed (``cors_origins``); then preflight ``OPTIONS`` requests are
-answered. With an API key, every route but ``/health`` needs ``Authorization: Bearer KEY``
-(compared in constant time). A request body over ``max_body`` bytes is refused with 413
-without being kept in memory. No error sends a traceback to the client; a bug is logged
-and answered with a 500.
+``GET /metrics``, and ``GET /openapi.json`` (the request bodies' schemas). Cross-origin
+requests (CORS, for browser-based clients) get no CORS headers unless origins are allowed
+(``cors_origins``); then preflight ``OPTIONS`` requests are answered. With an API key, every
+route but ``/health`` and ``/openapi.json`` needs
+``Authorization: Bearer KEY`` (the scheme case-insensitive, RFC 9110 §11.1; the key compared
+in constant time). A request body over ``max_body`` bytes is refused with 413 without being
+kept in memory; one that is not JSON, nests deeper than
+:data:`~localspec.server.openai_api.MAX_JSON_DEPTH` or holds a lone UTF-16 surrogate gets a
+400. No error sends a traceback to the client; a bug is logged and answered with a 500.
+Every answer of the generation endpoints, 401s included, is counted in
+``localspec_requests_total``. On SIGTERM or Ctrl-C (:func:`serve`) the server stops
+accepting, answers waiting requests 503, lets the running answer finish within the grace
+period (else ends it with an error event saying why) and exits 0.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import asyncio
 import hmac
 import json
 import logging
+import signal
 import sys
 import time
 from contextlib import asynccontextmanager
@@ -23,6 +31,7 @@ from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -30,7 +39,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..config import Settings
 from . import tools
 from .metrics import CONTENT_TYPE_LATEST, ServerMetrics
-from .openai_api import FINISH_REASONS, ApiError, ResponseShape, parse_request, speculation, usage
+from .openai_api import (FINISH_REASONS, MAX_JSON_DEPTH, ApiError, ChatCompletionBody, CompletionBody,
+                         ResponseShape, check_json, parse_request, speculation, usage)
 from .worker import EngineWorker, Failed, Finished, Job, Started, Tokens, sampling_for
 
 log = logging.getLogger("localspec.server")
@@ -49,9 +59,51 @@ def _error_response(e: ApiError) -> JSONResponse:
     return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
 
 
+def bearer_token(authorization: str) -> str | None:
+    """The token of an ``Authorization: Bearer TOKEN`` header value, or None.
+
+    The scheme is case-insensitive (RFC 9110 §11.1: ``bearer``, ``BEARER``) and may be followed
+    by several spaces.
+    """
+    scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+#: path -> the ``endpoint`` label of ``localspec_requests_total``
+GENERATION_ENDPOINTS = {"/v1/chat/completions": "chat_completions", "/v1/completions": "completions"}
+
+
+class _CountRequests:
+    """ASGI middleware: count every answer of the generation endpoints by status, whatever sent it
+    (the route, an auth dependency's 401, the body limit's 413; an exception that escapes is a 500)."""
+
+    def __init__(self, app, metrics: ServerMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send) -> None:
+        endpoint = GENERATION_ENDPOINTS.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if endpoint is None:
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def counting_send(message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counting_send)
+        finally:
+            self.metrics.requests.labels(endpoint, str(status)).inc()
+
+
 def create_app(engine, settings: Settings, *, api_key: str | None = None, max_queue: int = 8,
                max_body: int = 8 << 20, default_max_tokens: int | None = None,
-               cors_origins: list[str] | None = None) -> FastAPI:
+               shutdown_grace: float = 5.0, cors_origins: list[str] | None = None) -> FastAPI:
     """Build the app around a loaded engine (the app starts and stops its worker thread).
 
     Args:
@@ -62,6 +114,8 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
         max_body: largest request body, bytes; beyond, 413.
         default_max_tokens: max_tokens of a chat request that leaves it out (None: the
             room left in the context window).
+        shutdown_grace: seconds a running answer may take to finish once a shutdown began
+            (``app.state.worker.drain``); the stream is kept open that long plus 2 s.
         cors_origins: origins allowed to call from a browser (``"*"``: any); None or
             empty: no cross-origin access (no CORS headers, preflight refused).
     """
@@ -84,10 +138,32 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
         finally:
             await asyncio.to_thread(worker.stop)
 
-    app = FastAPI(title="localspec", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="localspec", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url="/openapi.json")
     app.state.worker = worker
     app.state.metrics = metrics
-    if cors_origins:
+    app.add_middleware(_CountRequests, metrics=metrics)
+
+    def openapi() -> dict:
+        """FastAPI's document, with the request bodies the generation routes read themselves."""
+        if app.openapi_schema is None:
+            doc = get_openapi(title="localspec", version="1", routes=app.routes,
+                              description="OpenAI-compatible API of localspec serve")
+            schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+            for model, path in ((ChatCompletionBody, "/v1/chat/completions"), (CompletionBody, "/v1/completions")):
+                js = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                schemas.update(js.pop("$defs", {}))
+                schemas[model.__name__] = js
+                doc["paths"][path]["post"]["requestBody"] = {
+                    "required": True,
+                    "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}
+            if api_key is not None:
+                doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+                doc["security"] = [{"bearer": []}]
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi
+    if cors_origins:  # outermost, so that every answer (errors too) carries the CORS headers
         app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST", "OPTIONS"],
                            allow_headers=["*"], max_age=600)
 
@@ -111,8 +187,8 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
     async def authorize(request: Request) -> None:
         if api_key is None:
             return
-        given = request.headers.get("authorization", "").encode()
-        if not hmac.compare_digest(given, f"Bearer {api_key}".encode()):
+        token = bearer_token(request.headers.get("authorization", ""))
+        if token is None or not hmac.compare_digest(token.encode(), api_key.encode()):
             raise ApiError(401, "missing or wrong API key: send Authorization: Bearer <key>", None, "invalid_api_key",
                            headers={"WWW-Authenticate": "Bearer"})
 
@@ -130,9 +206,14 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
             raise ApiError(413, f"the request body is {size} bytes; the limit is {max_body}", None,
                            "request_too_large")
         try:
-            return json.loads(b"".join(chunks))
+            body = json.loads(b"".join(chunks))
         except (ValueError, UnicodeDecodeError) as e:
             raise ApiError(400, f"the request body is not valid JSON: {e}", None, "invalid_json") from None
+        except RecursionError:  # nested deeper than Python's parser recurses (about 1000 levels)
+            raise ApiError(400, f"the request body nests arrays and objects more than {MAX_JSON_DEPTH} levels deep",
+                           None, "invalid_json") from None
+        check_json(body)
+        return body
 
     async def next_message(job: Job, request: Request):
         """The job's next message; cancels the job if the client goes away while waiting."""
@@ -144,33 +225,26 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
                     job.cancel()
                     return None
 
-    async def generate(request: Request, kind: str, endpoint: str) -> Response:
-        status = 500
-        try:
-            req = parse_request(await read_json(request), kind)
-            if req.tools is not None and (req.tools.tools or req.tools.history):
-                if tool_fmt is None:
-                    raise tools.unsupported_error(target_id, template, "tools" if req.tools.tools else "messages")
-                req.tools.format = tool_fmt
-            job = Job(req, sampling_for(settings, req), asyncio.get_running_loop())
-            worker.submit(job)
-            first = await next_message(job, request)
-            if first is None:  # gone while waiting
-                status = 499
-                return Response(status_code=499)
-            if isinstance(first, Failed):
-                raise first.error
-            assert isinstance(first, Started)
-            shape = ResponseShape(kind, target_id)
-            status = 200
-            if req.stream:
-                return EventSourceResponse(_stream(job, req, shape), sep="\n")
-            return await _collect(job, request, shape, req)
-        except ApiError as e:
-            status = e.status
-            raise
-        finally:
-            metrics.requests.labels(endpoint, str(status)).inc()
+    async def generate(request: Request, kind: str) -> Response:
+        req = parse_request(await read_json(request), kind)
+        if req.tools is not None and (req.tools.tools or req.tools.history):
+            if tool_fmt is None:
+                raise tools.unsupported_error(target_id, template, "tools" if req.tools.tools else "messages")
+            req.tools.format = tool_fmt
+        job = Job(req, sampling_for(settings, req), asyncio.get_running_loop())
+        worker.submit(job)
+        first = await next_message(job, request)
+        if first is None:  # gone while waiting (its place in the queue is freed)
+            return Response(status_code=499)
+        if isinstance(first, Failed):
+            raise first.error
+        assert isinstance(first, Started)
+        shape = ResponseShape(kind, target_id)
+        if req.stream:
+            # sse-starlette ends streams when uvicorn begins to shut down; give the running answer
+            # the grace period (the worker ends it then, with an error event saying why)
+            return EventSourceResponse(_stream(job, req, shape), sep="\n", shutdown_grace_period=shutdown_grace + 2)
+        return await _collect(job, request, shape, req)
 
     def _extra(job: Job, gen) -> dict:
         return {"speculation": speculation(mode, gen.stats, gen.rounds),
@@ -226,7 +300,8 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "busy": worker.busy, "waiting": worker.waiting}
+        return {"status": "shutting_down" if worker.draining else "ok", "busy": worker.busy,
+                "waiting": worker.waiting}
 
     def model_object() -> dict:
         return {"id": target_id, "object": "model", "created": loaded_at, "owned_by": "localspec",
@@ -243,11 +318,11 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
 
     @app.post("/v1/chat/completions", dependencies=[Depends(authorize)])
     async def chat_completions(request: Request):
-        return await generate(request, "chat", "chat_completions")
+        return await generate(request, "chat")
 
     @app.post("/v1/completions", dependencies=[Depends(authorize)])
     async def completions(request: Request):
-        return await generate(request, "completion", "completions")
+        return await generate(request, "completion")
 
     @app.get("/metrics", dependencies=[Depends(authorize)])
     async def prometheus_metrics():
@@ -258,9 +333,14 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
 
 def serve(engine, settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, api_key: str | None = None,
           max_queue: int = 8, max_body: int = 8 << 20, default_max_tokens: int | None = None,
-          log_level: str = "info", cors_origins: list[str] | None = None) -> None:
-    """Serve until interrupted (uvicorn). Warns when binding beyond loopback without an API key,
-    and when any origin (``*``) may call from a browser."""
+          log_level: str = "info", shutdown_grace: float = 5.0, cors_origins: list[str] | None = None) -> None:
+    """Serve until SIGTERM or Ctrl-C (uvicorn). Warns when binding beyond loopback without an API key,
+    and when any origin (``*``) may call from a browser.
+
+    Shutdown: stop accepting connections, answer waiting requests 503, let the running answer
+    finish within ``shutdown_grace`` seconds (else end it with an error event, code
+    ``server_shutdown``), then return (the CLI exits 0).
+    """
     import uvicorn
 
     if host not in LOOPBACK and not api_key:
@@ -270,7 +350,29 @@ def serve(engine, settings: Settings, *, host: str = "127.0.0.1", port: int = 80
         print("warning: --cors-origin '*': any web page open in this machine's browser can use the model"
               + ("" if api_key else " (and no --api-key is set)"), file=sys.stderr)
     app = create_app(engine, settings, api_key=api_key, max_queue=max_queue, max_body=max_body,
-                     default_max_tokens=default_max_tokens, cors_origins=cors_origins)
+                     default_max_tokens=default_max_tokens, shutdown_grace=shutdown_grace, cors_origins=cors_origins)
     print(f"localspec serve: http://{host}:{port}/v1 (model {model_id(settings.target.model)}, "
           f"mode {settings.drafting.mode})", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                            timeout_graceful_shutdown=shutdown_grace + 3)  # a backstop after the worker's own
+
+    class DrainingServer(uvicorn.Server):
+        """uvicorn's server; its first exit signal also starts the worker's drain."""
+
+        def handle_exit(self, sig, frame) -> None:
+            if not self.should_exit:
+                drain = lambda: app.state.worker.drain(shutdown_grace)  # noqa: E731
+                try:  # a signal handler must not take locks: drain in the event loop
+                    asyncio.get_running_loop().call_soon_threadsafe(drain)
+                except RuntimeError:  # no event loop running yet
+                    drain()
+            super().handle_exit(sig, frame)
+
+    server = DrainingServer(config)
+    # uvicorn raises the signal it caught again after serving, to the handler it found: with the
+    # default one a SIGTERM would kill the process (exit -15) after a clean shutdown
+    previous = signal.signal(signal.SIGTERM, lambda sig, frame: None)
+    try:
+        server.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)

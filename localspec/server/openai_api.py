@@ -18,9 +18,9 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..events import EndReason, GenerationStats, RoundStats, TokenEvent
 
@@ -53,6 +53,54 @@ class ApiError(Exception):
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": ERROR_TYPES.get(self.status, "invalid_request_error"),
                           "param": self.param, "code": self.code}}
+
+
+#: the deepest nesting of arrays and objects a request body may have (OpenAI's request bodies
+#: nest less than 10 levels; a tool's JSON schema may add some)
+MAX_JSON_DEPTH = 64
+
+
+def _surrogate_at(text: str) -> int | None:
+    """Index of the first lone UTF-16 surrogate in ``text`` (valid in JSON, not in Unicode), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return e.start
+    return None
+
+
+def check_json(body: Any) -> None:
+    """Check a decoded request body before anything reads it (iterative: no recursion limit).
+
+    Raises:
+        ApiError: 400 ``invalid_json`` for arrays and objects nested more than
+            :data:`MAX_JSON_DEPTH` levels; 400 ``invalid_unicode`` naming the field
+            (``messages[0].content``) for a string or key holding a lone UTF-16 surrogate
+            (``"\\ud800"``: valid JSON, but no Unicode text, so it cannot be tokenized).
+    """
+    stack: list[tuple[Any, str, int]] = [(body, "", 1)]
+    while stack:
+        value, path, depth = stack.pop()
+        if isinstance(value, str):
+            at = _surrogate_at(value)
+            if at is not None:
+                raise ApiError(400, f"{path or 'the body'} holds a lone UTF-16 surrogate ({value[at]!r} at character "
+                                    f"{at}), which is not valid Unicode text", path or None, "invalid_unicode")
+        elif isinstance(value, (dict, list)):
+            if depth > MAX_JSON_DEPTH:
+                raise ApiError(400, f"the request body nests arrays and objects more than {MAX_JSON_DEPTH} levels deep",
+                               None, "invalid_json")
+            if isinstance(value, dict):
+                children = []
+                for key, child in value.items():
+                    where = f"{path}.{key}" if path else str(key)
+                    if _surrogate_at(key) is not None:
+                        raise ApiError(400, f"a key in {path or 'the body'} holds a lone UTF-16 surrogate, which is "
+                                            "not valid Unicode text", path or None, "invalid_unicode")
+                    children.append((child, where, depth + 1))
+            else:
+                children = [(child, f"{path}[{i}]", depth + 1) for i, child in enumerate(value)]
+            stack.extend(reversed(children))  # document order: the first bad field is reported
 
 
 def _nonempty(v: Any) -> bool:
@@ -101,6 +149,65 @@ class SamplingFields(BaseModel):
     # extensions with llama.cpp's names
     top_k: int | None = Field(None, ge=0)
     min_p: float | None = Field(None, ge=0.0, le=1.0)
+
+    @field_validator("max_tokens", "max_completion_tokens", "seed", "top_k", mode="before")
+    @classmethod
+    def _integral_number(cls, v: Any) -> Any:
+        """JSON has one number type: ``4.0`` is the integer 4 (as JSON Schema says); ``4.5`` stays refused."""
+        return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+class TextPart(BaseModel):
+    """A text content part (the only kind served)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    """A system, developer (read as system) or user message."""
+
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user"]
+    content: str | list[TextPart]
+
+
+class AssistantMessage(BaseModel):
+    """An assistant message of the history; its content may be null."""
+
+    model_config = ConfigDict(extra="allow")
+    role: Literal["assistant"]
+    content: str | list[TextPart] | None = None
+
+
+class Prediction(BaseModel):
+    """OpenAI's Predicted Outputs: text the answer will mostly repeat (drafted first)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["content"]
+    content: str | list[TextPart]
+
+
+StopString = Annotated[str, Field(min_length=1)]
+
+
+class ChatCompletionBody(SamplingFields):
+    """``POST /v1/chat/completions``: the request body as documented in ``/openapi.json``
+    (:func:`parse_request` checks it and names the parameter at fault)."""
+
+    messages: list[Annotated[ChatMessage | AssistantMessage, Field(discriminator="role")]] = Field(min_length=1)
+    prediction: Prediction | None = None
+    stop: StopString | list[StopString] | None = None
+
+
+class CompletionBody(SamplingFields):
+    """``POST /v1/completions``: the request body as documented in ``/openapi.json``."""
+
+    prompt: Annotated[str, Field(min_length=1)] | Annotated[list[Annotated[str, Field(min_length=1)]],
+                                                            Field(min_length=1, max_length=1)]
+    prediction: Prediction | None = None
+    stop: StopString | list[StopString] | None = None
 
 
 @dataclass

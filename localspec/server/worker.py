@@ -1,14 +1,15 @@
 """One engine, one request at a time, in arrival order.
 
 The engine is not thread-safe, so one worker thread owns it and takes jobs from a
-bounded FIFO queue (:class:`queue.Queue`: arrival order). A job posts its messages back
+bounded FIFO queue (a deque under a lock: arrival order). A job posts its messages back
 to the request's event loop (``call_soon_threadsafe``): :class:`Started` once the prompt
 is checked, :class:`Tokens` after every round, then :class:`Finished` or :class:`Failed`.
-A cancelled job (the client went away) is skipped while it waits and, while it runs,
-ends after the current round (``Generation.cancel``); the engine keeps both KV caches
+A cancelled job (the client went away) leaves the queue at once, freeing its place, and,
+while it runs, ends after the current round (``Generation.cancel``); the engine keeps both KV caches
 consistent with what was committed, so the next request runs as from a fresh start,
 reusing the common prefix of the KV cache (an agent resending a growing conversation
-prefills only the new part).
+prefills only the new part). On shutdown (:meth:`EngineWorker.drain`) the waiting jobs are
+answered 503 and the running one gets a bounded grace period to finish.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import queue
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
 
 from pydantic import ValidationError
 
@@ -77,10 +79,16 @@ class Job:
     enqueued_at: float = 0.0
     wait_seconds: float = 0.0
     _cancelled: threading.Event = field(default_factory=threading.Event)
+    #: set by the worker that queued it: takes the job out of the queue (its place is freed)
+    _withdraw: Callable[["Job"], None] | None = None
+    #: why the job was ended early by the server, not the client (shutdown), or None
+    ended_by_server: str | None = None
 
     def cancel(self) -> None:
-        """Stop this job: skipped if it waits, ended after the current round if it runs."""
+        """Stop this job: out of the queue at once if it waits, ended after the current round if it runs."""
         self._cancelled.set()
+        if self._withdraw is not None:
+            self._withdraw(self)
 
     @property
     def cancelled(self) -> bool:
@@ -124,8 +132,13 @@ class EngineWorker:
         self.max_queue = max_queue
         self.default_max_tokens = default_max_tokens
         self.on_finished = on_finished
-        self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
+        self.max_queue = max_queue
+        self._queue: deque[Job] = deque()  # live waiting jobs, in arrival order
         self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)  # a job arrived, or the worker should stop
+        self._stopping = False
+        #: set by :meth:`drain`: new requests get 503 (the server is shutting down)
+        self.draining = False
         self._arrivals = 0
         self._served = 0
         self._thread: threading.Thread | None = None
@@ -134,8 +147,8 @@ class EngineWorker:
 
     @property
     def waiting(self) -> int:
-        """Requests in the queue (not counting the one running)."""
-        return self._queue.qsize()
+        """Live requests in the queue (not counting the one running; a cancelled one leaves at once)."""
+        return len(self._queue)
 
     @property
     def busy(self) -> bool:
@@ -145,19 +158,46 @@ class EngineWorker:
         self._thread = threading.Thread(target=self._loop, name="localspec-engine", daemon=True)
         self._thread.start()
 
+    def _refuse_waiting(self, message: str) -> None:
+        with self._lock:
+            jobs = list(self._queue)
+            self._queue.clear()
+        for job in jobs:
+            job._cancelled.set()
+            job.post(Failed(ApiError(503, message, None, "server_shutdown")))
+
+    def drain(self, grace: float) -> None:
+        """Begin a graceful shutdown: take no more jobs, answer the waiting ones 503 now, and end
+        the running one if it has not finished within ``grace`` seconds.
+
+        A job ended this way reports ``ended_by_server`` (its stream ends with an error event saying
+        why). Safe to call from the event loop; returns at once (a timer thread ends the job).
+        """
+        self.draining = True
+        self._refuse_waiting("the server is shutting down; retry on another server or later")
+        running = self.current
+
+        def end_running() -> None:
+            job = self.current
+            if job is not None and job is running:
+                job.ended_by_server = f"the server is shutting down; the answer was ended after the {grace:g} s grace period"
+                job.cancel()
+
+        if running is not None:
+            timer = threading.Timer(grace, end_running)
+            timer.daemon = True
+            timer.start()
+
     def stop(self, timeout: float = 10.0) -> None:
         """Refuse what waits (503), end the running job after its round, stop the thread."""
-        while True:
-            try:
-                job = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if job is not None:
-                job.cancel()
-                job.post(Failed(ApiError(503, "the server is shutting down")))
+        self.draining = True
+        self._refuse_waiting("the server is shutting down")
         if self.current is not None:
+            self.current.ended_by_server = self.current.ended_by_server or "the server is shutting down"
             self.current.cancel()
-        self._queue.put(None)
+        with self._lock:
+            self._stopping = True
+            self._ready.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -165,47 +205,81 @@ class EngineWorker:
         """Queue ``job`` in arrival order.
 
         Raises:
-            ApiError: 429 with ``Retry-After`` (seconds) when ``max_queue`` requests wait.
+            ApiError: 429 with ``Retry-After`` (seconds) when ``max_queue`` live requests wait;
+                503 once the server is shutting down.
         """
         with self._lock:
-            job.enqueued_at = time.perf_counter()
-            try:
-                self._queue.put_nowait(job)
-            except queue.Full:
-                retry = max(1, min(600, math.ceil(self.mean_seconds * (self.waiting + 1))))
-                raise ApiError(429, f"{self.waiting} requests are waiting, the most this server queues; "
+            if self.draining:
+                raise ApiError(503, "the server is shutting down; retry on another server or later", None,
+                               "server_shutdown")
+            if len(self._queue) >= self.max_queue:
+                retry = max(1, min(600, math.ceil(self.mean_seconds * (len(self._queue) + 1))))
+                raise ApiError(429, f"{len(self._queue)} requests are waiting, the most this server queues; "
                                     f"retry in {retry} s", None, "queue_full",
-                               headers={"Retry-After": str(retry)}) from None
+                               headers={"Retry-After": str(retry)})
+            job.enqueued_at = time.perf_counter()
             job.arrival = self._arrivals
             self._arrivals += 1
+            job._withdraw = self._withdraw
+            self._queue.append(job)
+            self._ready.notify()
+
+    def _withdraw(self, job: Job) -> None:
+        """Take a cancelled job out of the queue (no effect once it runs or has left)."""
+        with self._lock:
+            try:
+                self._queue.remove(job)
+            except ValueError:
+                pass
+
+    def _next(self, block: bool = True) -> Job | None:
+        """The next live job, now :attr:`current` (None: stop, or none waits and ``block`` is False).
+        A job cancelled while it was being taken is skipped (cancel sets its flag before it asks
+        for the job's withdrawal)."""
+        with self._lock:
+            while True:
+                while block and not self._queue and not self._stopping:
+                    self._ready.wait()
+                if self._stopping or not self._queue:
+                    return None
+                job = self._queue.popleft()
+                job._withdraw = None
+                if not job.cancelled:
+                    self.current = job
+                    return job
 
     # -- the thread ---------------------------------------------------------------------
     def _loop(self) -> None:
-        while True:
-            job = self._queue.get()
-            if job is None:
-                return
+        job = self._next()
+        while job is not None:
             job.wait_seconds = time.perf_counter() - job.enqueued_at
             job.served = self._served
             self._served += 1
-            if job.cancelled:
-                continue
-            self.current = job
             t0 = time.perf_counter()
-            try:
-                self._run(job)
-            except ApiError as e:
-                job.post(Failed(e))
-            except LocalspecError as e:
-                status = 500 if isinstance(e, BackendError) else 400
-                job.post(Failed(ApiError(status, e.message + (f" ({e.hint})" if e.hint else ""),
-                                         job.request.prompt_param if status == 400 else None)))
-            except Exception:  # a bug: logged here with its traceback, never sent to the client
-                log.exception("request %d failed", job.arrival)
-                job.post(Failed(ApiError(500, "internal server error (see the server log)")))
-            finally:
-                self.current = None
-                self.mean_seconds += 0.2 * (time.perf_counter() - t0 - self.mean_seconds)
+            last, gen = self._serve(job)
+            self.mean_seconds += 0.2 * (time.perf_counter() - t0 - self.mean_seconds)
+            # take the next job before this one's last message goes out: its client may send its
+            # next request at once, and must find this request's place in the queue free
+            self.current = None
+            following = self._next(block=False)
+            job.post(last)
+            if gen is not None and self.on_finished is not None:
+                self.on_finished(job.request, gen)
+            job = following if following is not None else self._next()
+
+    def _serve(self, job: Job) -> tuple[Finished | Failed, Generation | None]:
+        """Run ``job``; its last message (not posted yet) and the finished generation (None on failure)."""
+        try:
+            return self._run(job)
+        except ApiError as e:
+            return Failed(e), None
+        except LocalspecError as e:
+            status = 500 if isinstance(e, BackendError) else 400
+            return Failed(ApiError(status, e.message + (f" ({e.hint})" if e.hint else ""),
+                                   job.request.prompt_param if status == 400 else None)), None
+        except Exception:  # a bug: logged here with its traceback, never sent to the client
+            log.exception("request %d failed", job.arrival)
+            return Failed(ApiError(500, "internal server error (see the server log)")), None
 
     def _prompt(self, req: GenerationRequest) -> tuple[list[int], int]:
         """Prompt token ids and max_tokens; ApiError 400 (with the numbers) when they do not fit."""
@@ -234,7 +308,8 @@ class EngineWorker:
         max_tokens = req.max_tokens or min(self.default_max_tokens or room, room)
         return prompt, max_tokens
 
-    def _run(self, job: Job) -> None:
+    def _run(self, job: Job) -> tuple[Finished | Failed, Generation | None]:
+        """Generate, posting Started and Tokens; returns the last message (not posted) and the generation."""
         req = job.request
         eng = self.engine
         prompt, max_tokens = self._prompt(req)
@@ -257,11 +332,11 @@ class EngineWorker:
             if not isinstance(e, LocalspecError):
                 log.exception("request %d failed while generating", job.arrival)
             gen.close()
-            job.post(Failed(ApiError(500, e.message if isinstance(e, LocalspecError) else
-                                     "internal server error (see the server log)")))
-            return
+            return Failed(ApiError(500, e.message if isinstance(e, LocalspecError) else
+                                   "internal server error (see the server log)")), None
         if pending:
             job.post(Tokens(pending, None))
-        job.post(Finished(gen))
-        if self.on_finished is not None:
-            self.on_finished(req, gen)
+        if job.ended_by_server is not None:  # cut by a shutdown, not finished: say so
+            return Failed(ApiError(503, f"{job.ended_by_server} ({gen.stats.tokens} tokens sent)", None,
+                                   "server_shutdown")), gen
+        return Finished(gen), gen

@@ -157,3 +157,74 @@ def test_huge_pages_change_where_the_weights_sit_not_the_logits(tiny_path):
                 toks.append(int(np.argmax(row)))
                 row = m.decode([toks[-1]])[-1]
         assert toks_a == toks_b
+
+
+def test_the_repack_probe_runs_in_a_child_and_the_load_follows_it(tiny_path, tmp_path, monkeypatch):
+    """The real probe on SmolLM2: two child processes (with and without llama.cpp's weight
+    repacking), a verdict both can trust, and a load that follows it. On a CPU where repacking
+    crashes (virtualized AMX Xeons) this process survives and loads without it."""
+    import os
+
+    from localspec import repack as rp
+    from localspec.config import ModelSettings
+    from localspec.loader import load_model
+
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    pids = []
+    real_run = rp.run_probe_child
+
+    def spy(command, timeout):
+        pids.append(command)
+        return real_run(command, timeout)
+
+    v = rp.decide_repack(tiny_path, "auto", n_threads=2, run=spy)
+    assert len(pids) == 2 and all("localspec.repack" in c for c in pids)  # each ran as its own process
+    assert v.without_repack.ok, v.without_repack  # the standard layout decodes everywhere we run
+    assert v.with_repack.outcome in ("ok", "crashed", "timeout", "failed")
+    assert v.use == (v.with_repack.ok and v.speed_ratio is not None and v.speed_ratio <= 1.0)
+    assert rp.verdict_path(v.key).exists()
+    monkeypatch.setattr(rp, "run_probe_child", lambda *a: pytest.fail("a cached verdict must not probe again"))
+    model = load_model(ModelSettings(model=str(tiny_path), n_ctx=256, n_threads=2, huge_pages=False,
+                                     flash_attn="off"))
+    try:
+        assert model.repack == v.use and model.repack_verdict.reason == v.reason
+        # a batched decode, the one that crashes AMX kernels where they are unsafe
+        rows = model.decode(model.tokenize("The quick brown fox jumps over the lazy dog"), logits_for="all")
+        assert rows.shape[0] >= 8
+    finally:
+        model.close()
+    assert os.getpid()  # still here
+
+
+def test_cancel_stops_a_long_prefill_within_a_pass(tiny_engine):
+    """Esc during a long prompt's prefill: the decode stops at once (llama.cpp's abort callback),
+    the generation ends cancelled with nothing generated, and the next generation is exact."""
+    import threading
+    import time
+
+    from localspec.config import DraftParams, GenerationParams, SamplingParams
+
+    words = " ".join(f"word{i}" for i in range(1500))
+    prompt = tiny_engine.tokenize(words)[:1800]
+    tiny_engine.target.reset()
+    seen = []
+    gen = tiny_engine.generate(prompt, SamplingParams(), DraftParams(mode="none"), GenerationParams(max_tokens=8))
+    gen.on_prefill = lambda done, total: seen.append((done, total))
+    timer = threading.Timer(0.05, gen.cancel)
+    t0 = time.perf_counter()
+    timer.start()
+    gen.run()
+    stopped_after = time.perf_counter() - t0
+    assert gen.stats.end_reason is EndReason.CANCELLED and gen.token_ids == []
+    assert seen and seen[0] == (0, len(prompt) - 1)
+    # the cache holds a prefix of the prompt (whole chunks), never a half-written chunk
+    cached = tiny_engine.target.cached_tokens
+    assert cached == prompt[: len(cached)] and len(cached) < len(prompt) - 1
+    full = tiny_engine.generate(prompt, SamplingParams(), DraftParams(mode="none"), GenerationParams(max_tokens=8))
+    t1 = time.perf_counter()
+    full.run()
+    uncut = time.perf_counter() - t1
+    assert stopped_after < uncut  # the cancelled one did not read the whole prompt
+    assert not tiny_engine.target.abort_requested
+    ref = run(tiny_engine, prompt, "lookup", 8)[0]
+    assert full.token_ids == ref.token_ids and len(ref.token_ids) == 8

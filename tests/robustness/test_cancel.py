@@ -42,7 +42,7 @@ class InterruptingModel(FakeModel):
         self.at = at
         self.calls = 0
 
-    def decode(self, tokens, logits_for="last"):
+    def decode(self, tokens, logits_for="last", progress=None):
         out = super().decode(tokens, logits_for)
         self.calls += 1
         if self.calls == self.at:

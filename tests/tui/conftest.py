@@ -13,9 +13,10 @@ def _isolate(tmp_path, monkeypatch):
     monkeypatch.setenv("LOCALSPEC_CONFIG", str(tmp_path / "config" / "settings.json"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("TEXTUAL_ANIMATIONS", "none")
-    from textual.widgets import Input
+    from textual.widgets import Input, TextArea
 
     monkeypatch.setattr(Input, "cursor_blink", False, raising=False)
+    monkeypatch.setattr(TextArea, "cursor_blink", False, raising=False)
 
 
 @pytest.fixture

@@ -155,3 +155,103 @@ async def test_much_shorter_answer_is_asked_about_at_once(clock, tmp_path, monke
         await pilot.press("n")
         await pilot.pause()
     assert (tmp_path / "m.py").read_text() == original
+
+
+async def test_dropped_variable_is_named_before_replacing(clock, tmp_path, monkeypatch):
+    """Issue 23 item 8: the result still parses, but uses a name the model dropped: the
+    notification and the confirmation name it (pyflakes, only what is new)."""
+    monkeypatch.chdir(tmp_path)
+    original = "import os\n\nLIMIT = 3\n\n\ndef f(x):\n    return min(x, LIMIT) + missing_before\n"
+    new = "import os\n\n\ndef f(x: int) -> int:\n    return min(x, LIMIT) + missing_before\n"
+    (tmp_path / "a.py").write_text(original)
+    eng = FakeEngine(clock, reply="```python\n" + new + "```")
+    app = build(eng, edit_file="a.py", remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await idle(pilot)
+        await run_instruction(pilot, "type hints")
+        scr = edit_screen(app)
+        assert scr.result.warnings == ("the result uses names it no longer defines: LIMIT (line 5)",)
+        assert any("LIMIT (line 5)" in m for m in notes(app))
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert isinstance(app.screen, Confirm)
+        assert "no longer defines: LIMIT (line 5)" in app.screen.question
+        assert "missing_before" not in app.screen.question  # undefined in the original too: not new
+        await pilot.press("n")
+        await pilot.pause()
+    assert (tmp_path / "a.py").read_text() == original
+
+
+async def test_stop_before_any_token_offers_nothing_to_keep(tmp_path, monkeypatch):
+    """Issue 23 item 4: Esc before the first token: no all-deleted diff, no 'keep as new
+    file' of an empty file; the screen says there is nothing to keep."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.py").write_text("x = 1\n")
+    eng = FakeEngine(reply="```python\nx = 2\n```", round_delay=0.3)
+    app = build(eng, edit_file="a.py", remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await idle(pilot)
+        box = app.screen.query_one("#edit-instruction")
+        box.value = "x is two"
+        await box.action_submit()
+        for _ in range(250):
+            await pilot.pause(0.02)
+            if eng.started.is_set():
+                break
+        await pilot.press("escape")
+        await idle(pilot)
+        scr = edit_screen(app)
+        assert scr.current.stats.tokens == 0 and scr.current.stats.end_reason == "cancelled"
+        assert app.screen is scr  # no dialog offering to keep anything
+        assert scr.result is None and scr.query_one("#edit-diff").diff == ""
+        assert any("nothing to keep" in m and "a.py was not changed" in m for m in notes(app))
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.py"]
+
+
+async def test_replace_updates_the_header_and_a_second_replace_writes_nothing(clock, tmp_path, monkeypatch):
+    """Issue 23 item 7: after Ctrl+R the header counts the new file's lines; a second
+    Ctrl+R says the file already holds the result and adds no backup."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.py").write_text("x = 1\n")
+    eng = FakeEngine(clock, reply="```python\nx = 1\ny = 2\nz = 3\n```")
+    app = build(eng, edit_file="a.py", remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await idle(pilot)
+        header = app.screen.query_one("#edit-file")
+        assert str(header.render()).endswith("(1 line)")
+        await run_instruction(pilot, "add y and z")
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+        assert str(header.render()).endswith("(3 lines)")
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert not isinstance(app.screen, Confirm)
+        assert any("already holds this result" in m for m in notes(app))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.py", "a.py.bak"]
+
+
+async def test_ctrl_d_toggles_the_diff_from_the_instruction_box(clock, tmp_path, monkeypatch):
+    """Issue 23 item 13: Ctrl+D works while the instruction box has focus (the default),
+    the footer shows it there, and the command palette offers it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.py").write_text("x = 1\n")
+    eng = FakeEngine(clock, reply="```python\nx = 2\n```")
+    app = build(eng, edit_file="a.py", remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await idle(pilot)
+        await run_instruction(pilot, "x is two")
+        scr = edit_screen(app)
+        assert app.focused is scr.query_one("#edit-instruction")
+        switcher = scr.query_one("#edit-switcher")
+        assert switcher.current == "edit-diff-scroll"
+        await pilot.press("ctrl+d")
+        assert switcher.current == "edit-stream-scroll"
+        await pilot.press("ctrl+d")
+        assert switcher.current == "edit-diff-scroll"
+        shown = {b.key for (_n, b, enabled, _t) in app.active_bindings.values() if b.show and enabled}
+        assert "ctrl+d" in shown
+        assert "Diff / answer" in [c.title for c in app.get_system_commands(scr)]

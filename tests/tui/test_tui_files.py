@@ -105,3 +105,70 @@ def test_conversation_bad_file(tmp_path):
     p.write_text('{"messages": [{"role": "robot", "content": "x"}]}')
     with pytest.raises(FileError, match="not a localspec conversation"):
         load_conversation(p)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_new_files_follow_the_umask(tmp_path, umask):
+    """Issue 23 item 6: a saved conversation or name.edited.py gets the mode open() would
+    give it, not mkstemp's 0600; an existing file keeps its own mode."""
+    from localspec.codeedit import apply_answer, save_new
+
+    old = os.umask(umask)
+    try:
+        conv = save_conversation(Conversation(messages=[Message(role="user", content="hi")]), tmp_path / "c.json")
+        src = tmp_path / "a.py"
+        src.write_text("x = 1\n")
+        src.chmod(0o640)
+        edited = save_new(src, apply_answer("x = 1\n", "```python\nx = 2\n```", name="a.py"))
+        atomic_write_text(src, "x = 3\n")
+    finally:
+        os.umask(old)
+    assert conv.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert edited.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert src.stat().st_mode & 0o777 == 0o640
+
+
+def test_edit_of_a_missing_file_fails_at_the_command_line(tmp_path, monkeypatch, capsys):
+    """Issue 23 item 15: `localspec edit nope.py` prints error:/hint: and exits nonzero;
+    the UI is not opened."""
+    import tui.app
+    from localspec.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    opened = []
+    monkeypatch.setattr(tui.app, "run_app", lambda *a, **k: opened.append(a))
+    code = main(["edit", "nope.py"])
+    err = capsys.readouterr().err
+    assert code != 0 and not opened
+    assert err.startswith("error: no such file: nope.py") and "\nhint: " in err
+    (tmp_path / "bin.py").write_bytes(b"\x00\x01")
+    assert main(["edit", "bin.py"]) != 0 and not opened
+    assert "binary" in capsys.readouterr().err
+    (tmp_path / "ok.py").write_text("x = 1\n")
+    assert main(["edit", "ok.py"]) == 0 and len(opened) == 1
+
+
+def test_new_undefined_names_reports_only_what_is_new():
+    """Issue 23 item 8: pyflakes on the original and the result; names already undefined
+    in the original are not reported."""
+    from localspec.codeedit import new_undefined_names
+
+    original = "import json\n\ndef f(s):\n    data = json.loads(s)\n    return data, helper\n"
+    result = "def f(s):\n    return json.loads(s), helper, data\n"
+    assert new_undefined_names(original, result, "m.py") == [("data", 2), ("json", 2)]
+    assert new_undefined_names(original, original, "m.py") == []
+    local = "def g():\n    y = 1\n    return y\n"
+    assert new_undefined_names(local, "def g():\n    return y\n    y = 1\n", "m.py") == [("y", 2)]
+
+
+def test_options_without_a_command_open_the_chat(monkeypatch):
+    """`localspec --target X --mode lookup` opens the chat UI, as `localspec` alone does."""
+    import tui.app
+    from localspec.cli import main
+
+    opened = []
+    monkeypatch.setattr(tui.app, "run_app", lambda settings, **k: opened.append((settings, k)))
+    assert main(["--target", "smollm2-135m", "--mode", "lookup"]) == 0
+    (settings, kw), = opened
+    assert settings.target.model == "smollm2-135m" and settings.drafting.mode == "lookup"
+    assert kw == {"edit_file": None, "race": False}

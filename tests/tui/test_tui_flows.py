@@ -290,3 +290,61 @@ async def test_corrupt_user_config_is_reported_in_the_app(fake):
     async with app.run_test(size=SIZE) as pilot:
         await idle(pilot)
         assert any("corrupt-" in m and "default settings" in m for m in messages(app))
+
+
+async def test_race_too_short_for_a_figure_says_so_here_and_in_chat(clock):
+    """Issue 23 item 11: a race whose sides produce a few tokens gives no speedup figure;
+    the race screen and the chat panel say why instead."""
+    spec, only = FakeEngine(clock, reply="Hi there."), FakeEngine(clock, reply="Hi there.")
+    app = build(spec, engines=(only,), race=True, remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await idle(pilot)
+        await submit(pilot, "#race-prompt", "say hi")
+        result = str(app.screen.query_one("#race-result").render())
+        assert "no speedup figure" in result and "too few" in result and "x " not in result
+        assert app.last_speedup is None
+        await pilot.press("f1")
+        await pilot.pause()
+        from tui.widgets import StatsPanel
+
+        panel = app.screen.query_one(StatsPanel)
+        assert panel.speedup is None and "no figure" in panel.speedup_note
+
+
+async def test_notices_of_the_engine_are_shown_once_loaded(clock):
+    """What the engine wants the user told once (e.g. weight repacking turned off) is a notification."""
+    fake = FakeEngine(clock)
+    fake.notices = ["weight repacking is off: the probe [crashed] on this CPU"]
+    app = build(fake, remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await idle(pilot)
+        assert fake.notices[0] in messages(app)
+
+
+async def test_function_keys_work_while_a_prompt_has_focus(clock):
+    """The prompts are TextAreas, which bind F6 and F7 themselves: the screens' F6 (retry,
+    race again), F7 and F8 (rounds) still act while a prompt has focus."""
+    spec, only = FakeEngine(clock), FakeEngine(clock)
+    app = build(spec, engines=(only,), race=True, remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await idle(pilot)
+        await submit(pilot, "#race-prompt", "reverse a string")
+        assert app.focused is app.screen.query_one("#race-prompt")
+        n = len(spec.calls)
+        await pilot.press("f6")
+        await idle(pilot)
+        assert len(spec.calls) == n + 1
+        await pilot.press("f1")
+        await pilot.pause()
+        await submit(pilot, "#prompt", "hi")
+        assert app.focused is app.screen.query_one("#prompt")
+        n = len(spec.calls)
+        await pilot.press("f6")  # retry
+        await idle(pilot)
+        assert len(spec.calls) == n + 1 and len(app.screen.messages) == 2
+        insp = app.screen.query_one("#inspector")
+        last = insp.index
+        await pilot.press("f7")
+        assert insp.index == last - 1
+        await pilot.press("f8")
+        assert insp.index == last

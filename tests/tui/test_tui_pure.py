@@ -189,3 +189,28 @@ def test_redraw_pacer_keeps_the_ui_thread_under_its_budget():
         cycle(0.1, pacer.interval)
         pacer.drew()
     assert pacer.interval == pytest.approx(1.0)
+
+
+def _side(tokens, seconds, drafted=0):
+    return LiveStats(tokens=tokens, elapsed_seconds=seconds, drafted=drafted, accepted=drafted // 2)
+
+
+def test_race_verdict_gives_no_figure_when_it_means_nothing():
+    """Issue 23 item 11: nothing drafted, too few tokens: no speedup figure, and the line says why."""
+    from tui.screens.race import race_verdict
+
+    texts = {"target": "x", "spec": "x"}
+    sp, line = race_verdict(_side(1, 0.5), _side(1, 0.25, drafted=0), texts)  # the issue's race: 2.00x
+    assert sp is None and "drafted nothing" in line and "2.00" not in line
+    sp, line = race_verdict(_side(3, 0.5), _side(3, 0.25, drafted=2), texts)
+    assert sp is None and "3 tokens on a side are too few" in line
+    sp, line = race_verdict(_side(40, 1.0), _side(40, 0.98, drafted=30), texts)
+    assert sp == pytest.approx(1 / 0.98) and "within measurement noise" in line and "faster" not in line
+    sp, line = race_verdict(_side(40, 1.0), _side(40, 0.5, drafted=30), texts)
+    assert sp == pytest.approx(2.0) and line.endswith("speculation was faster")
+
+
+def test_plural():
+    from tui.stats import plural
+
+    assert [plural(n, "token") for n in (0, 1, 2)] == ["0 tokens", "1 token", "2 tokens"]

@@ -7,7 +7,9 @@ from __future__ import annotations
 import sys
 
 import pytest
-from textual.widgets import Input, ProgressBar
+from textual.widgets import ProgressBar
+
+from tui.prompt import PromptArea
 
 from tui_fakes import FakeClock, FakeEngine
 from tui_helpers import build, idle
@@ -20,7 +22,7 @@ async def test_no_blink_and_no_hidden_animation_while_streaming():
     app = build(fake)
     async with app.run_test(size=(120, 40)) as pilot:
         await idle(pilot)
-        box = app.screen.query_one("#prompt", Input)
+        box = app.screen.query_one("#prompt", PromptArea)
         box.cursor_blink = True  # the tests' conftest turns blinking off for stable snapshots
         before = sys.getswitchinterval()
         # loaded: the hidden load bar is determinate, so its 15-per-second animation is off
@@ -58,7 +60,7 @@ async def test_paced_stream_shows_every_token_by_the_end(monkeypatch):
     app = build(fake)
     async with app.run_test(size=(120, 40)) as pilot:
         await idle(pilot)
-        box = app.screen.query_one("#prompt", Input)
+        box = app.screen.query_one("#prompt", PromptArea)
         box.value = "hello"
         await box.action_submit()
         await idle(pilot)

@@ -128,6 +128,8 @@ async def test_panel_shows_the_engines_generation_stats(tiny_available):
             table = panel.query_one("#stats-table").content
             from rich.console import Console
 
+            from tui.stats import plural
+
             console = Console(width=44, record=True)
             console.print(table)
             text = console.export_text()
@@ -141,6 +143,6 @@ async def test_panel_shows_the_engines_generation_stats(tiny_available):
     assert f"{gs.tokens_per_second:.1f} tok/s" in text
     assert f"{gs.prefill_seconds:.2f} s ({gs.prompt_tokens} tokens)" in text
     assert f"({gs.accepted}/{gs.drafted} drafted)" in text
-    assert f"{gs.tokens} in {gs.rounds} rounds" in text
+    assert f"{plural(gs.tokens, 'token')} in {plural(gs.rounds, 'round')}" in " ".join(text.split())
     # the live figures were the engine's too: counts never run ahead of the final ones
     assert all(s.tokens <= gs.tokens and s.rounds <= gs.rounds and s.drafted <= gs.drafted for s in live)

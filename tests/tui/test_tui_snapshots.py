@@ -132,10 +132,12 @@ def _stats_engine():
 
 def test_stats_panel_80_columns(snap_compare):
     """issue 8: at the narrowest supported width every label is whole, the reason wraps on
-    its own line, catch-up and prefill are shown beside the decode rate."""
+    its own line, catch-up and prefill are shown beside the decode rate (issue 23: at 80
+    columns the panel is folded away; F10 shows it)."""
 
     async def run_before(pilot):
         await _ask(pilot)
+        await pilot.press("f10")
         await _settle(pilot)
 
     assert snap_compare(build(_stats_engine(), remember=False), run_before=run_before, terminal_size=(80, 34))
@@ -165,3 +167,79 @@ def test_stats_panel_before_first_answer_150_columns(snap_compare):
 def test_race_mode_80_columns(snap_compare):
     """Race at 80 columns: decode rates, untimed prefill, the verdict and the repeat control."""
     assert _race(snap_compare, (80, 34))
+
+
+# -- issue 23: the layouts at 80x24 and 160x45 ------------------------------------------
+SMALL, LARGE = (80, 24), (160, 45)
+
+
+def _chat_snap(snap_compare, size, keys=()):
+    async def run_before(pilot):
+        await _ask(pilot, "reverse a string in python:\nkeep [bold] and list[int] as typed")
+        for key in keys:
+            await pilot.press(key)
+        await _settle(pilot)
+
+    return snap_compare(build(FakeEngine(FakeClock()), remember=False), run_before=run_before, terminal_size=size)
+
+
+def test_chat_80x24(snap_compare):
+    """The side panel folded away, one line of figures, a multi-line message shown as typed, the footer whole."""
+    assert _chat_snap(snap_compare, SMALL)
+
+
+def test_chat_80x24_panel_open(snap_compare):
+    """F10 on a narrow screen: the statistics panel and the inspector in place of the chat."""
+    assert _chat_snap(snap_compare, SMALL, keys=("f10",))
+
+
+def test_chat_160x45(snap_compare):
+    assert _chat_snap(snap_compare, LARGE)
+
+
+def _edit_snap(snap_compare, tmp_path, monkeypatch, size):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "greet.py").write_text("def greet(name):\n    print('hello ' + name)\n\n\ngreet('world')\n")
+    reply = "```python\ndef greet(name: str) -> None:\n    print('hello ' + name)\n\n\ngreet('world')\n```"
+
+    async def run_before(pilot):
+        await _idle(pilot)
+        box = pilot.app.screen.query_one("#edit-instruction")
+        box.value = "add type hints"
+        await box.action_submit()
+        await _idle(pilot)
+        await _settle(pilot)
+
+    app = build(FakeEngine(FakeClock(), reply=reply), edit_file="greet.py", remember=False)
+    return snap_compare(app, run_before=run_before, terminal_size=size)
+
+
+def test_code_edit_80x24(snap_compare, tmp_path, monkeypatch):
+    assert _edit_snap(snap_compare, tmp_path, monkeypatch, SMALL)
+
+
+def test_code_edit_160x45(snap_compare, tmp_path, monkeypatch):
+    assert _edit_snap(snap_compare, tmp_path, monkeypatch, LARGE)
+
+
+def test_race_80x24(snap_compare):
+    assert _race(snap_compare, SMALL)
+
+
+def test_race_160x45(snap_compare):
+    assert _race(snap_compare, LARGE)
+
+
+def test_settings_80x24(snap_compare):
+    """The settings dialog on a 24-row screen: the form scrolls, the buttons are on screen."""
+
+    async def run_before(pilot):
+        await _idle(pilot)
+        await pilot.press("f4")
+        await _settle(pilot)
+
+    settings = Settings(target=ModelSettings(model="qwen2.5-coder-1.5b", n_threads=4),
+                        draft=ModelSettings(model="qwen2.5-coder-0.5b", n_threads=4),
+                        drafting=DraftParams(mode="draft"))
+    app = build(FakeEngine(FakeClock()), settings=settings, remember=False)
+    assert snap_compare(app, run_before=run_before, terminal_size=SMALL)

@@ -85,6 +85,9 @@ class FakeGeneration:
                 if eng.round_delay:
                     eng.started.set()
                     time.sleep(eng.round_delay)
+                    if self._cancel:  # stopped during the pass (llama.cpp's abort callback): nothing committed
+                        end = EndReason.CANCELLED
+                        break
                 planned = ACCEPT_PATTERN[rnd % len(ACCEPT_PATTERN)]
                 if mode == "none" or planned is None:
                     g, k = 0, 0
@@ -150,6 +153,7 @@ class FakeEngine:
         self.closed = False
         self.started = threading.Event()
         self.cached_prompt: list[int] | None = None  #: the prompt whose prefill is in the "KV cache"
+        self.notices: list[str] = []  #: what the loader would tell the user once
 
     def token_id(self, text: str) -> int:
         if text not in self.vocab:
@@ -175,7 +179,7 @@ class FakeEngine:
                 return reply
         return self.reply
 
-    def prefill(self, prompt, draft: bool = True) -> Prefill:
+    def prefill(self, prompt, draft: bool = True, progress=None) -> Prefill:
         """Like the engine's: costs ``prefill_seconds`` on the clock unless the prompt is cached."""
         if list(prompt) == self.cached_prompt:
             return Prefill(0.0, 0.0, len(prompt) - 1)
@@ -183,7 +187,7 @@ class FakeEngine:
         self.clock.advance(self.prefill_seconds)
         return Prefill(self.prefill_seconds, 0.0, 0)
 
-    def calibrated_costs(self, draft_max: int, remeasure: bool = False) -> EngineCosts:
+    def calibrated_costs(self, draft_max: int, remeasure: bool = False, progress=None) -> EngineCosts:
         """A flat cost curve: every verification pass costs ``verify_seconds``."""
         curve = [self.verify_seconds] * (draft_max + 1)
         self.cost_model = EngineCosts(verify=list(curve), draft_token=None, target=ModelCosts(seconds=curve), draft=None)

@@ -43,6 +43,9 @@ class FakeChatModel(FakeModel):
             out.append(f"t{SEP}")
         return " ".join(out)
 
+    def tokenize_chat(self, messages, add_generation_prompt=True) -> list[int]:
+        return self.tokenize(self.render_chat(messages, add_generation_prompt))
+
     def tokenize(self, text: str, **kw) -> list[int]:
         """Words ``tN``; a word cut by a stop string (``t`` or ``t1`` of ``t12``) is kept as far as it parses."""
         return [int(w[1:]) for w in text.split() if w[1:].isdigit()]

@@ -277,7 +277,7 @@ class _FakeModel:
     def is_eog(self, t):
         return False
 
-    def decode(self, tokens, logits_for="last"):
+    def decode(self, tokens, logits_for="last", progress=None):
         self.cached_tokens.extend(tokens)
 
     def truncate(self, n):
@@ -550,7 +550,7 @@ class _FlashFakeModel(_FakeModel):
             self.cached_tokens = []
         self.flash_attn = on
 
-    def decode(self, tokens, logits_for="last"):
+    def decode(self, tokens, logits_for="last", progress=None):
         per_cached = 0.5e-6 if self.flash_attn else 1e-6
         self.clock[0] += len(tokens) * (1e-3 + per_cached * len(self.cached_tokens))
         self.cached_tokens.extend(tokens)

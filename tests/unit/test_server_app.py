@@ -1,13 +1,20 @@
 """The server's control flow on the fake backend (the real model and the openai client are in
 tests/integration/test_server.py): a bug in the engine is a 500 without a traceback and the
-server keeps serving; errors are OpenAI's error object."""
+server keeps serving; errors are OpenAI's error object; hostile input (issue 22) is a 4xx naming what is wrong."""
 
+import asyncio
+import time
+
+import pytest
 from fastapi.testclient import TestClient
 
 from fakes import FakeModel
-from localspec.config import DraftParams, ModelSettings, Settings
+from localspec.config import DraftParams, ModelSettings, SamplingParams, Settings
 from localspec.engine import SpeculativeEngine
 from localspec.server import create_app
+from localspec.server.app import bearer_token
+from localspec.server.openai_api import MAX_JSON_DEPTH, ApiError, check_json, parse_request
+from localspec.server.worker import EngineWorker, Failed, Finished, Job
 
 SETTINGS = Settings(target=ModelSettings(model="fake.gguf"), drafting=DraftParams(mode="lookup"))
 
@@ -49,6 +56,152 @@ def test_prediction_counts_on_the_fake(tmp_path):
         metrics = c.get("/metrics").text
         assert 'localspec_spec_decode_num_accepted_tokens_total{drafter="prediction"}' in metrics
         assert "localspec_requests_deferred 0.0" in metrics
+
+
+# -- issue 22: hostile input ----------------------------------------------------------------------
+@pytest.mark.parametrize("header, token", [
+    ("Bearer k", "k"), ("bearer k", "k"), ("BEARER k", "k"), ("Bearer   k ", "k"), (" bEaReR k", "k"),
+    ("Basic k", None), ("Bearer", None), ("Bearer ", None), ("k", None), ("", None), ("Bearerk", None),
+])
+def test_bearer_token_scheme_is_case_insensitive(header, token):
+    assert bearer_token(header) == token
+
+
+def nested(depth: int):
+    v: list = []
+    for _ in range(depth - 1):
+        v = [v]
+    return v
+
+
+@pytest.mark.parametrize("body, param, code", [
+    ({"messages": [{"role": "user", "content": "a\ud800"}]}, "messages[0].content", "invalid_unicode"),
+    ({"prompt": ["x", "\udfff"]}, "prompt[1]", "invalid_unicode"),
+    ({"prediction": {"type": "content", "content": "\ud83d"}}, "prediction.content", "invalid_unicode"),
+    ({"metadata": {"k\ud800": 1}}, "metadata", "invalid_unicode"),
+    ({"a": "ok", "b": "\ud800", "c": "\udc00"}, "b", "invalid_unicode"),  # the first one in document order
+    ({"metadata": nested(MAX_JSON_DEPTH)}, None, "invalid_json"),
+])
+def test_check_json_names_the_field(body, param, code):
+    with pytest.raises(ApiError) as e:
+        check_json(body)
+    assert e.value.status == 400 and e.value.param == param and e.value.code == code
+
+
+def test_check_json_passes_ordinary_bodies():
+    check_json({"messages": [{"role": "user", "content": "smile 😀"}], "metadata": nested(MAX_JSON_DEPTH - 1)})
+
+
+def test_integral_numbers_are_integers():
+    assert parse_request({"prompt": "x", "max_tokens": 4.0, "seed": 7.0}, "completion").max_tokens == 4
+    with pytest.raises(ApiError) as e:
+        parse_request({"prompt": "x", "max_tokens": 4.5}, "completion")
+    assert e.value.param == "max_tokens"
+
+
+def test_openapi_documents_the_request_bodies():
+    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS, api_key="k")) as c:
+        doc = c.get("/openapi.json").json()
+    for path, model in (("/v1/chat/completions", "ChatCompletionBody"), ("/v1/completions", "CompletionBody")):
+        ref = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        assert ref == f"#/components/schemas/{model}" and model in doc["components"]["schemas"]
+    assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+
+
+def make_job(loop, n: int = 0) -> Job:
+    return Job(parse_request({"prompt": f"t{3 + n}", "max_tokens": 2}, "completion"), SamplingParams(), loop)
+
+
+def drain_messages(loop, job) -> list:
+    loop.run_until_complete(asyncio.sleep(0))
+    out = []
+    while not job.out.empty():
+        out.append(job.out.get_nowait())
+    return out
+
+
+def test_a_cancelled_waiter_frees_its_place_at_once():
+    """No worker thread runs: every job waits, so only cancellation can free a place."""
+    loop = asyncio.new_event_loop()
+    try:
+        worker = EngineWorker(SpeculativeEngine(FakeModel(), None), SETTINGS, max_queue=2)
+        a, b, c = make_job(loop, 0), make_job(loop, 1), make_job(loop, 2)
+        worker.submit(a)
+        worker.submit(b)
+        with pytest.raises(ApiError) as e:
+            worker.submit(c)
+        assert e.value.status == 429 and worker.waiting == 2
+        a.cancel()
+        b.cancel()
+        assert worker.waiting == 0
+        worker.submit(c)
+        assert worker.waiting == 1 and c.arrival == 2
+        # a shutdown answers the waiting job 503 and refuses new ones
+        worker.drain(grace=1.0)
+        assert worker.waiting == 0 and worker.draining
+        (msg,) = drain_messages(loop, c)
+        assert isinstance(msg, Failed) and msg.error.status == 503 and msg.error.code == "server_shutdown"
+        with pytest.raises(ApiError) as e:
+            worker.submit(make_job(loop, 3))
+        assert e.value.status == 503
+    finally:
+        loop.close()
+
+
+def test_401s_are_counted_in_the_metrics():
+    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS, api_key="k")) as c:
+        for headers in ({}, {"Authorization": "Bearer nope"}):
+            assert c.post("/v1/completions", json={"prompt": "t3"}, headers=headers).status_code == 401
+        assert c.post("/v1/completions", json={"prompt": "t3 t5", "max_tokens": 2},
+                      headers={"Authorization": "bearer k"}).status_code == 200
+        metrics = c.get("/metrics", headers={"Authorization": "Bearer k"}).text
+    assert 'localspec_requests_total{endpoint="completions",status="401"} 2.0' in metrics
+    assert 'localspec_requests_total{endpoint="completions",status="200"} 1.0' in metrics
+
+
+def test_a_job_cancelled_as_it_is_taken_is_skipped():
+    """The flag is set before the withdrawal: a job the worker pops in between is not run."""
+    loop = asyncio.new_event_loop()
+    try:
+        worker = EngineWorker(SpeculativeEngine(FakeModel(), None), SETTINGS, max_queue=2)
+        a, b = make_job(loop, 0), make_job(loop, 1)
+        worker.submit(a)
+        worker.submit(b)
+        a._cancelled.set()  # cancel() half done: flagged, not yet withdrawn
+        taken = worker._next()
+        assert taken is b and worker.current is b and worker.waiting == 0
+    finally:
+        loop.close()
+
+
+def test_the_next_job_is_taken_before_the_last_message_goes_out():
+    """A client that sends its next request as soon as its answer arrives finds a free place
+    (issue 22: a full queue must not refuse it while the worker is between two jobs)."""
+    loop = asyncio.new_event_loop()
+    worker = EngineWorker(SpeculativeEngine(FakeModel(), None), SETTINGS, max_queue=2)
+    seen = []
+
+    class Recording(Job):
+        def post(self, msg):
+            if isinstance(msg, (Finished, Failed)):
+                seen.append((self.arrival, worker.waiting))
+            super().post(msg)
+
+    def job(n):
+        return Recording(parse_request({"prompt": f"t{3 + n}", "max_tokens": 2}, "completion"), SamplingParams(),
+                         loop)
+
+    try:
+        worker.submit(job(0))
+        worker.submit(job(1))
+        worker.start()
+        deadline = time.monotonic() + 10
+        while len(seen) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert seen[:2] == [(0, 0), (1, 0)]  # job 1 left the queue before job 0's answer was posted
+    finally:
+        worker.stop()
+        loop.close()
 
 
 def test_tools_on_a_template_without_tool_support_are_a_400_naming_the_model():

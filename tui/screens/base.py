@@ -5,14 +5,17 @@ from __future__ import annotations
 import itertools
 import time
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import ProgressBar, Static
 
-from ..messages import GenerationFailed, GenerationFinished, TokensEmitted
+from ..messages import GenerationFailed, GenerationFinished, PrefillProgress, TokensEmitted
 from ..stats import LiveStats, RoundView
+from ..footer import NARROW_COLUMNS
 from ..widgets import RoundInspector, StatsPanel, TokenStream
 
 _tags = itertools.count(1)
@@ -87,7 +90,7 @@ class LoadBar(Vertical):
     def _update(self, _=None) -> None:
         app = self.app
         self.display = app.engine_state == "loading"
-        self.query_one("#load-stage", Static).update(app.load_text)
+        self.query_one("#load-stage", Static).update(Text(app.load_text))
         bar = self.query_one("#load-progress", ProgressBar)
         if app.engine_state != "loading":
             bar.update(total=1, progress=1)  # hidden: an indeterminate bar would animate 15 times a second
@@ -98,6 +101,12 @@ class LoadBar(Vertical):
 
 
 class UserMessage(Static):
+    """The user's message, shown as typed (plain text: never read as markup)."""
+
+    def __init__(self, text: str, **kw) -> None:
+        super().__init__(text, markup=False, **kw)
+        self.text = text
+
     def on_mount(self) -> None:
         self.border_title = "You"
 
@@ -125,9 +134,21 @@ def side_panel() -> ComposeResult:
         yield RoundInspector(id="inspector")
 
 
-class GenerationScreen(Screen):
-    """What chat and code-edit share: the stats panel, the inspector and the streaming handlers."""
+#: prompts with at least this many tokens to read say how far the prefill is (a 2-core CPU reads ~50-100 a second)
+PREFILL_NOTE_TOKENS = 256
 
+
+class GenerationScreen(Screen):
+    """What chat and code-edit share: the stats panel, the inspector and the streaming handlers.
+
+    Under :data:`~tui.footer.NARROW_COLUMNS` columns (class ``-narrow``) the side panel folds
+    away: one line of statistics stays under the legend, and F10 shows the panel in place
+    of the main column (and back).
+    """
+
+    BINDINGS = [Binding("f10", "toggle_side", "Stats", priority=True)]
+
+    PROMPT_ID = ""  #: the id of the screen's prompt, where typing goes
     tag: str | None = None
     _panel_at = 0.0  #: time.monotonic() of the latest panel redraw while streaming
     _pacer: RedrawPacer | None = None
@@ -141,18 +162,62 @@ class GenerationScreen(Screen):
 
     def on_screen_resume(self) -> None:
         self.refresh_stats()
+        self._fit(self.app.size.width)
+
+    def on_resize(self, event) -> None:
+        self._fit(event.size.width)
+
+    def _fit(self, width: int) -> None:
+        narrow = width < NARROW_COLUMNS
+        if narrow != self.has_class("-narrow"):
+            self.set_class(narrow, "-narrow")
+            self.remove_class("-side-open")
+            self.refresh_bindings()
+
+    def check_action(self, action: str, parameters) -> bool | None:
+        if action == "toggle_side":  # only a narrow screen folds the panel away
+            return self.has_class("-narrow")
+        return True
+
+    def action_toggle_side(self) -> None:
+        self.toggle_class("-side-open")
+        if not self.has_class("-side-open"):
+            self.focus_prompt()
 
     def refresh_stats(self) -> None:
         panel = self.query_one(StatsPanel)
         sp = self.app.last_speedup
-        panel.show(mode=self.mode_label(), speedup=sp, note="n/a (race: F3)" if sp is None
-                   else f"(race, {self.app.last_speedup_mode})")
+        if sp is None:
+            note = self.app.last_speedup_note or "n/a (race: F3)"
+        else:
+            note = f"(race, {self.app.last_speedup_mode})"
+        panel.show(mode=self.mode_label(), speedup=sp, note=note)
 
     def answer_scroll(self) -> VerticalScroll:
         raise NotImplementedError
 
+    #: the header's subtitle before a prefill note replaced it
+    _sub_before_prefill: str | None = None
+
+    @on(PrefillProgress)
+    def _prefill(self, msg: PrefillProgress) -> None:
+        """A long prompt being read (over ``PREFILL_NOTE_TOKENS``): the header says how far, until done."""
+        if msg.tag != self.tag or msg.total < PREFILL_NOTE_TOKENS:
+            return
+        if self._sub_before_prefill is None:
+            self._sub_before_prefill = self.sub_title
+        if msg.done >= msg.total:
+            self.sub_title, self._sub_before_prefill = self._sub_before_prefill, None
+        else:
+            self.sub_title = f"{self._sub_before_prefill} · reading the prompt: {msg.done:,}/{msg.total:,} tokens"
+
+    def _end_prefill_note(self) -> None:
+        if self._sub_before_prefill is not None:
+            self.sub_title, self._sub_before_prefill = self._sub_before_prefill, None
+
     @on(TokensEmitted)
     def _tokens(self, msg: TokensEmitted) -> None:
+        self._end_prefill_note()
         if msg.tag != self.tag or self.current is None:
             return
         self.current.rounds.extend(msg.rounds)
@@ -185,6 +250,7 @@ class GenerationScreen(Screen):
 
     @on(GenerationFinished)
     def _finished(self, msg: GenerationFinished) -> None:
+        self._end_prefill_note()
         if msg.tag != self.tag or self.current is None:
             return
         cur = self.current
@@ -204,6 +270,7 @@ class GenerationScreen(Screen):
 
     @on(GenerationFailed)
     def _failed(self, msg: GenerationFailed) -> None:
+        self._end_prefill_note()
         if msg.tag != self.tag:
             return
         self.app.notify_error(msg.message, msg.hint)
@@ -233,6 +300,11 @@ class GenerationScreen(Screen):
         insp.set_rounds(answer.rounds)
         if insp.show_round(msg.round):
             answer.stream.selected_round = msg.round
+        self.focus_prompt()  # the click focused the scroll view: typing still goes to the prompt
+
+    def focus_prompt(self) -> None:
+        if self.PROMPT_ID:
+            self.query_one(f"#{self.PROMPT_ID}").focus()
 
     def action_prev_round(self) -> None:
         self._step_round(-1)

@@ -8,16 +8,19 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Footer, Header, Input
+from textual.widgets import Header
 
 from localspec.chat import fit_messages
 from localspec.conversation import Conversation, Message, load_conversation, save_conversation
 from localspec.errors import LocalspecError
+from localspec.fileio import expand_path
 
-from ..dialogs import PathPrompt
+from ..dialogs import Confirm, PathPrompt
 from ..messages import GenerationFailed, GenerationFinished, Notice
-from ..stats import LiveStats, RoundView
-from ..widgets import Legend, RoundInspector, StatsPanel
+from ..footer import KeyFooter
+from ..prompt import PromptArea
+from ..stats import LiveStats, RoundView, plural
+from ..widgets import Legend, MiniStats, RoundInspector, StatsPanel
 from .base import AssistantMessage, GenerationScreen, LoadBar, UserMessage, new_tag, side_panel
 
 
@@ -28,14 +31,17 @@ class ChatScreen(GenerationScreen):
         Binding("ctrl+s", "save", "Save"),
         Binding("ctrl+o", "open", "Open"),
         Binding("ctrl+n", "new_chat", "New"),
-        Binding("f6", "retry", "Retry"),
-        Binding("f7", "prev_round", "◀Rnd"),
-        Binding("f8", "next_round", "Rnd▶"),
+        # priority: the prompt (a TextArea) binds F6 and F7 to selections
+        Binding("f6", "retry", "Retry", priority=True),
+        Binding("f7", "prev_round", "Prev round", show=False, priority=True),
+        Binding("f8", "next_round", "Next round", show=False, priority=True),
     ]
+    PROMPT_ID = "prompt"
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
         self.messages: list[dict] = []  # role, content, and for answers segments/stats/rounds
+        self.saved_count = 0  #: len(messages) when the chat was last saved or opened
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -44,21 +50,23 @@ class ChatScreen(GenerationScreen):
                 yield LoadBar()
                 yield VerticalScroll(id="transcript")
                 yield Legend()
-                yield Input(placeholder="Ask something; Enter sends, Esc stops the answer", id="prompt")
+                yield MiniStats()
+                yield PromptArea(placeholder="Ask something: Enter sends, Ctrl+J starts a new line, Esc stops",
+                                 id="prompt")
             yield from side_panel()
-        yield Footer(compact=True)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.sub_title = "chat"
         self.refresh_stats()
-        self.query_one("#prompt", Input).focus()
+        self.query_one("#prompt", PromptArea).focus()
 
     def answer_scroll(self) -> VerticalScroll:
         return self.query_one("#transcript", VerticalScroll)
 
     # -- sending ----------------------------------------------------------------------
-    @on(Input.Submitted, "#prompt")
-    def _submit(self, event: Input.Submitted) -> None:
+    @on(PromptArea.Submitted, "#prompt")
+    def _submit(self, event: PromptArea.Submitted) -> None:
         text = event.value.strip()
         if not text:
             return
@@ -78,7 +86,7 @@ class ChatScreen(GenerationScreen):
         self.answer_scroll().mount(self.current)
         self.answer_scroll().scroll_end(animate=False)
         self.query_one(RoundInspector).set_rounds([])
-        self.query_one(StatsPanel).show(LiveStats(), mode=self.mode_label())
+        self.query_one(StatsPanel).show(LiveStats(), mode=self.mode_label(), figures_mode=self.mode_label())
         chat = [{"role": m["role"], "content": m["content"]} for m in self.messages]
         settings = app.settings
         drafting = settings.drafting
@@ -88,7 +96,7 @@ class ChatScreen(GenerationScreen):
             # the engine's overflow policy: drop the oldest turns that do not fit
             fitted = fit_messages(engine, chat, settings.generation.max_tokens)
             if fitted.dropped:
-                app.post_message(Notice(f"the context window is full: the oldest {fitted.dropped} message(s) "
+                app.post_message(Notice(f"the context window is full: the oldest {plural(fitted.dropped, 'message')} "
                                         "were left out of this prompt (they stay in the transcript)", "warning"))
             return engine.generate(fitted.tokens, settings.sampling, drafting, settings.generation)
 
@@ -123,11 +131,19 @@ class ChatScreen(GenerationScreen):
         if self.app.busy:
             self.notify("an answer is running; Esc stops it", severity="warning")
             return
+        if len(self.messages) > self.saved_count:
+            self.app.push_screen(Confirm("Clear this chat? It has not been saved (Ctrl+S saves it)."),
+                                 lambda yes: yes and self.clear_chat())
+            return
+        self.clear_chat()
+
+    def clear_chat(self) -> None:
+        self.saved_count = 0
         self.messages.clear()
         self.current = self.inspected = None
         self.answer_scroll().remove_children()
         self.query_one(RoundInspector).set_rounds([])
-        self.query_one(StatsPanel).show(LiveStats())
+        self.query_one(StatsPanel).show(LiveStats(), figures_mode="")
 
     # -- conversations ----------------------------------------------------------------
     def conversation(self) -> Conversation:
@@ -150,12 +166,14 @@ class ChatScreen(GenerationScreen):
         def done(path: str | None) -> None:
             if path:
                 try:
-                    p = save_conversation(self.conversation(), path)
-                    self.notify(f"saved {p}")
+                    p = save_conversation(self.conversation(), path).resolve()
+                    self.saved_count = len(self.messages)
+                    self.notify(f"saved {p.name} in {p.parent}")
                 except LocalspecError as e:
                     self.app.notify_error(e.message, e.hint)
 
-        self.app.push_screen(PathPrompt("Save conversation as (.json or .md)", default), done)
+        self.app.push_screen(PathPrompt("Save conversation as (.json or .md)", default,
+                                        "Enter saves, Esc cancels; .md saves Markdown, anything else JSON"), done)
 
     def action_open(self) -> None:
         if self.app.busy:
@@ -166,14 +184,15 @@ class ChatScreen(GenerationScreen):
             if path:
                 try:
                     self.show_conversation(load_conversation(path))
-                    self.notify(f"opened {path}")
+                    self.notify(f"opened {expand_path(path).resolve()}")
                 except LocalspecError as e:
                     self.app.notify_error(e.message, e.hint)
 
-        self.app.push_screen(PathPrompt("Open conversation (.json or .md)", ""), done)
+        self.app.push_screen(PathPrompt("Open conversation (.json or .md)", "",
+                                        "Enter opens, Esc cancels; a .json or .md file saved by localspec"), done)
 
     def show_conversation(self, conv: Conversation) -> None:
-        self.action_new_chat()
+        self.clear_chat()
         scroll = self.answer_scroll()
         last = None
         for m in conv.messages:
@@ -190,10 +209,20 @@ class ChatScreen(GenerationScreen):
                 scroll.mount(UserMessage(m.content, classes="user-msg"))
                 self.messages.append({"role": m.role, "content": m.content})
         self.current = last
+        self.saved_count = len(self.messages)
         if last is not None:
-            self.query_one(StatsPanel).show(last.stats)
+            self.query_one(StatsPanel).show(last.stats, figures_mode=saved_mode_label(conv.settings))
             self.query_one(RoundInspector).set_rounds(last.rounds)
         scroll.scroll_end(animate=False)
+
+
+def saved_mode_label(settings: dict) -> str:
+    """The drafting mode a saved conversation was made with, as the statistics panel says it."""
+    d = (settings or {}).get("drafting") or {}
+    mode = d.get("mode")
+    if not mode:
+        return ""
+    return "none (target only)" if mode == "none" else f"{mode}, draft length {d.get('draft_max', '?')}"
 
 
 # -- code edit ----------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import ContentSwitcher, Footer, Header, Input, Static
+from textual.widgets import ContentSwitcher, Header, Static
 
 from localspec.codeedit import (EditResult, apply_answer, continuation_prefix, diff_counts, edit_max_tokens, edit_prompt,
                                 file_form, replace_file, save_new)
@@ -20,8 +20,10 @@ from localspec.fileio import expand_path, read_text_file
 
 from ..dialogs import Choose, Confirm, FilePicker
 from ..messages import GenerationFinished
+from ..footer import NARROW_HIDDEN, KeyFooter
+from ..prompt import PromptArea
 from ..stats import LiveStats
-from ..widgets import Legend, RoundInspector, StatsPanel
+from ..widgets import Legend, MiniStats, RoundInspector, StatsPanel
 from .base import AssistantMessage, GenerationScreen, LoadBar, new_tag, side_panel
 
 
@@ -86,13 +88,16 @@ class EditScreen(GenerationScreen):
 
     BINDINGS = [
         Binding("ctrl+o", "open_file", "Open"),
-        Binding("ctrl+d", "toggle_diff", "Diff"),
+        # priority: the instruction box (focused by default) would take Ctrl+D as "delete right"
+        Binding("ctrl+d", "toggle_diff", "Diff", priority=True, tooltip="switch between the diff and the answer"),
         Binding("ctrl+s", "save_new", "Save new"),
         Binding("ctrl+r", "replace", "Replace"),
         Binding("f9", "continue_answer", "Continue", show=False),  # offered when an answer is cut
-        Binding("f7", "prev_round", "◀Rnd"),
-        Binding("f8", "next_round", "Rnd▶"),
+        Binding("f7", "prev_round", "Prev round", show=False, priority=True),
+        Binding("f8", "next_round", "Next round", show=False, priority=True),
     ]
+    PROMPT_ID = "edit-instruction"
+    NARROW_HIDDEN = NARROW_HIDDEN | {"settings"}  # the file's keys first; F4 stays in the palette
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
@@ -110,17 +115,18 @@ class EditScreen(GenerationScreen):
         with Horizontal(id="body"):
             with Vertical(id="main"):
                 yield LoadBar()
-                yield Static("no file open: Ctrl+O opens one", id="edit-file")
-                yield Input(placeholder="Instruction, e.g. 'add type hints'; Enter runs, Esc stops",
-                            id="edit-instruction")
+                yield Static("no file open: Ctrl+O opens one", id="edit-file", markup=False)
+                yield PromptArea(placeholder="Instruction, e.g. 'add type hints': Enter runs, Ctrl+J new line, "
+                                             "Esc stops", id="edit-instruction")
                 with ContentSwitcher(initial="edit-stream-scroll", id="edit-switcher"):
                     with VerticalScroll(id="edit-stream-scroll"):
                         yield AssistantMessage(classes="assistant-msg", id="edit-answer")
                     with VerticalScroll(id="edit-diff-scroll"):
                         yield DiffView(id="edit-diff")
                 yield Legend()
+                yield MiniStats()
             yield from side_panel()
-        yield Footer(compact=True)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.sub_title = "code edit (prompt lookup)"
@@ -131,7 +137,7 @@ class EditScreen(GenerationScreen):
         if pending:
             self.open_file(pending)
         else:
-            self.query_one("#edit-instruction", Input).focus()
+            self.query_one("#edit-instruction", PromptArea).focus()
 
     def mode_label(self) -> str:
         d = self.drafting()
@@ -155,14 +161,18 @@ class EditScreen(GenerationScreen):
         self.original = content
         self.result = None
         self._answer_text, self._answer_ids = "", []
-        n = len(file_form(content).endings)
-        self.query_one("#edit-file", Static).update(f"{self.path}  ({n} lines)")
+        self._show_file()
         self.current.stream.set_pieces([])
         self.current.border_subtitle = ""
         self.query_one(DiffView).set_diff("")
         self.query_one("#edit-switcher", ContentSwitcher).current = "edit-stream-scroll"
-        self.query_one("#edit-instruction", Input).focus()
+        self.query_one("#edit-instruction", PromptArea).focus()
         return True
+
+    def _show_file(self) -> None:
+        """The header: the file's path and its line count (of what the file holds now)."""
+        n = len(file_form(self.original).endings)
+        self.query_one("#edit-file", Static).update(Text(f"{self.path}  ({n} line{'' if n == 1 else 's'})"))
 
     def action_open_file(self) -> None:
         if self.app.busy:
@@ -170,8 +180,8 @@ class EditScreen(GenerationScreen):
             return
         self.app.push_screen(FilePicker("."), lambda p: p and self.open_file(p))
 
-    @on(Input.Submitted, "#edit-instruction")
-    def _run(self, event: Input.Submitted) -> None:
+    @on(PromptArea.Submitted, "#edit-instruction")
+    def _run(self, event: PromptArea.Submitted) -> None:
         instruction = event.value.strip()
         if self.path is None:
             self.notify("open a file first (Ctrl+O)", severity="warning")
@@ -204,7 +214,7 @@ class EditScreen(GenerationScreen):
         self.current.rounds = []
         self.current.border_subtitle = "continuing" if continuing else ""
         self.query_one(RoundInspector).set_rounds([])
-        self.query_one(StatsPanel).show(LiveStats(), mode=self.mode_label())
+        self.query_one(StatsPanel).show(LiveStats(), mode=self.mode_label(), figures_mode=self.mode_label())
         self.query_one("#edit-switcher", ContentSwitcher).current = "edit-stream-scroll"
 
         def make_gen():
@@ -225,6 +235,14 @@ class EditScreen(GenerationScreen):
         if self._gen is not None:
             # a character cut at the end was never shown: the continuation generates it again
             self._answer_ids += continuation_prefix(self._gen.events)
+        if not self._answer_text.strip():  # nothing to make a file of: no diff, nothing to keep
+            self.result = None
+            why = "stopped before the model wrote anything" if msg.stats.end_reason == "cancelled" \
+                else "the model answered nothing"
+            self.current.border_subtitle = Text(why)
+            self.notify(f"{why}: nothing to keep; {self.path.name if self.path else 'the file'} was not changed",
+                        timeout=8)
+            return
         name = self.path.name if self.path else "file"
         result = self.result = apply_answer(
             self.original, self._answer_text, name=name, end_reason=msg.stats.end_reason,
@@ -233,11 +251,11 @@ class EditScreen(GenerationScreen):
         self.query_one("#edit-switcher", ContentSwitcher).current = "edit-diff-scroll"
         added, removed = diff_counts(result.diff)
         if result.incomplete:
-            self.current.border_subtitle = "incomplete: " + result.incomplete[0]
+            self.current.border_subtitle = Text("incomplete: " + result.incomplete[0])
             self._ask_incomplete(result)
             return
         if result.partial:
-            self.current.border_subtitle = "check: " + result.partial[0]
+            self.current.border_subtitle = Text("check: " + result.partial[0])
             self._ask_incomplete(result)
             return
         if not result.changed:
@@ -277,8 +295,8 @@ class EditScreen(GenerationScreen):
             self.notify("nothing to save yet: run an instruction first")
             return
         try:
-            p = save_new(self.path, self.result)
-            self.notify(f"saved {p}" + (" (an incomplete answer)" if self.result.incomplete else ""))
+            p = save_new(self.path, self.result).resolve()
+            self.notify(f"saved {p.name} in {p.parent}" + (" (an incomplete answer)" if self.result.incomplete else ""))
         except LocalspecError as e:
             self.app.notify_error(e.message, e.hint)
 
@@ -292,8 +310,8 @@ class EditScreen(GenerationScreen):
                                   "Ctrl+S keeps the answer as a new file" +
                                   (", F9 continues it" if result.can_continue else ""))
             return
-        if not result.changed:
-            self.notify("nothing to replace: the result equals the original")
+        if not result.changed or result.text == original:
+            self.notify(f"nothing to replace: {path.name} already holds this result")
             return
         question = f"Replace {path} with the rewritten file? A backup is kept."
         if result.warnings:
@@ -305,6 +323,7 @@ class EditScreen(GenerationScreen):
             try:
                 backup = replace_file(path, original, result)
                 self.original = result.text
+                self._show_file()
                 self.notify(f"replaced {path}; backup kept at {backup}")
             except LocalspecError as e:
                 self.app.notify_error(e.message, e.hint)

@@ -1,0 +1,217 @@
+"""Weight repacking: the decision from a probe's verdicts, the cache and its invalidation, the
+setting reaching both models and the bench's peers. The children here are real processes that
+behave like a probe (print timings, die by a signal, hang, fail); the real probe on the tiny
+model is tested in tests/integration/test_tiny.py."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from localspec import repack as rp
+from localspec.errors import ConfigError, ModelError
+
+
+def _child(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+OK_FAST = 'print(\'{"t1": 0.010, "tb": 0.030}\')'
+OK_SLOW = 'print(\'{"t1": 0.012, "tb": 0.036}\')'
+SEGV = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
+HANG = "import time; time.sleep(60)"
+FAIL = "import sys; sys.stderr.write('llama_model_load: error loading model\\n'); sys.exit(1)"
+
+
+@pytest.fixture()
+def gguf(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path / "cache"))
+    p = tmp_path / "m.gguf"
+    p.write_bytes(b"GGUF" + b"\0" * 2000)
+    return p
+
+
+def _commands(with_repack: str, without: str):
+    """A ``command`` for decide_repack whose children run the given code, and a log of the calls."""
+    calls = []
+
+    def command(path, repack, n_threads, n_gpu_layers):
+        calls.append(repack)
+        return _child(with_repack if repack else without)
+
+    return command, calls
+
+
+def test_a_child_killed_by_a_signal_is_a_crash_and_the_parent_lives():
+    r = rp.run_probe_child(_child(SEGV), timeout=30)
+    assert r.outcome == "crashed" and "SIGSEGV" in r.detail and not r.ok
+
+
+def test_a_hanging_child_is_a_timeout():
+    r = rp.run_probe_child(_child(HANG), timeout=1)
+    assert r.outcome == "timeout" and not r.ok
+
+
+def test_a_child_that_fails_says_why():
+    r = rp.run_probe_child(_child(FAIL), timeout=30)
+    assert r.outcome == "failed" and "error loading model" in r.detail
+
+
+def test_a_child_that_prints_timings_is_ok():
+    r = rp.run_probe_child(_child(OK_FAST), timeout=30)
+    assert r.ok and r.t1 == pytest.approx(0.010) and r.tb == pytest.approx(0.030)
+
+
+def test_crash_with_repacking_turns_it_off_and_says_why(gguf):
+    command, calls = _commands(SEGV, OK_FAST)
+    stages = []
+    v = rp.decide_repack(gguf, "auto", n_threads=2, command=command, stage=stages.append)
+    assert v.use is False and v.unsafe and v.fresh
+    assert v.with_repack.outcome == "crashed" and v.without_repack.ok
+    assert "SIGSEGV" in v.reason and "not repacked" in v.reason
+    assert calls == [True, False] and len(stages) == 1 and "child process" in stages[0]
+
+
+def test_a_hang_with_repacking_turns_it_off(gguf):
+    command, _ = _commands(HANG, OK_FAST)
+    old = rp.probe_timeout
+    rp.probe_timeout = lambda: 1.0
+    try:
+        v = rp.decide_repack(gguf, "auto", n_threads=2, command=command)
+    finally:
+        rp.probe_timeout = old
+    assert v.use is False and v.with_repack.outcome == "timeout"
+
+
+def test_safe_and_faster_keeps_repacking_safe_and_slower_drops_it(gguf, tmp_path, monkeypatch):
+    command, _ = _commands(OK_FAST, OK_SLOW)
+    v = rp.decide_repack(gguf, "auto", n_threads=2, command=command, use_cache=False)
+    assert v.use is True and v.speed_ratio == pytest.approx(10 / 12)
+    command, _ = _commands(OK_SLOW, OK_FAST)
+    v = rp.decide_repack(gguf, "auto", n_threads=2, command=command, use_cache=False)
+    assert v.use is False and v.speed_ratio == pytest.approx(1.2) and "slower" in v.reason
+
+
+def test_the_verdict_is_cached_and_measured_again_when_the_key_changes(gguf):
+    command, calls = _commands(SEGV, OK_FAST)
+    first = rp.decide_repack(gguf, "auto", n_threads=2, command=command)
+    again = rp.decide_repack(gguf, "auto", n_threads=2, command=command)
+    assert calls == [True, False]  # the second call read the cache
+    assert again.fresh is False and again.use is False and again.reason == first.reason
+    path = rp.verdict_path(first.key)
+    assert path.exists() and json.loads(path.read_text())["with_repack"]["outcome"] == "crashed"
+    rp.decide_repack(gguf, "auto", n_threads=1, command=command)  # other settings: another key
+    assert calls == [True, False, True, False]
+    gguf.write_bytes(b"GGUF" + b"\1" * 3000)  # the model file changed
+    rp.decide_repack(gguf, "auto", n_threads=2, command=command)
+    assert len(calls) == 6
+
+
+def test_the_key_names_the_machine_and_the_llama_cpp_build(gguf):
+    key = rp.probe_key(gguf, 2, 0)
+    for field in ("cpu", "cpu_flags", "hostname", "llama_cpp_python", "size", "mtime", "n_threads"):
+        assert field in key
+    other = dict(key, llama_cpp_python="0.0.1 (another build)")
+    assert rp.verdict_path(other) != rp.verdict_path(key)
+
+
+def test_off_runs_no_probe(gguf):
+    command, calls = _commands(SEGV, SEGV)
+    assert rp.decide_repack(gguf, "off", n_threads=2, command=command) is None
+    assert calls == []
+
+
+def test_on_is_refused_where_the_probe_crashed_and_kept_where_safe(gguf):
+    command, _ = _commands(SEGV, OK_FAST)
+    with pytest.raises(ConfigError) as e:
+        rp.decide_repack(gguf, "on", n_threads=2, command=command, use_cache=False)
+    assert "--repack on" in e.value.message and "auto" in e.value.hint
+    command, _ = _commands(OK_SLOW, OK_FAST)
+    assert rp.decide_repack(gguf, "on", n_threads=2, command=command, use_cache=False).use is True
+
+
+def test_nothing_decodes_is_a_model_error_not_a_signal(gguf):
+    command, _ = _commands(SEGV, SEGV)
+    with pytest.raises(ModelError) as e:
+        rp.decide_repack(gguf, "auto", n_threads=2, command=command, use_cache=False)
+    assert ModelError.exit_code == 3
+    assert "cannot decode" in e.value.message and "SIGSEGV" in e.value.message and e.value.hint
+
+
+def test_a_load_failure_in_both_children_is_left_to_the_real_load(gguf):
+    """A file llama.cpp cannot load is not a crash: the in-process load says what is wrong with it."""
+    command, _ = _commands(FAIL, FAIL)
+    v = rp.decide_repack(gguf, "auto", n_threads=2, command=command, use_cache=False)
+    assert v.use is False and v.with_repack.outcome == v.without_repack.outcome == "failed"
+    assert not rp.verdict_path(v.key).exists()  # not cached: measured again next time
+
+
+def test_the_setting_reaches_both_models(monkeypatch, tmp_path):
+    """--repack on the command line reaches the target's and the draft's settings, and the loader
+    passes the verdict's choice to the backend."""
+    import argparse
+
+    from localspec import loader
+    from localspec.config import ModelSettings
+    from localspec.options import add_generation_arguments, add_model_arguments, settings_from_args
+
+    p = argparse.ArgumentParser()
+    add_model_arguments(p)
+    add_generation_arguments(p)
+    s = settings_from_args(p.parse_args(["--repack", "off"]))
+    assert s.target.repack == "off" and s.draft.repack == "off"
+    assert settings_from_args(p.parse_args([])).target.repack == "auto"
+    with pytest.raises(SystemExit):
+        p.parse_args(["--repack", "maybe"])
+
+    seen = {}
+
+    class FakeModel:
+        def __init__(self, path, **kw):
+            seen.update(kw)
+
+    gguf = tmp_path / "x.gguf"
+    gguf.write_bytes(b"GGUF" + b"\0" * 2000)
+    monkeypatch.setattr(loader, "resolve_model", lambda name, progress=None: gguf)
+    monkeypatch.setattr(loader, "LlamaModel", FakeModel)
+    verdict = rp.RepackVerdict(use=False, with_repack=rp.ProbeResult("crashed", "killed by SIGSEGV"),
+                               without_repack=rp.ProbeResult("ok", "", 0.01, 0.03), reason="why", fresh=True)
+    monkeypatch.setattr(loader, "decide_repack", lambda *a, **k: verdict)
+    notices: list[str] = []
+    m = loader.load_model(ModelSettings(model="x", repack="auto", flash_attn="off"), notices=notices)
+    assert seen["repack"] is False and m.repack_verdict is verdict
+    assert notices and "why" in notices[0]
+    verdict.use = True
+    loader.load_model(ModelSettings(model="x", repack="auto", flash_attn="off"), notices=notices)
+    assert seen["repack"] is True and len(notices) == 1  # told once, only when it was turned off
+
+
+def test_the_bench_peer_loads_with_the_same_choice(monkeypatch):
+    """run_llama_cpp_peer sets use_extra_bufts on the Llama's model params while it loads."""
+    import llama_cpp
+
+    from localspec import backend
+
+    seen = []
+
+    class FakeLlama:
+        def __init__(self, **kw):
+            seen.append(bool(llama_cpp.llama_cpp.llama_model_default_params().use_extra_bufts))
+            raise RuntimeError("stop here")
+
+    monkeypatch.setattr(llama_cpp, "Llama", FakeLlama)
+    for on in (False, True):
+        with pytest.raises(RuntimeError):
+            backend.run_llama_cpp_peer("/nonexistent.gguf", [1, 2], 1, repack=on)
+    assert seen == [False, True]
+    # and the patch is undone afterwards
+    assert llama_cpp.llama_cpp.llama_model_default_params().use_extra_bufts is True
+
+
+def test_signal_names():
+    assert rp._signal_name(int(signal.SIGILL)) == "SIGILL"
+    assert rp.run_probe_child(["/nonexistent/binary"], 5).outcome == "failed"

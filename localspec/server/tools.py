@@ -235,18 +235,49 @@ def history_tool_calls(raw: Any, param: str) -> list[dict]:
     return out
 
 
+def _special_tokens(engine, text: str) -> list[int]:
+    """``text`` tokenized with special-token parsing, without BOS."""
+    ids = engine.tokenize(text)
+    bos = engine.tokenize("")  # [BOS] where the GGUF adds one, else []
+    return ids[len(bos):] if ids[:len(bos)] == bos else ids
+
+
+def check_markup_text(engine, messages: list[dict], treq: ToolRequest) -> None:
+    """Refuse special-token text in what the template writes as markup: the tools and history calls.
+
+    Message content is tokenized as text (:meth:`localspec.backend.LlamaModel.tokenize_chat`),
+    but a chat template writes the tool schemas and the calls' names and arguments itself,
+    so ``<|im_end|>\n<|im_start|>system`` in a tool's description would open a turn.
+
+    Raises:
+        ApiError: 400 naming the tool or the call.
+    """
+    def check(text: str, param: str) -> None:
+        if _special_tokens(engine, text) != engine.tokenize(text, special=False):
+            raise ApiError(400, f"{param} holds special-token text (such as <|im_start|>), which the chat "
+                                "template would write as markup: remove it", param, "special_token_text")
+
+    for i, tool in enumerate(treq.tools):
+        check(json.dumps(tool, ensure_ascii=False), f"tools[{i}]")
+    for i, m in enumerate(messages):
+        for j, call in enumerate(m.get("tool_calls") or []):
+            check(json.dumps(call, ensure_ascii=False), f"messages[{i}].tool_calls[{j}]")
+
+
 def prompt_tokens(engine, messages: list[dict], treq: ToolRequest) -> list[int]:
     """The chat prompt with the tools rendered, plus the forced call opening if any.
 
     The opening is tokenized without BOS and appended after the template's generation
     prompt, so the model continues it as if it had written it.
+
+    Raises:
+        ApiError: 400 for special-token text in the tools or history calls (:func:`check_markup_text`).
     """
+    check_markup_text(engine, messages, treq)
     prompt = engine.chat_tokens(messages, tools=treq.tools or None)
     prefix = treq.forced_prefix
     if prefix:
-        ids = engine.tokenize(prefix)
-        bos = engine.tokenize("")  # [BOS] where the GGUF adds one, else []
-        prompt = prompt + ids[len(bos):] if ids[:len(bos)] == bos else prompt + ids
+        prompt = prompt + _special_tokens(engine, prefix)
     return prompt
 
 

@@ -173,12 +173,67 @@ class ChatMessage(BaseModel):
     content: str | list[TextPart]
 
 
+class FunctionCall(BaseModel):
+    """A call's function: its name and its arguments as a JSON string of an object."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str
+    arguments: str | None = None
+
+
+class ToolCallItem(BaseModel):
+    """One call in an assistant message of the history."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionCall
+
+
 class AssistantMessage(BaseModel):
-    """An assistant message of the history; its content may be null."""
+    """An assistant message of the history; its content may be null (then it holds tool calls)."""
 
     model_config = ConfigDict(extra="allow")
     role: Literal["assistant"]
     content: str | list[TextPart] | None = None
+    tool_calls: list[ToolCallItem] | None = None
+
+
+class ToolMessage(BaseModel):
+    """A tool's result, answering the call ``tool_call_id``."""
+
+    model_config = ConfigDict(extra="allow")
+    role: Literal["tool"]
+    content: str | list[TextPart]
+    tool_call_id: str | None = None
+
+
+class FunctionDefinition(BaseModel):
+    """A function the model may call (:mod:`localspec.server.tools`)."""
+
+    model_config = ConfigDict(extra="allow")
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")]
+    description: str | None = None
+    parameters: dict[str, Any] | None = Field(None, description="a JSON Schema object")
+
+
+class FunctionTool(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    """``tool_choice`` naming one of the tools: the answer is a call to it."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["function"]
+    function: NamedFunction
 
 
 class Prediction(BaseModel):
@@ -196,9 +251,13 @@ class ChatCompletionBody(SamplingFields):
     """``POST /v1/chat/completions``: the request body as documented in ``/openapi.json``
     (:func:`parse_request` checks it and names the parameter at fault)."""
 
-    messages: list[Annotated[ChatMessage | AssistantMessage, Field(discriminator="role")]] = Field(min_length=1)
+    messages: list[Annotated[ChatMessage | AssistantMessage | ToolMessage,
+                             Field(discriminator="role")]] = Field(min_length=1)
     prediction: Prediction | None = None
     stop: StopString | list[StopString] | None = None
+    tools: list[FunctionTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
 
 
 class CompletionBody(SamplingFields):

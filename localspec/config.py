@@ -42,6 +42,8 @@ class SamplingParams(_Strict):
 #: as long as the evidence and the measured verify curve make pay, up to this (llama-server's
 #: ngram-mod drafts up to 64 too); calibration measures the verify cost up to it + 1
 AUTO_DRAFT_MAX = 64
+#: the largest ``draft_max`` a user (or a request) may set
+DRAFT_MAX_LIMIT = 64
 #: tokens a round drafts in the fixed modes (``draft``, ``lookup``) when the user sets no ``draft_max``
 FIXED_DRAFT_MAX = 8
 
@@ -56,7 +58,7 @@ class DraftParams(_Strict):
     """
 
     mode: DraftMode = Field("auto", description="auto (measured choice per round) | draft (draft model) | lookup (prompt lookup) | none")
-    draft_max: int | None = Field(None, ge=1, le=64, description="most tokens drafted per round (gamma); "
+    draft_max: int | None = Field(None, ge=1, le=DRAFT_MAX_LIMIT, description="most tokens drafted per round (gamma); "
                                   f"None = the mode's default ({AUTO_DRAFT_MAX} in auto, {FIXED_DRAFT_MAX} otherwise)")
     draft_min: int = Field(0, ge=0, le=64, description="fewest tokens worth verifying; shorter drafts are dropped")
     draft_p_min: float = Field(0.0, ge=0.0, le=1.0, description="draft model stops when its top-1 probability is below this")

@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..config import Settings
 from .metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from .openai_api import FINISH_REASONS, ApiError, ResponseShape, parse_request, speculation, usage
-from .worker import EngineWorker, Failed, Finished, Job, Started, Tokens, sampling_for
+from .worker import EngineWorker, Failed, Finished, Job, Started, Tokens, drafting_for, sampling_for
 
 log = logging.getLogger("localspec.server")
 
@@ -132,7 +132,8 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
         status = 500
         try:
             req = parse_request(await read_json(request), kind)
-            job = Job(req, sampling_for(settings, req), asyncio.get_running_loop())
+            job = Job(req, sampling_for(settings, req), asyncio.get_running_loop(),
+                      drafting=drafting_for(settings, req, engine.has_draft_model))
             worker.submit(job)
             first = await next_message(job, request)
             if first is None:  # gone while waiting
@@ -153,7 +154,8 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
             metrics.requests.labels(endpoint, str(status)).inc()
 
     def _extra(job: Job, gen) -> dict:
-        return {"speculation": speculation(mode, gen.stats, gen.rounds),
+        drafting = job.drafting or settings.drafting
+        return {"speculation": speculation(drafting.mode, gen.stats, gen.rounds, drafting.cap),
                 "queue": {"arrival": job.arrival, "served": job.served, "wait_seconds": job.wait_seconds}}
 
     async def _collect(job: Job, request: Request, shape: ResponseShape) -> Response:

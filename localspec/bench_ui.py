@@ -175,7 +175,7 @@ async def _tui_once(settings, path: Path) -> dict:
 
 def _cli_once(settings, messages_path: Path, drafting, max_tokens: int) -> dict:
     cmd = [sys.executable, "-m", "localspec.cli", "generate", "--json", "--messages", str(messages_path),
-           "--mode", drafting.mode, "--draft-max", str(drafting.draft_max), "--temperature", "0",
+           "--mode", drafting.mode, "--draft-max", str(drafting.cap), "--temperature", "0",
            "--max-tokens", str(max_tokens), "--n-ctx", str(settings.target.n_ctx),
            "--target", settings.target.model, "--draft", settings.draft.model]
     r = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -200,7 +200,7 @@ def bench_decode(n_lines: int, repeats: int, target: str | None, draft: str | No
     })
     # what the code-edit screen drafts with: prompt lookup, draft length at least 16
     d = settings.drafting
-    drafting = d.model_copy(update={"mode": "lookup", "draft_max": max(d.draft_max, 16)})
+    drafting = d.model_copy(update={"mode": "lookup", "draft_max": max(d.cap, 16)})
     work = Path(tempfile.mkdtemp(prefix="localspec-bench-ui-"))
     path = work / "inventory.py"
     content = edit_file_text(n_lines)

@@ -1,9 +1,11 @@
 """Calibration: measure this machine's decode costs, cache them, and keep them current.
 
 Measures, on the running machine with the loaded models and settings, the time of a
-target decode of b tokens for every b = 1..draft_max+1 (so kernel thresholds such as a
-jump between 7 and 8 tokens are seen) at a short and a long context (64 and 1,024 cached
-tokens; interpolated by the current position), the draft model's time per token and per
+target decode of b tokens for b = 1..9 and a few longer batches up to draft_max+1
+(:func:`~localspec.costmodel.calibration_points`: 12, 16, 24, 32, 48, 64, 65; joined by
+:func:`~localspec.costmodel.interpolate_curve`, and refined per b from the real rounds by
+:class:`EngineCosts`) at a short and a long context (64 and 1,024 cached tokens;
+interpolated by the current position), the draft model's time per token and per
 catch-up (prefill) token, with flash attention off and on (keeping the faster, unless
 ``--flash-attn`` says which), and caches it as JSON under ``$LOCALSPEC_CACHE/costs/``
 (default ``~/.cache/localspec``), keyed by model file (path, size, mtime), context
@@ -27,7 +29,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .costmodel import verify_cost
+from .costmodel import calibration_points, interpolate_curve, verify_cost
 from .errors import LocalspecError
 from .machine import BUSY_THRESHOLD, CpuMeter, load_average, machine_is_quiet
 
@@ -116,6 +118,10 @@ class ModelCosts:
         flash_attn_scores: with ``auto``, per setting (``"on"``/``"off"``) its mean time relative
             to the faster setting (:func:`flash_attn_scores`; 1.0 = fastest everywhere).
         calibration_seconds: wall time the measurement took, seconds.
+        points: the batch sizes actually timed, ascending (the curves are interpolated between
+            them, :func:`~localspec.costmodel.interpolate_curve`); empty = every b.
+        point_seconds: ``point_seconds[i][j]`` = median seconds of a decode of ``points[j]``
+            tokens at ``contexts[i]`` (what the curves were interpolated from).
         other_cpu: share of all CPUs other processes used while measuring (None unknown); over
             :data:`~localspec.machine.BUSY_THRESHOLD` the curve is :attr:`disturbed`.
     """
@@ -133,6 +139,8 @@ class ModelCosts:
     flash_attn_scores: dict = field(default_factory=dict)
     calibration_seconds: float = 0.0
     other_cpu: float | None = None
+    points: list[int] = field(default_factory=list)
+    point_seconds: list[list[float]] = field(default_factory=list)
 
     @property
     def disturbed(self) -> bool:
@@ -144,6 +152,10 @@ class ModelCosts:
             self.curves = [list(self.seconds)]
         if len(self.contexts) != len(self.curves):
             self.contexts = [SHORT_CONTEXT + i for i in range(len(self.curves))]
+        if not self.points:
+            self.points = list(range(1, len(self.seconds) + 1))
+        if len(self.point_seconds) != len(self.curves):
+            self.point_seconds = [[c[b - 1] for b in self.points] for c in self.curves]
 
     def curve_at(self, position: int | None) -> list[float]:
         """``curve[b-1]`` = predicted seconds of a decode of b tokens with ``position`` tokens cached."""
@@ -162,7 +174,7 @@ class ModelCosts:
                 "contexts": self.contexts, "curves": self.curves,
                 "prefill_token_seconds": self.prefill_token_seconds, "flash_attn": self.flash_attn,
                 "flash_attn_scores": self.flash_attn_scores, "calibration_seconds": self.calibration_seconds,
-                "other_cpu": self.other_cpu}
+                "other_cpu": self.other_cpu, "points": self.points, "point_seconds": self.point_seconds}
 
     @classmethod
     def from_json(cls, d: dict) -> "ModelCosts":
@@ -174,7 +186,9 @@ class ModelCosts:
                    prefill_token_seconds=None if pts is None else float(pts), flash_attn=d.get("flash_attn"),
                    flash_attn_scores=dict(d.get("flash_attn_scores", {})),
                    calibration_seconds=float(d.get("calibration_seconds", 0.0)),
-                   other_cpu=None if d.get("other_cpu") is None else float(d["other_cpu"]))
+                   other_cpu=None if d.get("other_cpu") is None else float(d["other_cpu"]),
+                   points=[int(b) for b in d.get("points", [])],
+                   point_seconds=[[float(x) for x in c] for c in d.get("point_seconds", [])])
 
 
 def _filler_tokens(model, n: int, seed: int = 0) -> list[int]:
@@ -184,24 +198,38 @@ def _filler_tokens(model, n: int, seed: int = 0) -> list[int]:
     return [t if not model.is_eog(t) else 1 for t in toks]
 
 
-def _time_curve(model, toks: Sequence[int], base: int, repeats: int,
-                tick: Callable[[], None] | None = None) -> list[float]:
-    """Median seconds of a decode of b = 1..len(toks) tokens (logits for all) with ``base`` cached;
-    ``tick`` is called after each repetition."""
-    samples: list[list[float]] = [[] for _ in toks]
+def _time_points(model, toks: Sequence[int], base: int, points: Sequence[int], repeats: int,
+                 tick: Callable[[], None] | None = None) -> list[float]:
+    """Median seconds of a decode of b tokens (logits for all) with ``base`` cached, for each b in
+    ``points`` (each <= len(toks)); ``tick`` is called after each repetition."""
+    samples: list[list[float]] = [[] for _ in points]
     model.decode(toks[:1], logits_for="all")  # warm up
     model.truncate(base)
     for r in range(max(1, repeats)):
-        order = range(1, len(toks) + 1) if r % 2 == 0 else range(len(toks), 0, -1)
-        for b in order:
+        order = range(len(points)) if r % 2 == 0 else range(len(points) - 1, -1, -1)
+        for j in order:
             t0 = time.perf_counter()
-            model.decode(toks[:b], logits_for="all")
-            samples[b - 1].append(time.perf_counter() - t0)
+            model.decode(toks[: points[j]], logits_for="all")
+            samples[j].append(time.perf_counter() - t0)
             model.truncate(base)
         if tick:
             tick()
-    # a decode of more tokens never costs less: keep the curve non-decreasing (noise on a shared machine)
-    return np.maximum.accumulate([float(np.median(s)) for s in samples]).tolist()
+    return [float(np.median(s)) for s in samples]
+
+
+def _fill_to(model, c: int, seed: int) -> tuple[int, float]:
+    """Make the model's cache hold exactly ``c`` tokens: cut a longer one, or decode filler tokens.
+
+    Returns:
+        (tokens decoded, seconds they took); (0, 0.0) when the cache was cut or already held ``c``.
+    """
+    base = model.n_cached
+    if base >= c:
+        model.truncate(c)
+        return 0, 0.0
+    t0 = time.perf_counter()
+    model.decode(_filler_tokens(model, c - base, seed=seed), logits_for=())
+    return c - base, time.perf_counter() - t0
 
 
 def calibration_contexts(model, max_batch: int, long_context: int = LONG_CONTEXT) -> list[int]:
@@ -213,23 +241,30 @@ def calibration_contexts(model, max_batch: int, long_context: int = LONG_CONTEXT
 
 
 def measure_decode_costs(model, max_batch: int, repeats: int = 3, contexts: Sequence[int] | None = None,
-                         progress: StepFn | None = None, label: str = "") -> ModelCosts:
-    """Time one decode of b tokens for b = 1..max_batch at each context length.
+                         progress: StepFn | None = None, label: str = "", points: Sequence[int] | None = None,
+                         restore: bool = True) -> ModelCosts:
+    """Time one decode of b tokens for the batch sizes ``points`` at each context length, and
+    interpolate the curve for b = 1..max_batch.
 
     For each context length c (ascending; default :func:`calibration_contexts`: 64 and
     1,024 tokens) decodes filler tokens until c are cached, then for each repetition and
-    each b (order alternating forwards and backwards) decodes b tokens with logits for all
-    of them, as the engine's verification pass does, and truncates back. The fill from
-    the first context to the second is timed: a batched prefill, what a catch-up costs per
-    token. A cache that held more than the first context is cut to it first (the engine
-    decodes what is missing on its next call, :meth:`LlamaModel.sync`); otherwise the
-    model's KV cache is left as it was found.
+    each b in ``points`` (default :func:`~localspec.costmodel.calibration_points`: every b up
+    to 9, then 12, 16, 24, 32, 48, 64, ... and max_batch; order alternating forwards and
+    backwards) decodes b tokens with logits for all of them, as the engine's verification
+    pass does, and truncates back. The curve between measured points is
+    :func:`~localspec.costmodel.interpolate_curve`. The fill from the first context to the
+    second is timed: a batched prefill, what a catch-up costs per token. A cache that held
+    more than the first context is cut to it first (the engine decodes what is missing on
+    its next call, :meth:`LlamaModel.sync`); with ``restore`` (the default) the model's KV
+    cache is left as it was found, otherwise it keeps the filler of the longest context
+    (:func:`extend_costs` then measures more points without filling again).
 
     ``progress(label, done, total)`` is called after each repetition at each context
     (``total`` = contexts x repetitions), so a front-end can show how far it is.
 
     Returns:
-        :class:`ModelCosts` with the median seconds per b and context.
+        :class:`ModelCosts` with the median seconds per measured b and context, and the
+        interpolated curves (seconds, length max_batch).
 
     Raises:
         ContextOverflowError: the model's context cannot hold ``contexts[-1] + max_batch`` tokens.
@@ -238,41 +273,100 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 3, contexts: Sequ
     meter = CpuMeter()
     load = (load_average() or [-1.0])[0]
     wanted = sorted(set(contexts if contexts is not None else calibration_contexts(model, max_batch)))
+    pts = sorted({int(b) for b in (points if points is not None else calibration_points(max_batch))
+                  if 1 <= int(b) <= max_batch} | {1, max_batch})
     n0 = min(model.n_cached, wanted[0])
     model.truncate(n0)
     toks = _filler_tokens(model, max_batch, seed=2)
     measured_at: list[int] = []
-    curves: list[list[float]] = []
+    medians: list[list[float]] = []
     prefill = None
     total = len(wanted) * max(1, repeats)
     done = [0]
+    what = label or f"measuring decode costs of {_model_name(model)}"
 
     def tick() -> None:
         done[0] += 1
         if progress:
-            progress(label or f"measuring decode costs of {_model_name(model)}", min(done[0], total), total)
+            progress(what, min(done[0], total), total)
 
     if progress:
-        progress(label or f"measuring decode costs of {_model_name(model)}", 0, total)
+        progress(what, 0, total)
     try:
         for c in wanted:
             base = model.n_cached
             if base < c:
-                t0 = time.perf_counter()
-                model.decode(_filler_tokens(model, c - base, seed=1 + len(curves)), logits_for=())
-                if curves and c - base >= 32:
-                    prefill = (time.perf_counter() - t0) / (c - base)
+                n, secs = _fill_to(model, c, seed=1 + len(medians))
+                if medians and n >= 32:
+                    prefill = secs / n
                 base = c
             if measured_at and base <= measured_at[-1]:
                 continue
-            curves.append(_time_curve(model, toks, base, repeats, tick))
+            medians.append(_time_points(model, toks, base, pts, repeats, tick))
             measured_at.append(base)
     finally:
-        model.truncate(n0)
+        if restore:
+            model.truncate(n0)
+    curves = [interpolate_curve(pts, m, max_batch) for m in medians]
     return ModelCosts(seconds=list(curves[0]), key=model_cost_key(model), repeats=max(1, repeats), measured=True,
                       created=time.time(), load=load, contexts=measured_at, curves=curves,
                       prefill_token_seconds=prefill, flash_attn=getattr(model, "flash_attn", None),
-                      calibration_seconds=time.perf_counter() - t_start, other_cpu=meter.other_fraction())
+                      calibration_seconds=time.perf_counter() - t_start, other_cpu=meter.other_fraction(),
+                      points=pts, point_seconds=medians)
+
+
+def extend_costs(model, costs: ModelCosts, points: Sequence[int], repeats: int = 3,
+                 progress: StepFn | None = None, label: str = "") -> ModelCosts:
+    """``costs`` with the batch sizes in ``points`` it lacks measured too, at the same contexts.
+
+    Measures the longest context first (a cache left filled by :func:`measure_decode_costs`
+    with ``restore=False`` is reused, only cut), then the shorter ones; the model's KV cache is
+    then empty (it held filler tokens). The curves are interpolated again from all measured
+    points (:func:`~localspec.costmodel.interpolate_curve`).
+
+    Returns:
+        a new :class:`ModelCosts` (same key, contexts and curve length); ``costs`` itself when
+        every point was measured already.
+    """
+    n_curve = len(costs.seconds)
+    have = set(costs.points)
+    new = sorted({int(b) for b in points if 1 <= int(b) <= n_curve} - have)
+    if not new:
+        model.truncate(0)
+        return costs
+    t_start = time.perf_counter()
+    meter = CpuMeter()
+    toks = _filler_tokens(model, max(new), seed=2)
+    total = len(costs.contexts) * max(1, repeats)
+    done = [0]
+    what = label or f"measuring decode costs of {_model_name(model)}"
+
+    def tick() -> None:
+        done[0] += 1
+        if progress:
+            progress(what, min(done[0], total), total)
+
+    if progress:
+        progress(what, 0, total)
+    added: dict[int, list[float]] = {}
+    for i in sorted(range(len(costs.contexts)), key=lambda k: -costs.contexts[k]):
+        _fill_to(model, costs.contexts[i], seed=1 + i)
+        added[i] = _time_points(model, toks, costs.contexts[i], new, repeats, tick)
+    model.truncate(0)
+    pts = sorted(have | set(new))
+    point_seconds = []
+    for i in range(len(costs.contexts)):
+        by_b = dict(zip(costs.points, costs.point_seconds[i])) | dict(zip(new, added[i]))
+        point_seconds.append([by_b[b] for b in pts])
+    curves = [interpolate_curve(pts, m, n_curve) for m in point_seconds]
+    other = meter.other_fraction()
+    busy = [x for x in (costs.other_cpu, other) if x is not None]
+    return ModelCosts(seconds=list(curves[0]), key=costs.key, repeats=costs.repeats, measured=True,
+                      created=time.time(), load=costs.load, contexts=list(costs.contexts), curves=curves,
+                      prefill_token_seconds=costs.prefill_token_seconds, flash_attn=costs.flash_attn,
+                      flash_attn_scores=dict(costs.flash_attn_scores),
+                      calibration_seconds=costs.calibration_seconds + time.perf_counter() - t_start,
+                      other_cpu=max(busy) if busy else None, points=pts, point_seconds=point_seconds)
 
 
 def flash_attn_scores(results: dict[str, ModelCosts]) -> dict[str, float]:
@@ -289,36 +383,46 @@ def calibrate_model(model, max_batch: int, repeats: int = 3, contexts: Sequence[
                     progress: StepFn | None = None) -> ModelCosts:
     """:func:`measure_decode_costs`; with flash attention ``auto``, for it off and on, keeping the faster.
 
-    Asked ``auto`` (``model.flash_attn_mode``, see :mod:`localspec.loader`), it measures with
-    flash attention off (llama-cpp-python's ``Llama`` default) and on, scores each by
-    :func:`flash_attn_scores` (a one-token decode and a verification pass of ``max_batch``
-    tokens at each context, relative to the faster setting), and leaves the model on the
-    faster setting (off on a tie). Switching recreates the
-    llama.cpp context, so the model's KV cache is then empty. A setting whose context
-    cannot be created is skipped. ``progress`` as in :func:`measure_decode_costs`, once per setting.
+    Asked ``auto`` (``model.flash_attn_mode``, see :mod:`localspec.loader`), it first times
+    only b = 1 and b = ``max_batch`` with flash attention off (llama-cpp-python's ``Llama``
+    default) and on, scores each by :func:`flash_attn_scores` (a one-token decode and a
+    verification pass of ``max_batch`` tokens at each context, relative to the faster
+    setting), leaves the model on the faster setting (off on a tie), and then measures the
+    other batch sizes (:func:`~localspec.costmodel.calibration_points`) for that setting
+    only (:func:`extend_costs`; the filled cache of the setting measured last is reused).
+    Switching recreates the llama.cpp context, so the model's KV cache is then empty. A
+    setting whose context cannot be created is skipped. ``progress`` as in
+    :func:`measure_decode_costs`, once per setting and once for the rest of the curve.
     """
     model_name = _model_name(model)
     if _flash_attn_mode(model) != "auto" or not hasattr(model, "set_flash_attn"):
         return measure_decode_costs(model, max_batch, repeats, contexts, progress,
                                     f"measuring decode costs of {model_name}")
     t0 = time.perf_counter()
+    ends = sorted({1, max_batch})
     results: dict[str, ModelCosts] = {}
+    last = None
     for name, fa in (("off", False), ("on", True)):
         try:
             model.set_flash_attn(fa)
         except LocalspecError:
             continue
         results[name] = measure_decode_costs(model, max_batch, repeats, contexts, progress,
-                                             f"measuring decode costs of {model_name}, flash attention {name}")
+                                             f"measuring decode costs of {model_name}, flash attention {name}",
+                                             points=ends, restore=False)
+        last = name
     scores = flash_attn_scores(results)
     best = min(results, key=lambda k: (scores[k], k != "off"))
-    model.set_flash_attn(best == "on")
-    costs = results[best]
+    if best != last:
+        model.set_flash_attn(best == "on")
+    costs = extend_costs(model, results[best], calibration_points(max_batch), repeats, progress,
+                         f"measuring decode costs of {model_name} at more batch sizes")
     costs.flash_attn = best == "on"
     costs.flash_attn_scores = scores
     costs.key = model_cost_key(model)
     costs.calibration_seconds = time.perf_counter() - t0
-    busy = [r.other_cpu for r in results.values() if r.other_cpu is not None]
+    busy = [r.other_cpu for r in results.values() if r.other_cpu is not None] + \
+        ([costs.other_cpu] if costs.other_cpu is not None else [])
     costs.other_cpu = max(busy) if busy else None  # the choice compares both: either disturbed taints it
     return costs
 
@@ -509,7 +613,8 @@ class EngineCosts:
 
 def engine_costs(target, draft_model, draft_max: int, *, existing: EngineCosts | None = None,
                  remeasure: bool = False, repeats: int = 3, progress: StepFn | None = None) -> EngineCosts:
-    """Calibrate (or load) the target's curves b = 1..draft_max+1 at a short and a long context,
+    """Calibrate (or load) the target's curves b = 1..draft_max+1 (measured at
+    :func:`~localspec.costmodel.calibration_points`, interpolated between) at a short and a long context,
     and the draft model's per-token and catch-up costs (:func:`get_costs`).
 
     ``existing`` (the costs an engine already holds) is returned unchanged while it covers
@@ -552,15 +657,19 @@ def cached_engine_costs(target, draft_model, draft_max: int) -> EngineCosts | No
 # the calibrate command's report (the command itself is in localspec.cli)
 # ---------------------------------------------------------------------------------------
 def format_curve(costs: ModelCosts, title: str) -> str:
-    """The curve per measured context: ms, ratio to one token at that context, ms per token."""
+    """The curve per measured context at the measured batch sizes (:attr:`ModelCosts.points`; the
+    engine interpolates between them): ms, ratio to one token at that context, ms per token."""
     head = f"{'b':>3}" + "".join(f"  {'ms @' + str(c):>9}  {'ratio':>6}  {'ms/tok':>6}" for c in costs.contexts)
     lines = [title, head]
-    for i in range(len(costs.seconds)):
-        row = f"{i + 1:>3}"
+    for b in costs.points:
+        row = f"{b:>3}"
         for curve in costs.curves:
-            s = curve[i]
-            row += f"  {s * 1e3:9.2f}  {s / curve[0]:6.2f}  {s * 1e3 / (i + 1):6.2f}"
+            s = curve[b - 1]
+            row += f"  {s * 1e3:9.2f}  {s / curve[0]:6.2f}  {s * 1e3 / b:6.2f}"
         lines.append(row)
+    if len(costs.points) < len(costs.seconds):
+        lines.append(f"(measured at these {len(costs.points)} batch sizes; the other lengths up to "
+                     f"{len(costs.seconds)} are interpolated linearly between them)")
     return "\n".join(lines)
 
 

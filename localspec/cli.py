@@ -366,7 +366,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(sv)
     sub.add_parser("bench", help="benchmark modes side by side (localspec bench --help)", add_help=False)
     cal = sub.add_parser("calibrate", help="measure the cost curve of the loaded models",
-                         description="Measure the target's verify cost for b = 1..draft_max+1 tokens at a short and "
+                         description="Measure the target's verify cost for b = 1..draft_max+1 tokens (every b up to 9, then "
+                                     "12, 16, 24, 32, 48, 64, ... and draft_max+1, interpolated between) at a short and "
                                      "a long context, with flash attention off and on (keeping the faster), and the "
                                      "draft model's cost per token and per catch-up token on this machine; cached per "
                                      "model, settings, llama.cpp build and machine.")
@@ -377,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--no-draft", action="store_true", help="measure the target only")
     cal.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_numeric(cal.add_argument_group("decoding"), "draft_max", int, "drafting",
-                "most tokens drafted per round (gamma)", "8")
+                "most tokens drafted per round (gamma)", "64, mode auto's")
     add_model_arguments(cal)
     return p
 
@@ -392,7 +393,7 @@ def cmd_calibrate(ns: argparse.Namespace) -> int:
     if ns.repeats < 1 or ns.long_context < 1:
         raise ConfigError("--repeats and --long-context must be >= 1")
     settings = settings_from_args(ns, command="calibrate")
-    draft_max = settings.drafting.draft_max
+    draft_max = settings.drafting.cap
     from rich.console import Console
 
     from .repack import choice_json, describe_choice

@@ -38,11 +38,28 @@ class SamplingParams(_Strict):
         return self.temperature == 0.0
 
 
+#: most tokens a round drafts in mode ``auto`` when the user sets no ``draft_max``: the policy drafts
+#: as long as the evidence and the measured verify curve make pay, up to this (llama-server's
+#: ngram-mod drafts up to 64 too); calibration measures the verify cost up to it + 1
+AUTO_DRAFT_MAX = 64
+#: the largest ``draft_max`` a user (or a request) may set
+DRAFT_MAX_LIMIT = 64
+#: tokens a round drafts in the fixed modes (``draft``, ``lookup``) when the user sets no ``draft_max``
+FIXED_DRAFT_MAX = 8
+
+
 class DraftParams(_Strict):
-    """How tokens are drafted each round."""
+    """How tokens are drafted each round.
+
+    ``draft_max`` is the user's cap; None (the default) means the mode's own: :data:`AUTO_DRAFT_MAX`
+    in mode ``auto`` (which chooses each round's length by the measured costs, so a long cap
+    costs nothing where long drafts do not pay), :data:`FIXED_DRAFT_MAX` in the fixed modes
+    (which always draft that many). Read the effective value as :attr:`cap`.
+    """
 
     mode: DraftMode = Field("auto", description="auto (measured choice per round) | draft (draft model) | lookup (prompt lookup) | none")
-    draft_max: int = Field(8, ge=1, le=64, description="most tokens drafted per round (gamma)")
+    draft_max: int | None = Field(None, ge=1, le=DRAFT_MAX_LIMIT, description="most tokens drafted per round (gamma); "
+                                  f"None = the mode's default ({AUTO_DRAFT_MAX} in auto, {FIXED_DRAFT_MAX} otherwise)")
     draft_min: int = Field(0, ge=0, le=64, description="fewest tokens worth verifying; shorter drafts are dropped")
     draft_p_min: float = Field(0.0, ge=0.0, le=1.0, description="draft model stops when its top-1 probability is below this")
     max_ngram: int = Field(3, ge=1, le=16, description="prompt lookup: longest n-gram matched")
@@ -52,9 +69,16 @@ class DraftParams(_Strict):
     def _ngram_order(self) -> "DraftParams":
         if self.min_ngram > self.max_ngram:
             raise ValueError(f"min_ngram ({self.min_ngram}) must not exceed max_ngram ({self.max_ngram})")
-        if self.draft_min > self.draft_max:
-            raise ValueError(f"draft_min ({self.draft_min}) must not exceed draft_max ({self.draft_max})")
+        if self.draft_min > self.cap:
+            raise ValueError(f"draft_min ({self.draft_min}) must not exceed draft_max ({self.cap})")
         return self
+
+    @property
+    def cap(self) -> int:
+        """Most tokens drafted per round: ``draft_max``, or the mode's default when it is None."""
+        if self.draft_max is not None:
+            return self.draft_max
+        return AUTO_DRAFT_MAX if self.mode == "auto" else FIXED_DRAFT_MAX
 
 
 class ModelSettings(_Strict):

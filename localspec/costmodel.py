@@ -73,6 +73,74 @@ def verify_cost(verify_seconds: Sequence[float], b: int) -> float:
     return float(verify_seconds[-1] + max(slope, 0.0) * (b - n))
 
 
+#: batch sizes calibration measures densely (every b up to here): small passes are cheap to time, and
+#: a kernel threshold (a jump between 7 and 8 tokens on some CPUs) is seen where it is
+DENSE_POINTS = 9
+
+
+def calibration_points(max_batch: int, dense: int = DENSE_POINTS) -> list[int]:
+    """The batch sizes calibration times to cover a verification pass of 1..``max_batch`` tokens.
+
+    Every b in 1..``dense``, then the powers of two and their halfway points 3 x 2^k above it
+    (12, 16, 24, 32, 48, 64, 96, ...: each 1.33-1.5 times the previous) below ``max_batch``, and
+    ``max_batch`` itself. So the first run of a long cap times a few points instead of every
+    length (``max_batch`` = 65: 16 points whose token counts sum to 306, against 2,145 for all
+    65); the rest of the curve is :func:`interpolate_curve`.
+
+    Returns:
+        ascending, distinct, within 1..max_batch; ``[]`` for ``max_batch`` < 1.
+    """
+    if max_batch < 1:
+        return []
+    pts = set(range(1, min(dense, max_batch) + 1))
+    k = 2
+    while 2 ** k < max_batch:
+        pts.update(b for b in (2 ** k, 3 * 2 ** (k - 1)) if dense < b < max_batch)
+        k += 1
+    pts.add(max_batch)
+    return sorted(pts)
+
+
+def interpolate_curve(points: Sequence[int], seconds: Sequence[float], max_batch: int) -> list[float]:
+    """A dense verify-cost curve ``out[b-1]``, b = 1..max_batch, from times measured at some b.
+
+    The measured medians are first made non-decreasing in b (a pass over more tokens never
+    costs less; a lower later median is noise on a shared machine), then joined linearly
+    between measured points (a CPU's matrix kernels cost about linearly in the batch between
+    its thresholds, and a threshold inside the dense part is kept as measured). Beyond the
+    last point the line continues with the slope of the last two points (never down);
+    below the first, the first value.
+
+    Args:
+        points: measured batch sizes, ascending, >= 1.
+        seconds: median seconds of a pass over ``points[i]`` tokens, same length.
+        max_batch: length of the curve returned.
+
+    Raises:
+        ValueError: no points, lengths differ, or points not ascending.
+    """
+    if not points or len(points) != len(seconds):
+        raise ValueError(f"{len(points)} points and {len(seconds)} times: need the same number, at least one")
+    xs = [int(p) for p in points]
+    if any(b <= a for a, b in zip(xs, xs[1:])) or xs[0] < 1:
+        raise ValueError(f"points must be ascending and >= 1: {xs}")
+    ys: list[float] = []
+    for y in seconds:
+        ys.append(max(float(y), ys[-1]) if ys else float(y))
+    out = []
+    for b in range(1, max_batch + 1):
+        if b <= xs[0]:
+            out.append(ys[0])
+        elif b >= xs[-1]:
+            slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) if len(xs) >= 2 else 0.0
+            out.append(ys[-1] + max(slope, 0.0) * (b - xs[-1]))
+        else:
+            j = next(k for k in range(1, len(xs)) if b <= xs[k])
+            f = (b - xs[j - 1]) / (xs[j] - xs[j - 1])
+            out.append(ys[j - 1] + f * (ys[j] - ys[j - 1]))
+    return out
+
+
 def round_rate(g: int, accept: Sequence[float], verify_seconds: Sequence[float],
                draft_token_seconds: float, overhead_seconds: float = 0.0) -> float:
     """Expected tokens per second of a round drafting ``g`` tokens.
@@ -194,7 +262,7 @@ class EWAcceptance:
 
 
 #: lower edges of the match-length buckets of :class:`MatchAcceptance` (0 = no match length reported)
-MATCH_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64)
+MATCH_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 #: tokens of agreement that a prompt-lookup match reaches by chance in ordinary text: a
@@ -231,7 +299,8 @@ class MatchAcceptance:
 
     A free drafter copies what followed a place whose earlier context agrees with the
     end of the text over ``match_length`` tokens. Proposals are grouped by that length
-    into buckets (:data:`MATCH_BUCKETS`: 0, 1, 2-3, 4-7, ..., 64+); each bucket has its own
+    into buckets (:data:`MATCH_BUCKETS`: 0, 1, 2-3, 4-7, ..., 128-255, 256+; the long ones let a
+    copy that agrees over hundreds of tokens start with a long draft); each bucket has its own
     per-position :class:`EWAcceptance` starting from :func:`succession_prior` of its
     lower edge, so the start of a copy (a long match) is trusted at once and a short,
     common n-gram is not, and each bucket then follows what the text does. Bucket 0

@@ -464,9 +464,9 @@ class SpeculativeEngine:
         if mode == "draft" and self.drafter is None:
             raise ConfigError("mode 'draft' needs a draft model", "load a draft model, or use --mode lookup")
         if mode == "auto":
-            return AdaptivePolicy(self.calibrated_costs(drafting.draft_max), drafting.draft_max,
+            return AdaptivePolicy(self.calibrated_costs(drafting.cap), drafting.cap,
                                   has_draft=self.drafter is not None)
-        return FixedPolicy(mode, drafting.draft_max)
+        return FixedPolicy(mode, drafting.cap)
 
     def make_draft(self, policy: DraftPolicy, committed: list[int], limit: int, sampling: SamplingParams,
                    drafting: DraftParams, rng: np.random.Generator,
@@ -485,7 +485,7 @@ class SpeculativeEngine:
         if limit > 0:
             for name in policy.free_drafters:
                 if name in drafters:
-                    proposals[name] = p = drafters[name].draft(committed, min(drafting.draft_max, limit), sampling,
+                    proposals[name] = p = drafters[name].draft(committed, min(drafting.cap, limit), sampling,
                                                                drafting, rng)
                     policy.see_free(name, committed, p.tokens, p.match_length)
         choice = policy.choose(limit, {n: len(p.tokens) for n, p in proposals.items()}, position=len(committed))

@@ -77,14 +77,14 @@ def load_engine(settings: Settings, progress: ProgressFn | None = None, stage: S
         if stage:
             stage("checking tokenizers")
         # mode auto: this machine's measured costs, when cached
-        costs = cached_engine_costs(target, draft, settings.drafting.draft_max) if settings.drafting.mode == "auto" \
+        costs = cached_engine_costs(target, draft, settings.drafting.cap) if settings.drafting.mode == "auto" \
             else None
         engine = SpeculativeEngine(target, draft, costs=costs)
         engine.notices = notices
         if settings.drafting.mode == "auto" and costs is None and calibrate:
             if stage:
                 stage("measuring this machine's decode costs once (cached; localspec calibrate shows them)")
-            engine.calibrated_costs(settings.drafting.draft_max, progress=steps)
+            engine.calibrated_costs(settings.drafting.cap, progress=steps)
         return engine
     except BaseException:
         target.close()

@@ -112,7 +112,7 @@ class LocalspecApp(App):
 
     def mode_label(self) -> str:
         d = self.settings.drafting
-        return "none (target only)" if d.mode == "none" else f"{d.mode}, draft length {d.draft_max}"
+        return "none (target only)" if d.mode == "none" else f"{d.mode}, draft length {d.cap}"
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

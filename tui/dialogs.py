@@ -54,7 +54,7 @@ def build_settings(base: Settings, values: dict[str, object]) -> tuple[Settings 
     data = base.model_dump()
     for path, raw in values.items():
         section, key = path.split(".")
-        if path == "sampling.seed" and (raw is None or str(raw).strip() == ""):
+        if path in ("sampling.seed", "drafting.draft_max") and (raw is None or str(raw).strip() == ""):
             raw = None
         elif isinstance(raw, str):
             raw = raw.strip()

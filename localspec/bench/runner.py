@@ -123,8 +123,8 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
     from ..backend import close_llama_cpp_peers, run_llama_cpp_peer
 
     sampling = SamplingParams(temperature=0.0)
-    # auto may draft as long as the longest fixed length, so the oracle is within its reach
-    draft_max_auto = max([8] + [m.g for m in modes if m.family in ("lookup", "draft")])
+    # auto drafts up to its own default cap (or the longest fixed length), so the oracle is within its reach
+    draft_max_auto = min(64, max([DraftParams(mode="auto").cap] + [m.g for m in modes if m.family in ("lookup", "draft")]))
     ec = engine.calibrated_costs(draft_max_auto, remeasure=recalibrate)
     verify = list(ec.target.seconds)
     t1 = verify[0]

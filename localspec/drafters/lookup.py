@@ -13,8 +13,9 @@ import numpy as np
 from ..config import DraftParams, SamplingParams
 from . import Draft
 
-#: how many tokens before an n-gram match are compared to rank matches
-MAX_CONTEXT = 64
+#: how many tokens before an n-gram match are compared to rank matches and reported as the match
+#: length (the evidence for a long draft: :class:`~localspec.costmodel.MatchAcceptance`)
+MAX_CONTEXT = 256
 
 
 def ngram_starts(haystack: np.ndarray, pattern: np.ndarray, m: int) -> np.ndarray:

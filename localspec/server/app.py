@@ -41,7 +41,7 @@ from . import tools
 from .metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from .openai_api import (FINISH_REASONS, MAX_JSON_DEPTH, ApiError, ChatCompletionBody, CompletionBody,
                          ResponseShape, check_json, parse_request, speculation, usage)
-from .worker import EngineWorker, Failed, Finished, Job, Started, Tokens, sampling_for
+from .worker import EngineWorker, Failed, Finished, Job, Started, Tokens, drafting_for, sampling_for
 
 log = logging.getLogger("localspec.server")
 
@@ -231,7 +231,8 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
             if tool_fmt is None:
                 raise tools.unsupported_error(target_id, template, "tools" if req.tools.tools else "messages")
             req.tools.format = tool_fmt
-        job = Job(req, sampling_for(settings, req), asyncio.get_running_loop())
+        job = Job(req, sampling_for(settings, req), asyncio.get_running_loop(),
+                  drafting=drafting_for(settings, req, engine.has_draft_model))
         worker.submit(job)
         first = await next_message(job, request)
         if first is None:  # gone while waiting (its place in the queue is freed)
@@ -247,7 +248,8 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
         return await _collect(job, request, shape, req)
 
     def _extra(job: Job, gen) -> dict:
-        return {"speculation": speculation(mode, gen.stats, gen.rounds),
+        drafting = job.drafting or settings.drafting
+        return {"speculation": speculation(drafting.mode, gen.stats, gen.rounds, drafting.cap),
                 "queue": {"arrival": job.arrival, "served": job.served, "wait_seconds": job.wait_seconds}}
 
     async def _collect(job: Job, request: Request, shape: ResponseShape, req) -> Response:

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..config import DRAFT_MAX_LIMIT, DraftMode
 from ..events import EndReason, GenerationStats, RoundStats, TokenEvent
 
 #: ``error.type`` per HTTP status, as OpenAI names them
@@ -269,6 +270,23 @@ class CompletionBody(SamplingFields):
     stop: StopString | list[StopString] | None = None
 
 
+class SpeculationFields(BaseModel):
+    """The request's ``speculation`` extension: how this request is drafted (llama.cpp's server
+    has no per-request control). Unknown keys are refused; absent ones keep the server's settings
+    (``localspec serve --mode/--draft-max``).
+
+    Attributes:
+        mode: ``auto`` | ``draft`` | ``lookup`` | ``none`` (``draft`` needs a draft model loaded).
+        draft_max: most tokens drafted per round, 1..:data:`~localspec.config.DRAFT_MAX_LIMIT`
+            (a cap; mode auto chooses each round's length up to it).
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    mode: DraftMode | None = None
+    draft_max: int | None = Field(None, ge=1, le=DRAFT_MAX_LIMIT)
+
+
 @dataclass
 class GenerationRequest:
     """A checked request, ready for the engine worker.
@@ -285,6 +303,8 @@ class GenerationRequest:
         stream: answer as server-sent events.
         include_usage: ``stream_options.include_usage``.
         tools: the checked tool fields (:class:`localspec.server.tools.ToolRequest`), or None.
+        speculation: overrides of the server's :class:`~localspec.config.DraftParams`
+            (``mode``, ``draft_max``) from the request's ``speculation`` object.
     """
 
     kind: Literal["chat", "completion"]
@@ -297,6 +317,7 @@ class GenerationRequest:
     stream: bool = False
     include_usage: bool = False
     tools: Any = None
+    speculation: dict = field(default_factory=dict)
 
     @property
     def prompt_param(self) -> str:
@@ -368,6 +389,22 @@ def _prediction(raw: Any) -> str | None:
     return _text(raw.get("content"), "prediction.content") or None
 
 
+def _speculation(raw: Any) -> dict:
+    """The ``speculation`` extension's overrides (:class:`SpeculationFields`); ApiError 400 naming the key."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ApiError(400, 'speculation must be an object such as {"mode": "auto", "draft_max": 64}',
+                       "speculation")
+    try:
+        f = SpeculationFields.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        param = _param(("speculation", *err.get("loc", ())))
+        raise ApiError(400, f"{param}: {err.get('msg', 'invalid value')} (got {err.get('input')!r})", param) from None
+    return f.model_dump(exclude_none=True)
+
+
 def parse_request(body: Any, kind: Literal["chat", "completion"]) -> GenerationRequest:
     """Check a decoded JSON body and turn it into a :class:`GenerationRequest`.
 
@@ -392,7 +429,8 @@ def parse_request(body: Any, kind: Literal["chat", "completion"]) -> GenerationR
                             include_usage=bool(f.stream_options and f.stream_options.include_usage),
                             max_tokens=f.max_completion_tokens or f.max_tokens,
                             sampling={k: v for k in ("temperature", "top_p", "seed", "top_k", "min_p")
-                                      if (v := getattr(f, k)) is not None})
+                                      if (v := getattr(f, k)) is not None},
+                            speculation=_speculation(body.get("speculation")))
     if kind == "chat":
         req.messages = _messages(body.get("messages"))
         req.prediction = _prediction(body.get("prediction"))
@@ -452,10 +490,13 @@ def usage(stats: GenerationStats, rounds: list[RoundStats]) -> dict:
     }
 
 
-def speculation(mode: str, stats: GenerationStats, rounds: list[RoundStats]) -> dict:
-    """The extra ``speculation`` object (definitions as in ``localspec bench``)."""
+def speculation(mode: str, stats: GenerationStats, rounds: list[RoundStats], draft_max: int | None = None) -> dict:
+    """The extra ``speculation`` object (definitions as in ``localspec bench``): ``mode`` and
+    ``draft_max`` are what this request was drafted with (the server's settings with the
+    request's ``speculation`` overrides; ``draft_max`` the effective cap)."""
     return {
         "mode": mode,
+        "draft_max": draft_max,
         "drafted": stats.drafted,
         "accepted": stats.accepted,
         "rounds": stats.rounds,

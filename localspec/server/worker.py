@@ -25,7 +25,7 @@ from typing import Callable
 
 from pydantic import ValidationError
 
-from ..config import GenerationParams, SamplingParams, Settings, format_validation_error
+from ..config import DraftParams, GenerationParams, SamplingParams, Settings, format_validation_error
 from ..engine import Generation
 from ..errors import BackendError, LocalspecError
 from ..events import RoundStats, TokenEvent
@@ -65,6 +65,8 @@ class Job:
     Attributes:
         request: the checked request.
         sampling: its sampling settings (the server's, with the request's overrides).
+        drafting: its drafting settings (the server's, with the request's ``speculation``
+            overrides: :func:`drafting_for`); None = the server's.
         loop, out: where messages go (an asyncio queue of the request's event loop).
         arrival: arrival number (0, 1, ...); served: the number it was served as.
         wait_seconds: seconds spent in the queue.
@@ -83,6 +85,7 @@ class Job:
     _withdraw: Callable[["Job"], None] | None = None
     #: why the job was ended early by the server, not the client (shutdown), or None
     ended_by_server: str | None = None
+    drafting: DraftParams | None = None
 
     def cancel(self) -> None:
         """Stop this job: out of the queue at once if it waits, ended after the current round if it runs."""
@@ -109,6 +112,29 @@ def sampling_for(settings: Settings, req: GenerationRequest) -> SamplingParams:
         err = e.errors()[0]
         param = str(err["loc"][0]) if err.get("loc") else None
         raise ApiError(400, format_validation_error(e), param) from None
+
+
+def drafting_for(settings: Settings, req: GenerationRequest, has_draft_model: bool = True) -> DraftParams:
+    """The server's drafting settings with the request's ``speculation`` overrides (``mode``,
+    ``draft_max``); a request that names a mode without naming ``draft_max`` gets that mode's
+    default cap unless the server was given one.
+
+    Raises:
+        ApiError: 400 naming ``speculation.<key>``: an invalid combination (``draft_min`` of the
+            server above the request's ``draft_max``), or mode ``draft`` without a draft model.
+    """
+    over = req.speculation
+    if not over:
+        return settings.drafting
+    if over.get("mode") == "draft" and not has_draft_model:
+        raise ApiError(400, "speculation.mode: mode 'draft' needs a draft model, and this server has none "
+                            "(use auto, lookup or none)", "speculation.mode")
+    try:
+        return DraftParams(**(settings.drafting.model_dump() | over))
+    except ValidationError as e:
+        msg = format_validation_error(e).replace("Value error, ", "")
+        param = "speculation.draft_max" if "draft_max" in over else "speculation.mode"
+        raise ApiError(400, f"speculation: {msg}", param) from None
 
 
 class EngineWorker:
@@ -314,7 +340,7 @@ class EngineWorker:
         eng = self.engine
         prompt, max_tokens = self._prompt(req)
         prediction = eng.tokenize(req.prediction, special=False) if req.prediction else None
-        gen = eng.generate(prompt, job.sampling, self.settings.drafting,
+        gen = eng.generate(prompt, job.sampling, job.drafting or self.settings.drafting,
                            GenerationParams(max_tokens=max_tokens, stop=req.stop or self.settings.generation.stop),
                            prediction=prediction)
         job.post(Started(len(prompt)))

@@ -92,7 +92,7 @@ class FakeGeneration:
                 if mode == "none" or planned is None:
                     g, k = 0, 0
                 else:
-                    g = min(self.drafting.draft_max, 4, max(limit - pos - 1, 0))
+                    g = min(self.drafting.cap, 4, max(limit - pos - 1, 0))
                     k = min(planned, g)
                 n_commit = min(k + 1, limit - pos)
                 good = [eng.token_id(w) for w in words[pos:pos + g + 1]]

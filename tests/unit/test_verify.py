@@ -95,3 +95,32 @@ def test_verify_dispatches_on_temperature():
     rng = np.random.default_rng(0)
     v = verify([1], None, onehot_logits([1, 2]), SamplingParams(temperature=0), rng)
     assert v.kind == TokenKind.BONUS
+
+
+@pytest.mark.parametrize("params", [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_p=0.95)])
+def test_a_stream_verified_in_64_token_point_mass_drafts_follows_the_target_chain(params):
+    """Long drafts (mode auto drafts up to 64 tokens) keep the output distribution: a Markov-chain
+    target, verified in rounds of 64-token point-mass drafts (the target's most likely chain, as a
+    copy would propose), commits a stream whose transition frequencies are the target's."""
+    rng = np.random.default_rng(7)
+    trans = np.full((V, V), 0.0)
+    for a in range(V):
+        trans[a, (a + 1) % V] = 4.5  # p ~ 0.95 at temperature 1: runs of tens of accepted tokens
+        trans[a, (a + 3) % V] = 1.0
+    g = 64
+    committed = [0]
+    accepted_runs = []
+    while len(committed) < 30000:
+        draft = [(committed[-1] + i + 1) % V for i in range(g)]
+        prev = [committed[-1]] + draft
+        v = verify_sampled(draft, None, trans[prev], params, rng)
+        accepted_runs.append(v.accepted)
+        committed += draft[: v.accepted] + [v.token]
+    assert max(accepted_runs) >= 48  # the long drafts were exercised, not only their first tokens
+    seq = np.asarray(committed)
+    for a in range(V):
+        nxt = seq[1:][seq[:-1] == a]
+        got = np.bincount(nxt, minlength=V) / len(nxt)
+        expected = logits_to_probs(trans[a], params)
+        tol = 5 * np.sqrt(expected * (1 - expected) / len(nxt)) + 1e-9
+        assert np.all(np.abs(got - expected) <= tol), (a, got, expected)

@@ -141,11 +141,11 @@ class EditScreen(GenerationScreen):
 
     def mode_label(self) -> str:
         d = self.drafting()
-        return f"{d.mode}, draft length {d.draft_max}"
+        return f"{d.mode}, draft length {d.cap}"
 
     def drafting(self) -> DraftParams:
         base = self.app.settings.drafting
-        return base.model_copy(update={"mode": "lookup", "draft_max": max(base.draft_max, 16),
+        return base.model_copy(update={"mode": "lookup", "draft_max": max(base.cap, 16),
                                        "draft_min": min(base.draft_min, 16)})
 
     def answer_scroll(self) -> VerticalScroll:

@@ -142,7 +142,7 @@ class RaceScreen(Screen):
 
     def _titles(self) -> None:
         d = self.app.race_drafting()
-        self.query_one("#race-spec", RacePane).border_title = f"speculative: {d.mode}, draft length {d.draft_max}"
+        self.query_one("#race-spec", RacePane).border_title = f"speculative: {d.mode}, draft length {d.cap}"
         self.query_one("#race-target", RacePane).border_title = "target only"
 
     def repeats(self) -> int:

@@ -1,0 +1,233 @@
+"""Long drafts in mode auto: the sparse calibration (a few batch sizes and an interpolated curve)
+and the choice of a long draft where the evidence and the verify curve allow it."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from localspec import calibration
+from localspec.calibration import EngineCosts, ModelCosts, measure_decode_costs
+from localspec.config import AUTO_DRAFT_MAX, FIXED_DRAFT_MAX, DraftParams
+from localspec.costmodel import best_draft_length, calibration_points, interpolate_curve, succession_prior
+from localspec.policy import AdaptivePolicy
+
+T1 = 0.05
+
+
+def linear_curve(t9_over_t1: float, n: int = 65, t1: float = T1) -> list[float]:
+    """T(b) = t1 (1 + s (b - 1)) with T(9) / T(1) = ``t9_over_t1``: the issue's Intel CPU (3.05) and
+    the AMD EPYC without AVX-512 (6.8)."""
+    s = (t9_over_t1 - 1.0) / 8.0
+    return [t1 * (1.0 + s * (b - 1)) for b in range(1, n + 1)]
+
+
+def costs_for(curve: list[float]) -> EngineCosts:
+    mc = ModelCosts(seconds=list(curve))
+    return EngineCosts(verify=list(curve), draft_token=None, target=mc, draft=None)
+
+
+# -- the settings --------------------------------------------------------------------
+def test_draft_max_default_depends_on_the_mode_and_a_user_value_caps_it():
+    assert DraftParams().cap == AUTO_DRAFT_MAX == 64
+    assert DraftParams(mode="lookup").cap == DraftParams(mode="draft").cap == FIXED_DRAFT_MAX == 8
+    assert DraftParams(mode="auto", draft_max=5).cap == 5
+    assert DraftParams(draft_min=30).cap == 64  # auto's default leaves room for a long draft_min
+    with pytest.raises(ValidationError, match="draft_min"):
+        DraftParams(mode="lookup", draft_min=9)
+    with pytest.raises(ValidationError):
+        DraftParams(draft_max=65)
+
+
+# -- the calibration points and the curve between them ---------------------------------------
+def test_calibration_points_are_dense_then_sparse():
+    pts = calibration_points(65)
+    assert pts == [1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 24, 32, 48, 64, 65]
+    assert sum(pts) == 306  # token counts timed per repetition and context, against 2,145 for every b
+    assert calibration_points(9) == list(range(1, 10))  # the old default range: every b, as before
+    assert calibration_points(2) == [1, 2] and calibration_points(1) == [1] and calibration_points(0) == []
+    big = calibration_points(200)
+    assert big[-1] == 200 and big == sorted(set(big))
+    assert all(b / a <= 1.5 for a, b in zip(big[8:], big[9:-1]))  # no gap wider than 1.5x between points
+
+
+def test_interpolated_curve_reproduces_a_piecewise_linear_cost():
+    true = linear_curve(3.05)
+    pts = calibration_points(65)
+    got = interpolate_curve(pts, [true[b - 1] for b in pts], 65)
+    assert got == pytest.approx(true)
+    # beyond the last point: the slope of the last two points
+    longer = interpolate_curve(pts, [true[b - 1] for b in pts], 80)
+    assert longer[79] == pytest.approx(true[64] + 15 * (true[64] - true[63]))
+
+
+def test_interpolated_curve_keeps_a_measured_jump_and_is_never_decreasing():
+    # a kernel threshold between 7 and 8 tokens inside the dense part is kept where it was measured
+    pts = [1, 2, 3, 4, 5, 6, 7, 8, 9, 12]
+    secs = [1, 1.5, 2, 2.5, 3, 3.5, 4, 7, 7.2, 7.5]
+    got = interpolate_curve(pts, secs, 12)
+    assert got[6] == 4 and got[7] == 7
+    assert got[9] == pytest.approx(7.2 + (7.5 - 7.2) / 3)
+    # noise: a later median below an earlier one is lifted to it
+    assert interpolate_curve([1, 2, 4], [1.0, 2.0, 1.5], 4) == [1.0, 2.0, 2.0, 2.0]
+    with pytest.raises(ValueError):
+        interpolate_curve([1, 3], [1.0], 4)
+    with pytest.raises(ValueError):
+        interpolate_curve([3, 1], [1.0, 2.0], 4)
+
+
+class ClockModel:
+    """A model whose decode of b tokens with c cached takes (1 + 0.25 (b - 1)) ms + 1 us per cached
+    token on a fake clock, plus 3 ms from 8 tokens on (a kernel threshold); it counts decodes per b."""
+
+    n_vocab = 1000
+    n_threads = 2
+    n_batch = 512
+    n_gpu_layers = 0
+    n_ctx = 4096
+    clock = [0.0]
+
+    def __init__(self, path, flash_attn_mode: str | None = None) -> None:
+        self.path = path
+        self.cached_tokens: list[int] = []
+        self.calls: dict[int, int] = {}
+        self.flash_attn = False
+        if flash_attn_mode:
+            self.flash_attn_mode = flash_attn_mode
+
+    @staticmethod
+    def cost(b: int, cached: int, fa: bool = False) -> float:
+        return (1e-3 * (1 + 0.25 * (b - 1)) + (3e-3 if b >= 8 else 0.0)) * (0.9 if fa else 1.0) + 1e-6 * cached
+
+    @property
+    def n_cached(self) -> int:
+        return len(self.cached_tokens)
+
+    def is_eog(self, t):
+        return False
+
+    def set_flash_attn(self, on):
+        if on != self.flash_attn:
+            self.cached_tokens = []
+        self.flash_attn = on
+
+    def decode(self, tokens, logits_for="last"):
+        b = len(tokens)
+        if logits_for == "all":
+            self.calls[b] = self.calls.get(b, 0) + 1
+        self.clock[0] += self.cost(b, len(self.cached_tokens), self.flash_attn)
+        self.cached_tokens.extend(tokens)
+
+    def truncate(self, n):
+        del self.cached_tokens[n:]
+
+
+@pytest.fixture
+def clock_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(calibration.time, "perf_counter", lambda: ClockModel.clock[0])
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF" + b"\0" * 2000)
+    return f
+
+
+def test_calibration_times_only_the_points_and_interpolates_the_rest(clock_model):
+    m = ClockModel(clock_model)
+    costs = measure_decode_costs(m, 65, repeats=2, contexts=(64, 1024))
+    pts = calibration_points(65)
+    assert costs.points == pts
+    timed = {b for b, n in m.calls.items() if n >= 2}
+    assert timed == set(pts)  # b = 10, 11, 13, ... were never decoded
+    for i, c in enumerate((64, 1024)):
+        curve = costs.curves[i]
+        assert len(curve) == 65
+        for b in pts:  # measured exactly where measured
+            assert curve[b - 1] == pytest.approx(ClockModel.cost(b, c)), (c, b)
+        for b in (10, 20, 40, 60):  # linear in between, and the cost is linear there
+            assert curve[b - 1] == pytest.approx(ClockModel.cost(b, c)), (c, b)
+    back = ModelCosts.from_json(costs.to_json())
+    assert back.points == pts and back.point_seconds == costs.point_seconds
+
+
+def test_flash_attn_auto_times_the_losing_setting_at_two_points_only(clock_model):
+    m = ClockModel(clock_model, flash_attn_mode="auto")
+    costs = calibration.calibrate_model(m, 65, repeats=1, contexts=(64, 1024))
+    assert costs.flash_attn is True and m.flash_attn is True  # 10 % faster in this model
+    assert costs.points == calibration_points(65)
+    # off: b = 1 and 65 at two contexts; on: the same, then the 14 other points at two contexts
+    assert m.calls[65] == 4 and m.calls[1] >= 4 and m.calls[12] == 2 and 10 not in m.calls
+    assert costs.curves[1][11] == pytest.approx(ClockModel.cost(12, 1024, fa=True))
+    assert costs.prefill_token_seconds is not None
+    assert m.cached_tokens == []  # filler left in the cache would be a wrong prefix
+
+
+def test_online_observations_refine_an_interpolated_length():
+    curve = linear_curve(3.05)
+    costs = costs_for(curve)
+    for _ in range(10):
+        costs.observe_verify(41, curve[40] * 1.5)  # b = 41 was never measured; it runs 50 % slower
+    assert costs.verify[40] == pytest.approx(curve[40] * 1.5, rel=0.02)
+
+
+# -- the long-draft choice -----------------------------------------------------------
+def test_a_long_lookup_match_is_drafted_long_where_the_curve_allows():
+    curve = linear_curve(3.05)  # the issue's Intel CPU: a 9-token pass costs 3.05 single ones
+    pol = AdaptivePolicy(costs_for(curve), 64, has_draft=False)
+    pol.see_free("lookup", list(range(300)), list(range(300, 364)), 259)  # 259 tokens of context agree
+    ch = pol.choose(64, {"lookup": 64}, position=300)
+    prior = pol.lookup_est.values(259)
+    assert ch.drafter == "lookup" and ch.draft_len == best_draft_length(prior, curve, 0.0, 64)[0]
+    assert ch.draft_len > 32  # far past the old cap of 8
+    # less evidence, a shorter first draft (still past the old cap)
+    pol = AdaptivePolicy(costs_for(curve), 64, has_draft=False)
+    pol.see_free("lookup", list(range(100)), list(range(100, 164)), 67)
+    assert 8 < pol.choose(64, {"lookup": 64}, position=100).draft_len < ch.draft_len
+    # the user's cap still holds
+    capped = AdaptivePolicy(costs_for(curve), 8, has_draft=False)
+    capped.see_free("lookup", list(range(100)), list(range(100, 108)), 67)
+    assert capped.choose(64, {"lookup": 8}, position=100).draft_len == 8
+
+
+def test_a_steep_curve_keeps_long_matches_shorter():
+    flat, steep = linear_curve(3.05), linear_curve(6.8)  # Intel with AVX-512 vs AMD EPYC without
+    lens = []
+    for curve in (flat, steep):
+        pol = AdaptivePolicy(costs_for(curve), 64, has_draft=False)
+        pol.see_free("lookup", list(range(100)), list(range(100, 164)), 40)
+        lens.append(pol.choose(64, {"lookup": 64}, position=100).draft_len)
+    assert 0 < lens[1] < lens[0]
+    # the choice is the argmax of the expected rate on each curve (nothing about the CPU hard-coded)
+    prior = succession_prior(32, 64, 2)
+    assert lens == [best_draft_length(prior, c, 0.0, 64)[0] for c in (flat, steep)]
+
+
+def test_a_prediction_with_a_long_agreeing_run_is_drafted_long_and_to_the_cap_once_it_holds():
+    curve = linear_curve(3.05)
+    pol = AdaptivePolicy(costs_for(curve), 64, has_draft=False)
+    committed = list(range(300))
+    pol.see_free("prediction", committed, list(range(300, 364)), 300)
+    ch = pol.choose(64, {"prediction": 64}, position=300)
+    assert ch.drafter == "prediction" and ch.draft_len > 32
+    for r in range(6):  # the answer copies every proposed token
+        committed = committed + list(range(len(committed), len(committed) + 64))
+        pol.see_free("prediction", committed, list(range(len(committed), len(committed) + 64)), 300 + 64 * r)
+    ch = pol.choose(64, {"prediction": 64}, position=len(committed))
+    assert ch.draft_len == 64
+    # a short match in chat-like text is not drafted long
+    pol = AdaptivePolicy(costs_for(curve), 64, has_draft=False)
+    pol.see_free("lookup", list(range(10)), list(range(10, 74)), 3)
+    assert pol.choose(64, {"lookup": 64}, position=10).draft_len <= 4
+
+
+def test_long_drafts_that_keep_failing_get_shorter():
+    curve = linear_curve(3.05)
+    pol = AdaptivePolicy(costs_for(curve), 64, has_draft=False)
+    committed = list(range(1000))
+    first = None
+    for r in range(12):
+        proposal = list(range(5000 + 100 * r, 5064 + 100 * r))
+        pol.see_free("lookup", committed, proposal, 259)
+        ch = pol.choose(64, {"lookup": 64}, position=len(committed))
+        first = first if first is not None else ch.draft_len
+        committed = committed + proposal[:3] + [1]  # every copy breaks after 3 tokens
+    assert first > 32 and ch.draft_len < 8

@@ -167,7 +167,10 @@ class FakeEngine:
     def tokenize(self, text: str, *, special: bool = True) -> list[int]:
         return [self.token_id(w) for w in split_tokens(text)]
 
-    def chat_tokens(self, messages) -> list[int]:
+    def chat_template(self) -> str | None:
+        return None  # no tool support, like SmolLM2's template
+
+    def chat_tokens(self, messages, tools=None) -> list[int]:
         self.last_messages = [dict(m) for m in messages]
         self.last_prompt = self.tokenize("".join(f"<{m['role']}>{m['content']}" for m in messages))
         return list(self.last_prompt)

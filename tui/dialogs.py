@@ -46,6 +46,11 @@ def get_path(settings: Settings, path: str):
     return obj
 
 
+#: what an empty field means, shown in it as a placeholder
+BLANK_MEANS = {"sampling.seed": "blank: fresh entropy",
+               "drafting.draft_max": "blank: the mode's own (64 in auto, 8 otherwise)"}
+
+
 def build_settings(base: Settings, values: dict[str, object]) -> tuple[Settings | None, dict[str, str]]:
     """Apply ``values`` (dotted path -> raw value) to ``base`` and validate with pydantic.
 
@@ -105,7 +110,8 @@ class SettingsScreen(ModalScreen[Settings | None]):
                         else:
                             text = "" if value is None else str(value)
                             sugg = SuggestFromList(presets, case_sensitive=False) if kind == "model" else None
-                            yield Input(text, id=field_id(path), suggester=sugg, compact=True)
+                            hint = BLANK_MEANS.get(path, "")
+                            yield Input(text, id=field_id(path), suggester=sugg, compact=True, placeholder=hint)
                     yield Static("", id=field_id(path) + "-error", classes="field-error", markup=False)
             yield Static("", id="settings-error", classes="field-error", markup=False)
             with Horizontal(classes="dialog-buttons"):

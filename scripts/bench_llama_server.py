@@ -260,7 +260,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--tasks", default="code-edit,colorsys-docstrings,fnmatch-rename,chat")
     p.add_argument("--servers", default=",".join(SERVERS), help=f"subset of {','.join(SERVERS + OPTIONAL_SERVERS)} "
                    "(the reference is needed for the ratios)")
-    p.add_argument("--reference", default=REFERENCE, help=f"the server the ratios are taken against (default {REFERENCE})")
+    p.add_argument("--reference", default=REFERENCE,
+                   help=f"the server the ratios are taken against (default {REFERENCE})")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--n-ctx", type=int, default=8192)

@@ -366,8 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(sv)
     sub.add_parser("bench", help="benchmark modes side by side (localspec bench --help)", add_help=False)
     cal = sub.add_parser("calibrate", help="measure the cost curve of the loaded models",
-                         description="Measure the target's verify cost for b = 1..draft_max+1 tokens (every b up to 9, then "
-                                     "12, 16, 24, 32, 48, 64, ... and draft_max+1, interpolated between) at a short and "
+                         description="Measure the target's verify cost for b = 1..draft_max+1 tokens (every b up "
+                                     "to 9, then 12, 16, 24, 32, 48, 64, ... and draft_max+1, interpolated between) "
+                                     "at a short and "
                                      "a long context, with flash attention off and on (keeping the faster), and the "
                                      "draft model's cost per token and per catch-up token on this machine; cached per "
                                      "model, settings, llama.cpp build and machine.")

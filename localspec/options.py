@@ -95,7 +95,8 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--mode", choices=["auto", "draft", "lookup", "none"], default=None,
                    help="auto: measured choice per round; draft: draft model; lookup: prompt lookup; none: target only")
     add_numeric(g, "draft_max", int, "drafting", "most tokens drafted per round (gamma)",
-                "64 in mode auto, which chooses each round's length up to it by the measured costs; 8 in draft and lookup")
+                "64 in mode auto, which chooses each round's length up to it by the measured costs; "
+                "8 in draft and lookup")
     add_numeric(g, "draft_min", int, "drafting", "drafts shorter than this are not verified; at most --draft-max", "0")
     add_numeric(g, "draft_p_min", float, "drafting", "the draft model stops below this top-1 probability", "0")
     add_numeric(g, "temperature", float, "sampling", "0 = greedy", "0")

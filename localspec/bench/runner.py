@@ -124,7 +124,8 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
 
     sampling = SamplingParams(temperature=0.0)
     # auto drafts up to its own default cap (or the longest fixed length), so the oracle is within its reach
-    draft_max_auto = min(64, max([DraftParams(mode="auto").cap] + [m.g for m in modes if m.family in ("lookup", "draft")]))
+    fixed = [m.g for m in modes if m.family in ("lookup", "draft")]
+    draft_max_auto = min(64, max([DraftParams(mode="auto").cap] + fixed))
     ec = engine.calibrated_costs(draft_max_auto, remeasure=recalibrate)
     verify = list(ec.target.seconds)
     t1 = verify[0]

@@ -109,3 +109,26 @@ def test_calibrate_command_prints_both_contexts_and_the_ceiling(tmp_path, monkey
     assert "calibrated ceiling at 64 tokens of context" in out and "calibrated ceiling at 192 tokens" in out
     assert cli.main(["calibrate", *args[:-6], "--long-context", "0"]) != 0
     assert "error: --repeats and --long-context must be >= 1" in capsys.readouterr().err
+
+
+def test_auto_drafts_past_the_old_cap_of_8_with_a_long_prediction_and_stays_exact(tiny_path, tmp_path, monkeypatch):
+    """Mode auto's default cap is 64: a prediction the answer follows is drafted in rounds longer than
+    the old default of 8, the calibration covers b = 1..65 (measured at a few points), and the
+    greedy answer is token-identical to target-only decoding."""
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    target = LlamaModel(tiny_path, n_ctx=1024, n_batch=256)
+    engine = SpeculativeEngine(target)
+    try:
+        text = "".join(f"def f{i}(x):\n    return x * {i} + {i * i}\n\n\n" for i in range(12))
+        prompt = engine.chat_tokens([{"role": "user", "content": "Repeat this code exactly:\n" + text}])
+        greedy, gen = SamplingParams(temperature=0.0), GenerationParams(max_tokens=200)
+        ref = engine.generate(prompt, greedy, DraftParams(mode="none"), gen).run()
+        pred = engine.tokenize(ref.text, special=False)
+        auto = engine.generate(prompt, greedy, DraftParams(mode="auto"), gen, prediction=pred).run()
+        assert auto.token_ids == ref.token_ids
+        ec = engine.cost_model
+        assert len(ec.verify) == 65 and ec.target.points == calibration.calibration_points(65)
+        assert max(r.draft_len_chosen for r in auto.rounds) > 8
+        assert max(r.accepted for r in auto.rounds) > 8
+    finally:
+        engine.close()

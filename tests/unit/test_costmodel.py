@@ -518,7 +518,8 @@ def test_match_length_buckets_learn_separately():
     assert est.values(0) == [0.5] * 4
     assert est.values(3) == pytest.approx(succession_prior(2, 4))
     assert est.values(100) == pytest.approx(succession_prior(64, 4))
-    assert [MatchAcceptance.bucket_index(m) for m in (0, 1, 2, 3, 4, 7, 8, 63, 64, 500)] == [0, 1, 2, 2, 3, 3, 4, 6, 7, 9]
+    assert [MatchAcceptance.bucket_index(m) for m in (0, 1, 2, 3, 4, 7, 8, 63, 64, 500)] == \
+        [0, 1, 2, 2, 3, 3, 4, 6, 7, 9]
     est.update(5, drafted=4, accepted=0)
     assert est.values(5)[0] == pytest.approx(0.5 * succession_prior(4, 1)[0])
     assert est.values(40) == pytest.approx(succession_prior(32, 4))  # other buckets untouched

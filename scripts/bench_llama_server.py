@@ -13,7 +13,9 @@ task of the repetition, stopped):
 * ``lp-auto``: ``localspec serve`` (mode auto), without a prediction;
 * ``lp-pred``: ``localspec serve`` (mode auto), with the original file as ``prediction``;
 * ``lp-none`` (only when asked with ``--servers``): ``localspec serve --mode none``, target-only
-  decoding (``--reference lp-none`` compares against it where no llama-server is at hand).
+  decoding (``--reference lp-none`` compares against it where no llama-server is at hand);
+  ``lp-auto-8`` and ``lp-pred-8`` (only when asked): ``lp-auto`` and ``lp-pred`` with
+  ``--draft-max 8``, the cap mode auto had before it drafted up to 64 tokens.
 
 Same GGUF files, threads and context size; the same weight-repacking choice on both sides
 (``--repack auto`` asks localspec's probe, :func:`localspec.repack.decide_repack`: where it
@@ -66,7 +68,7 @@ from localspec.server.process import ServerProcess
 
 HERE = Path(__file__).resolve().parent
 SERVERS = ("ls-plain", "ls-ngram", "ls-draft", "lp-auto", "lp-pred")
-OPTIONAL_SERVERS = ("lp-none",)
+OPTIONAL_SERVERS = ("lp-none", "lp-auto-8", "lp-pred-8")
 REFERENCE = "ls-plain"
 EDIT_TAIL = "Change nothing else. Reply with the complete updated file only, no explanation."
 
@@ -183,7 +185,8 @@ def server_argv(name: str, llama_server: str, target: str, draft: str, threads: 
         return argv
     return [sys.executable, "-m", "localspec.cli", "serve", "--target", target, "--draft", draft, "--port", "{port}",
             "--n-threads", str(threads), "--n-ctx", str(n_ctx), "--repack", "on" if repack else "off",
-            "--log-level", "warning"] + (["--mode", "none"] if name == "lp-none" else [])
+            "--log-level", "warning"] + (["--mode", "none"] if name == "lp-none" else []) + \
+        (["--draft-max", "8"] if name.endswith("-8") else [])
 
 
 def ratio_stats(xs: list[float]) -> str:
@@ -308,7 +311,7 @@ def main(argv: list[str]) -> int:
                 timed_request(client, "Say hello.", None, 8, f"(warm-up {rep})\n")  # not timed: first-request costs
                 for task in names:
                     message, original, max_tokens = all_tasks[task]
-                    r = timed_request(client, message, original if server == "lp-pred" else None, max_tokens,
+                    r = timed_request(client, message, original if server.startswith("lp-pred") else None, max_tokens,
                                       nonces[task])
                     r.update(task=task, server=server, rep=rep)
                     runs.append(r)

@@ -58,6 +58,21 @@ def _flash_attn_mode(model) -> str:
     return "default" if fa is None else ("on" if fa else "off")
 
 
+def _ticker(progress: "StepFn | None", what: str, total: int) -> Callable[[], None]:
+    """``tick()`` for one measurement of ``total`` steps: reports ``progress(what, done, total)``
+    (0 at once, then after each step)."""
+    done = [0]
+    if progress:
+        progress(what, 0, total)
+
+    def tick() -> None:
+        done[0] += 1
+        if progress:
+            progress(what, min(done[0], total), total)
+
+    return tick
+
+
 def _model_name(model) -> str:
     return Path(str(getattr(model, "path", "model"))).name
 
@@ -281,17 +296,7 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 3, contexts: Sequ
     measured_at: list[int] = []
     medians: list[list[float]] = []
     prefill = None
-    total = len(wanted) * max(1, repeats)
-    done = [0]
-    what = label or f"measuring decode costs of {_model_name(model)}"
-
-    def tick() -> None:
-        done[0] += 1
-        if progress:
-            progress(what, min(done[0], total), total)
-
-    if progress:
-        progress(what, 0, total)
+    tick = _ticker(progress, label or f"measuring decode costs of {_model_name(model)}", len(wanted) * max(1, repeats))
     try:
         for c in wanted:
             base = model.n_cached
@@ -337,17 +342,8 @@ def extend_costs(model, costs: ModelCosts, points: Sequence[int], repeats: int =
     t_start = time.perf_counter()
     meter = CpuMeter()
     toks = _filler_tokens(model, max(new), seed=2)
-    total = len(costs.contexts) * max(1, repeats)
-    done = [0]
-    what = label or f"measuring decode costs of {_model_name(model)}"
-
-    def tick() -> None:
-        done[0] += 1
-        if progress:
-            progress(what, min(done[0], total), total)
-
-    if progress:
-        progress(what, 0, total)
+    tick = _ticker(progress, label or f"measuring decode costs of {_model_name(model)}",
+                   len(costs.contexts) * max(1, repeats))
     added: dict[int, list[float]] = {}
     for i in sorted(range(len(costs.contexts)), key=lambda k: -costs.contexts[k]):
         _fill_to(model, costs.contexts[i], seed=1 + i)

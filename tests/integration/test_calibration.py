@@ -88,7 +88,12 @@ def test_auto_on_tiny_calibrates_the_draft_catch_up_and_stays_exact(tiny_path, t
         # the long context as long as the window allows; the short one exactly, although the cache held the prompt
         assert ec.target.contexts == [64, 512 - 9]
         assert ec.draft.contexts == [64, 512 - 2]
-        assert ec.draft_prefill_token_seconds == ec.draft.prefill_token_seconds > 0
+        assert ec.draft.prefill_token_seconds > 0
+        if not any(r.catchup_tokens for r in auto.rounds):
+            # no catch-up observed (auto did not switch to the draft model): still the calibrated value
+            assert ec.draft_prefill_token_seconds == ec.draft.prefill_token_seconds
+        else:  # observed catch-ups correct it (EngineCosts.observe_catchup), e.g. on a busy machine
+            assert ec.draft_prefill_token_seconds > 0
         assert ec.position is not None and ec.position >= len(prompt)  # the policy predicted where it ran
     finally:
         engine.close()

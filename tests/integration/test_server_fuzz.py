@@ -97,6 +97,8 @@ def test_schemathesis_no_server_errors(served, reference, schema, mode, examples
         record(f"schemathesis-{mode.value}", response.status_code, (case.method, case.path, case.body))
 
     run()
+    seen = SEEN[f"schemathesis-{mode.value}"]
+    assert sum(seen.values()) > 0 and not any(status >= 500 for status in seen)
 
 
 # hostile JSON: lone surrogates, control characters, deep and wide nesting, wrong types everywhere
@@ -133,6 +135,7 @@ def test_hostile_raw_bodies(served, reference, path, data):
     r = httpx.post(served.base_url + path, content=data, headers={**AUTH, "Content-Type": "application/json"},
                    timeout=60)
     record("hostile-raw", r.status_code, data[:80])
+    assert r.status_code < 500
 
 
 def test_after_the_fuzz_the_server_is_healthy(served, reference, tiny_engine):

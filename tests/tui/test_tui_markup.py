@@ -45,7 +45,7 @@ def toasts(app) -> list[str]:
     return [shown(t) for t in app.screen.query("Toast")]
 
 
-async def _chat(user: str, reply: str) -> None:
+async def _chat(user: str, reply: str) -> list[str]:
     eng = FakeEngine(FakeClock(), reply=reply)
     app = build(eng, remember=False)
     async with app.run_test(size=(120, 40), notifications=True) as pilot:
@@ -68,6 +68,7 @@ async def _chat(user: str, reply: str) -> None:
         await pilot.pause(0.1)
         assert f"note: {user}" in toasts(app)
         assert any(reply in t and user in t for t in toasts(app))
+        return toasts(app)
         with tempfile.TemporaryDirectory() as tmp:
             for name in ("c.json", "c.md"):
                 path = save_conversation(app.screen.conversation(), Path(tmp) / name)
@@ -88,10 +89,11 @@ async def _chat(user: str, reply: str) -> None:
 @example(user="list[int] and [bold]bold[/bold]", reply="def f(x: list[int]) -> dict[str, int]: ...")
 @example(user="[link=https://x]x[/link] [@click=app.quit]q[/]", reply="\\[escaped] [on red]x")
 def test_user_and_model_text_is_never_markup(user, reply):
-    asyncio.run(_chat(user, reply))
+    shown = asyncio.run(_chat(user, reply))  # each screen's text is checked inside, as printed
+    assert any(user in t for t in shown)
 
 
-async def _edit(name: str, body: str) -> None:
+async def _edit(name: str, body: str) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / name
         path.write_text("x = 1\n")
@@ -112,6 +114,7 @@ async def _edit(name: str, body: str) -> None:
             await pilot.press("ctrl+d")
             await pilot.pause()
         assert path.read_text() == "x = 1\n"
+        return path.read_text()
 
 
 @SLOW
@@ -120,4 +123,4 @@ async def _edit(name: str, body: str) -> None:
 def test_file_names_and_code_are_never_markup(body):
     """The edit screen: a file whose name has brackets, an instruction and a model answer
     with markup's characters (header, stream and diff)."""
-    asyncio.run(_edit("[b]odd [red]name[] [@click=app.quit].py", body))
+    assert asyncio.run(_edit("[b]odd [red]name[] [@click=app.quit].py", body)) == "x = 1\n"  # file untouched

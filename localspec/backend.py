@@ -665,6 +665,14 @@ class LlamaModel:
     def detokenize(self, tokens: Sequence[int]) -> str:
         return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
 
+    def grammar(self, gbnf: str, root: str = "root") -> Grammar:
+        """A fresh :class:`Grammar` state for ``gbnf`` (GBNF text, llama.cpp's grammar format) from rule ``root``.
+
+        Raises:
+            ConfigError: llama.cpp cannot parse the grammar (or ``root`` is not one of its rules).
+        """
+        return Grammar(self, gbnf, root)
+
     # -- decoding -------------------------------------------------------------------
     @property
     def n_cached(self) -> int:
@@ -799,6 +807,100 @@ class LlamaModel:
 
 # -- peers: llama-cpp-python's own high-level API, for side-by-side benchmarks ------------
 _peer_cache: dict[tuple, object] = {}
+
+
+def json_schema_grammar(schema: dict, prop_order: Sequence[str] = ()) -> str:
+    """GBNF text for JSON following ``schema`` (a JSON Schema), start rule ``root``.
+
+    llama-cpp-python's converter (``llama_cpp.llama_grammar.json_schema_to_gbnf``, a port of
+    llama.cpp's ``json_schema_to_grammar``); object properties in ``prop_order`` come first.
+
+    Raises:
+        Exception: what the converter raises on a schema it cannot read (AssertionError,
+            KeyError, ValueError, ...).
+    """
+    import json
+
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    return json_schema_to_gbnf(json.dumps(schema), prop_order=list(prop_order))
+
+
+#: ``llama_token_data`` as numpy sees it: (id int32, logit float32, p float32), C layout
+_TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")], align=True)
+
+
+class Grammar:
+    """A GBNF grammar's state over one model's vocabulary: llama.cpp's grammar sampler.
+
+    The constraint of a constrained generation (:class:`localspec.verify.Constraint`): the
+    acceptance rule masks each target row with :meth:`mask` (or checks a single token with
+    :meth:`allows`) before choosing, and :meth:`accept` moves the state past each committed
+    token. Once the grammar is complete only end-of-generation tokens are allowed. Made by
+    :meth:`LlamaModel.grammar`; free it with :meth:`close` (or a ``with`` block).
+
+    Only ever :meth:`accept` a token the state allows: llama.cpp aborts on one it does not.
+    """
+
+    def __init__(self, model: "LlamaModel", gbnf: str, root: str) -> None:
+        self._lc = lc = model._lc
+        self.n_vocab = model.n_vocab
+        _recent_errors.clear()
+        self._smpl = lc.llama_sampler_init_grammar(model._vocab, gbnf.encode(), root.encode())
+        if not self._smpl:
+            raise ConfigError(f"llama.cpp could not parse the grammar{_last_error()}",
+                              "check the GBNF text and that its root rule exists")
+        self._one = np.zeros(1, dtype=_TOKEN_DATA)
+        self._all = np.zeros(self.n_vocab, dtype=_TOKEN_DATA)
+        self._all["id"] = np.arange(self.n_vocab, dtype=np.int32)
+
+    def _apply(self, arr: np.ndarray) -> None:
+        lc = self._lc
+        data = lc.llama_token_data_array(data=arr.ctypes.data_as(ctypes.POINTER(lc.llama_token_data)),
+                                         size=len(arr), selected=-1, sorted=False)
+        lc.llama_sampler_apply(self._smpl, ctypes.byref(data))
+
+    def allows(self, token: int) -> bool:
+        """Whether the grammar's state allows ``token`` next (cheap: one candidate)."""
+        one = self._one
+        one["id"], one["logit"] = token, 0.0
+        self._apply(one)
+        return bool(np.isfinite(one["logit"][0]))
+
+    def mask(self, logits: np.ndarray) -> np.ndarray:
+        """``logits`` (shape (n_vocab,), float32) with every token the state forbids set to -inf (a copy).
+
+        Costs a walk of the grammar over the whole vocabulary: tens of milliseconds for a
+        150k-token vocabulary on a CPU.
+        """
+        arr = self._all
+        arr["id"] = np.arange(self.n_vocab, dtype=np.int32)  # llama.cpp may reorder candidates
+        arr["logit"] = logits[: self.n_vocab]
+        self._apply(arr)
+        out = np.full(logits.shape, -np.inf, dtype=np.float32)
+        out[arr["id"]] = arr["logit"]
+        return out
+
+    def accept(self, token: int) -> None:
+        """Move the state past ``token``, which it must allow."""
+        self._lc.llama_sampler_accept(self._smpl, int(token))
+
+    def close(self) -> None:
+        if getattr(self, "_smpl", None):
+            self._lc.llama_sampler_free(self._smpl)
+            self._smpl = None
+
+    def __enter__(self) -> "Grammar":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
 
 
 @contextmanager

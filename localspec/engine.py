@@ -34,7 +34,7 @@ from .events import EndReason, GenerationStats, RoundStats, TokenEvent, TokenKin
 from .policy import AdaptivePolicy, Choice, DraftPolicy, FixedPolicy
 from .streaming import TextAssembler
 from .tokenizer import check_compatible
-from .verify import Verdict, verify
+from .verify import Constraint, Verdict, verify
 
 Event = TokenEvent | RoundStats
 _EMPTY_DRAFT = Draft((), None, "none")
@@ -95,7 +95,7 @@ class Generation:
 
     def __init__(self, engine: "SpeculativeEngine", prompt: Sequence[int], sampling: SamplingParams,
                  drafting: DraftParams, generation: GenerationParams, policy: DraftPolicy | None,
-                 prediction: Sequence[int] | None = None) -> None:
+                 prediction: Sequence[int] | None = None, constraint: Constraint | None = None) -> None:
         self.engine = engine
         self.prompt = list(prompt)
         self.sampling = sampling
@@ -103,6 +103,9 @@ class Generation:
         self.generation = generation
         self.policy = policy or engine.make_policy(drafting)
         self.prediction = PredictionDrafter(prediction, len(self.prompt)) if prediction else None
+        #: restricts the output (a grammar, :meth:`SpeculativeEngine.grammar`); its state moves with
+        #: every committed token and is freed when the generation ends
+        self.constraint = constraint
         self.token_ids: list[int] = []
         #: prompt + generated tokens committed so far (live during iteration; some may
         #: not be yielded yet while text is held back at a possible stop string)
@@ -205,7 +208,8 @@ class Generation:
                 limit = min(gen.max_tokens - generated - 1, room - 1)
                 # 1.-3. draft, verify, accept
                 draft, choice, verdict, t_draft, t_verify, (catchup_tokens, catchup_seconds) = eng.speculate(
-                    self.policy, committed, limit, generated, sampling, drafting, rng, self.prediction)
+                    self.policy, committed, limit, generated, sampling, drafting, rng, self.prediction,
+                    self.constraint)
                 k = verdict.accepted
                 # 4. commit d_1..d_k, t (cut short at an end-of-generation token, a stop string, max_tokens) ...
                 new = [*draft.tokens[:k], verdict.token]
@@ -271,6 +275,8 @@ class Generation:
         finally:
             self._running = False
             eng.clear_abort()
+            if self.constraint is not None and hasattr(self.constraint, "close"):
+                self.constraint.close()
             if end is None or (not completed and n_released < len(pending)):
                 # the consumer stopped early (or an error): keep only the tokens it was given
                 end = EndReason.CANCELLED
@@ -326,7 +332,10 @@ class Engine(Protocol):
 
     def generate(self, prompt: Sequence[int], sampling: SamplingParams | None = None,
                  drafting: DraftParams | None = None, generation: GenerationParams | None = None,
-                 policy: DraftPolicy | None = None, prediction: Sequence[int] | None = None) -> Generation: ...
+                 policy: DraftPolicy | None = None, prediction: Sequence[int] | None = None,
+                 constraint: Constraint | None = None) -> Generation: ...
+
+    def grammar(self, gbnf: str, root: str = "root") -> Constraint: ...
 
     def close(self) -> None: ...
 
@@ -537,8 +546,11 @@ class SpeculativeEngine:
 
     def speculate(self, policy: DraftPolicy, committed: list[int], limit: int, generated: int,
                   sampling: SamplingParams, drafting: DraftParams, rng: np.random.Generator,
-                  prediction: PredictionDrafter | None = None) -> Speculated:
+                  prediction: PredictionDrafter | None = None, constraint: Constraint | None = None) -> Speculated:
         """Steps 1-3 of a round (module docstring) after ``committed``, which is left unchanged.
+
+        ``constraint`` restricts the target's rows in the acceptance rule (:mod:`localspec.verify`)
+        and moves past the verdict's tokens.
 
         Afterwards the target's KV cache holds ``committed`` and the accepted draft tokens
         (the rejected ones are removed); the caller commits (step 4) and calls :meth:`rollback`.
@@ -552,7 +564,7 @@ class SpeculativeEngine:
         t0 = time.perf_counter()
         logits = self.target.decode([committed[-1], *draft.tokens], logits_for="all")
         # 3. accept: the longest accepted prefix d_1..d_k and one target token t
-        verdict = verify(draft.tokens, draft.probs, logits, sampling, rng)
+        verdict = verify(draft.tokens, draft.probs, logits, sampling, rng, constraint)
         self.target.truncate(len(committed) + verdict.accepted)  # the rejected draft tokens leave the cache
         return Speculated(draft, choice, verdict, t_draft, time.perf_counter() - t0, catchup)
 
@@ -590,8 +602,13 @@ class SpeculativeEngine:
     # -- generation -----------------------------------------------------------------
     def generate(self, prompt: Sequence[int], sampling: SamplingParams | None = None,
                  drafting: DraftParams | None = None, generation: GenerationParams | None = None,
-                 policy: DraftPolicy | None = None, prediction: Sequence[int] | None = None) -> Generation:
+                 policy: DraftPolicy | None = None, prediction: Sequence[int] | None = None,
+                 constraint: Constraint | None = None) -> Generation:
         """Start generating from ``prompt`` (token ids). Iterate the result for events.
+
+        ``constraint``: a grammar the output must follow (:meth:`grammar`); the output then
+        follows the target's distribution restricted to it, exactly (:mod:`localspec.verify`).
+        The generation owns it and frees it when it ends.
 
         ``prediction``: token ids of a predicted output (``tokenize(text, special=False)``),
         drafted by :class:`~localspec.drafters.PredictionDrafter`; the output is unchanged
@@ -605,7 +622,19 @@ class SpeculativeEngine:
         if policy is None:
             policy = self.make_policy(drafting)
         return Generation(self, prompt, sampling or SamplingParams(), drafting,
-                          generation or GenerationParams(), policy, prediction)
+                          generation or GenerationParams(), policy, prediction, constraint)
+
+    def grammar(self, gbnf: str, root: str = "root") -> Constraint:
+        """A fresh grammar state over the target's vocabulary, for :meth:`generate`'s ``constraint``.
+
+        Args:
+            gbnf: the grammar in llama.cpp's GBNF.
+            root: the name of its start rule.
+
+        Raises:
+            ConfigError: llama.cpp cannot parse the grammar.
+        """
+        return self.target.grammar(gbnf, root)
 
     def close(self) -> None:
         self.target.close()

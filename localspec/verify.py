@@ -15,16 +15,26 @@ Three rules, chosen from what the draft carries (habit from huggingface/transfor
 
 Each rule returns the number of accepted draft tokens and exactly one more target
 token: resampled at the first rejection, or a bonus token when every draft was accepted.
+
+A :class:`Constraint` (a grammar, :class:`localspec.backend.Grammar`) makes the target
+distribution at each position the target's restricted to the tokens the constraint allows
+there, renormalized (llama.cpp applies its grammar sampler the same way, before the rest of
+the chain). The rules run unchanged on the masked rows, row by row, the constraint moving
+past each token as it is accepted: the output follows the constrained target distribution
+exactly, whatever the drafter proposed (a forbidden draft token has target probability 0
+and is rejected). Greedy checks the row's argmax first and masks the row only when the
+grammar forbids it, as llama.cpp's common sampler does.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
 from .config import SamplingParams
+from .errors import ConfigError
 from .events import TokenKind
 from .sampling import logits_to_probs, sample
 
@@ -48,27 +58,73 @@ class Verdict:
     target_tokens: tuple[int, ...]
 
 
+class Constraint(Protocol):
+    """The state of a constraint on the output, one position at a time (a grammar)."""
+
+    def allows(self, token: int) -> bool: ...
+
+    def mask(self, logits: np.ndarray) -> np.ndarray:
+        """A copy of ``logits`` (shape (n_vocab,)) with the forbidden tokens at -inf."""
+        ...
+
+    def accept(self, token: int) -> None:
+        """Move past ``token`` (one the state allows)."""
+        ...
+
+
+def _no_token_allowed() -> Exception:
+    return ConfigError("the output grammar allows no token here: it cannot continue",
+                       "check the grammar (a tool's parameters schema) for a rule no text can satisfy")
+
+
 def _final_kind(n_draft: int, accepted: int) -> TokenKind:
     if n_draft == 0:
         return TokenKind.TARGET
     return TokenKind.BONUS if accepted == n_draft else TokenKind.RESAMPLED
 
 
-def verify_greedy(draft_tokens: Sequence[int], target_logits: np.ndarray) -> Verdict:
+def verify_greedy(draft_tokens: Sequence[int], target_logits: np.ndarray,
+                  constraint: Constraint | None = None) -> Verdict:
     """Greedy verification.
 
     Args:
         draft_tokens: g proposed ids.
         target_logits: shape (g + 1, n_vocab); row i holds the target's logits for the
             position of draft token i (row g: the position after the last draft).
+        constraint: restricts each row to the tokens it allows; moved past every token of
+            the verdict (the accepted ones and the final one).
+
+    Raises:
+        ConfigError: the constraint allows no token at some position.
     """
     g = len(draft_tokens)
+    if constraint is not None:
+        return _verify_greedy_constrained(draft_tokens, target_logits, constraint)
     argmax = np.argmax(target_logits[: g + 1], axis=1)
     accepted = 0
     while accepted < g and int(argmax[accepted]) == int(draft_tokens[accepted]):
         accepted += 1
     token = int(argmax[accepted])
     return Verdict(accepted, token, _final_kind(g, accepted), tuple(int(t) for t in argmax[: accepted + 1]))
+
+
+def _verify_greedy_constrained(draft_tokens: Sequence[int], target_logits: np.ndarray,
+                                constraint: Constraint) -> Verdict:
+    g = len(draft_tokens)
+    chosen: list[int] = []
+    for i in range(g + 1):
+        row = target_logits[i]
+        t = int(np.argmax(row))
+        if not constraint.allows(t):  # the masked row's argmax is the row's unless the grammar forbids it
+            masked = constraint.mask(row)
+            t = int(np.argmax(masked))
+            if not np.isfinite(masked[t]):
+                raise _no_token_allowed()
+        constraint.accept(t)
+        chosen.append(t)
+        if i == g or t != int(draft_tokens[i]):
+            return Verdict(i, t, _final_kind(g, i), tuple(chosen))
+    raise AssertionError("unreachable")
 
 
 def residual_distribution(target_probs: np.ndarray, draft_probs: np.ndarray) -> np.ndarray:
@@ -90,6 +146,7 @@ def verify_sampled(
     target_logits: np.ndarray,
     params: SamplingParams,
     rng: np.random.Generator,
+    constraint: Constraint | None = None,
 ) -> Verdict:
     """Sampled verification (temperature > 0).
 
@@ -101,16 +158,34 @@ def verify_sampled(
         target_logits: shape (g + 1, n_vocab); shaped here with ``params``.
         params: sampling settings shared with the drafter.
         rng: seeded generator; consumed in a fixed order, so a seed reproduces a run.
+        constraint: as in :func:`verify_greedy`; every row is masked (a full-vocabulary walk).
+
+    Raises:
+        ConfigError: the constraint allows no token at some position.
     """
     g = len(draft_tokens)
     target_tokens: list[int] = []
+
+    def row(i: int) -> np.ndarray:
+        if constraint is None:
+            return target_logits[i]
+        masked = constraint.mask(target_logits[i])
+        if not np.isfinite(masked).any():
+            raise _no_token_allowed()
+        return masked
+
+    def commit(t: int) -> int:
+        if constraint is not None:
+            constraint.accept(t)
+        return t
+
     for i in range(g):
-        target_probs = logits_to_probs(target_logits[i], params)
+        target_probs = logits_to_probs(row(i), params)
         x = int(draft_tokens[i])
         if draft_probs is None:
             t = sample(target_probs, rng)
             if t != x:
-                target_tokens.append(t)
+                target_tokens.append(commit(t))
                 return Verdict(i, t, TokenKind.RESAMPLED, tuple(target_tokens))
         else:
             q = draft_probs[i]
@@ -119,11 +194,11 @@ def verify_sampled(
             # accept with probability min(1, p_x / q_x), written without the division
             if not (q_x > 0.0 and u * q_x < p_x):
                 t = sample(residual_distribution(target_probs, q[: target_probs.shape[0]]), rng)
-                target_tokens.append(t)
+                target_tokens.append(commit(t))
                 return Verdict(i, t, TokenKind.RESAMPLED, tuple(target_tokens))
-        target_tokens.append(x)
-    t = sample(logits_to_probs(target_logits[g], params), rng)
-    target_tokens.append(t)
+        target_tokens.append(commit(x))
+    t = sample(logits_to_probs(row(g), params), rng)
+    target_tokens.append(commit(t))
     return Verdict(g, t, _final_kind(g, g), tuple(target_tokens))
 
 
@@ -133,8 +208,9 @@ def verify(
     target_logits: np.ndarray,
     params: SamplingParams,
     rng: np.random.Generator,
+    constraint: Constraint | None = None,
 ) -> Verdict:
     """Dispatch to :func:`verify_greedy` or :func:`verify_sampled` by temperature."""
     if params.greedy:
-        return verify_greedy(draft_tokens, target_logits)
-    return verify_sampled(draft_tokens, draft_probs, target_logits, params, rng)
+        return verify_greedy(draft_tokens, target_logits, constraint)
+    return verify_sampled(draft_tokens, draft_probs, target_logits, params, rng, constraint)

@@ -13,12 +13,14 @@ known today; another family is one more entry in :data:`FORMATS`.
 - ``"none"``: the tools are not shown to the model and nothing is parsed (the history may
   still hold earlier calls);
 - ``"auto"`` (the default with tools): the model chooses between text and calls;
-- ``"required"`` / ``{"type": "function", "function": {"name": N}}``: the answer is made to
-  start with the format's call opening (``<tool_call>\\n{"name": "`` or, named,
-  ``<tool_call>\\n{"name": "N", "arguments":``), appended to the prompt as tokens. The
-  rest is the target's own continuation of that start, with the usual exactness of
-  speculative decoding; the arguments are not grammar-constrained, so a model can still
-  write a malformed call (then: the text as content, ``finish_reason: "stop"``).
+- ``"required"`` / ``{"type": "function", "function": {"name": N}}``: the answer must be
+  calls: a grammar (:func:`call_grammar`, GBNF made from the tools' JSON Schemas by
+  llama-cpp-python's converter) admits only the format's call blocks, each a JSON object
+  ``{"name": one of the tools (or N), "arguments": an object following that tool's
+  parameters schema}``, and then the end of the answer. The target's rows are restricted
+  to it inside the acceptance rule (:mod:`localspec.verify`), so the answer follows the
+  target's distribution restricted to the grammar exactly, drafts and all. The answer can
+  still be cut by ``max_tokens`` or a stop string (then: the text as content).
 
 Parsing (:class:`ToolCallParser`, the same code for streamed and whole answers): text
 outside call blocks is content (whitespace next to a call dropped); a block whose JSON is
@@ -36,6 +38,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..backend import json_schema_grammar
 from .openai_api import ApiError, ResponseShape
 
 #: OpenAI's rule for function names (plus ``.``): also keeps names free of template markup
@@ -57,15 +60,14 @@ class ToolFormat:
     blocks: tuple[tuple[str, str], ...]
     marker: str
 
+    #: how the template writes a call block around the JSON object: (before, after)
+    template_block: tuple[str, str] = ("", "")
+    #: what the template writes between two calls of one answer
+    separator: str = "\n"
+
     @property
     def start(self) -> str:
         return self.blocks[0][0]
-
-    def forced_prefix(self, name: str | None) -> str:
-        """Text the answer is made to start with for ``tool_choice`` required (``name`` None) or named."""
-        if name is None:
-            return self.start + '\n{"name": "'
-        return self.start + '\n{"name": "' + name + '", "arguments":'  # no trailing space: the model's token is " {"
 
 
 #: template family -> its call format; the first whose marker the template contains wins.
@@ -73,7 +75,8 @@ class ToolFormat:
 #: (llama.cpp's Hermes parser accepts the same); a fenced block that is not a call to one of
 #: the request's tools stays content.
 FORMATS: dict[str, ToolFormat] = {
-    "hermes": ToolFormat("hermes", (("<tool_call>", "</tool_call>"), ("```json", "```")), "<tool_call>"),
+    "hermes": ToolFormat("hermes", (("<tool_call>", "</tool_call>"), ("```json", "```")), "<tool_call>",
+                         template_block=("<tool_call>\n", "\n</tool_call>")),
 }
 
 
@@ -126,10 +129,9 @@ class ToolRequest:
         return bool(self.tools)
 
     @property
-    def forced_prefix(self) -> str | None:
-        if self.format is None or self.choice not in ("required", "named"):
-            return None
-        return self.format.forced_prefix(self.name)
+    def constrained(self) -> bool:
+        """Whether the answer must be calls (``required`` or named): :func:`call_grammar` applies."""
+        return self.format is not None and self.choice in ("required", "named")
 
 
 def _function(raw: Any, param: str) -> dict:
@@ -265,20 +267,59 @@ def check_markup_text(engine, messages: list[dict], treq: ToolRequest) -> None:
 
 
 def prompt_tokens(engine, messages: list[dict], treq: ToolRequest) -> list[int]:
-    """The chat prompt with the tools rendered, plus the forced call opening if any.
-
-    The opening is tokenized without BOS and appended after the template's generation
-    prompt, so the model continues it as if it had written it.
+    """The chat prompt with the tools rendered.
 
     Raises:
         ApiError: 400 for special-token text in the tools or history calls (:func:`check_markup_text`).
     """
     check_markup_text(engine, messages, treq)
-    prompt = engine.chat_tokens(messages, tools=treq.tools or None)
-    prefix = treq.forced_prefix
-    if prefix:
-        prompt = prompt + _special_tokens(engine, prefix)
-    return prompt
+    return engine.chat_tokens(messages, tools=treq.tools or None)
+
+
+# -- the grammar of a required call ---------------------------------------------------------
+#: the grammar's start rule (the converter names its own start rule ``root``)
+GRAMMAR_ROOT = "localspec-tool-calls"
+#: a grammar longer than this (characters) falls back to any-object arguments: a schema such as
+#: ``{"maxLength": 100000}`` expands into a rule per character
+GRAMMAR_MAX_CHARS = 64_000
+
+
+def _call_schema(tool: dict, any_arguments: bool) -> dict:
+    fn = tool["function"]
+    params = fn.get("parameters")
+    if any_arguments or not isinstance(params, dict) or not params:
+        params = {"type": "object"}
+    return {"type": "object", "properties": {"name": {"const": fn["name"]}, "arguments": params},
+            "required": ["name", "arguments"]}
+
+
+def _schema_gbnf(tools: list[dict], any_arguments: bool) -> str:
+    schema = {"anyOf": [_call_schema(t, any_arguments) for t in tools]}
+    return json_schema_grammar(schema, prop_order=["name", "arguments"])
+
+
+def call_grammar(treq: ToolRequest) -> str:
+    """The GBNF an answer to ``tool_choice`` required or named must follow (start rule :data:`GRAMMAR_ROOT`).
+
+    One call block (several with ``parallel_tool_calls``) of the template's format, each
+    holding ``{"name": ..., "arguments": ...}``: the name one of the tools (the named one),
+    the arguments following its ``parameters`` JSON Schema as llama-cpp-python's converter
+    reads it. A schema the converter cannot read (a remote ``$ref``, say), or that makes a
+    grammar over :data:`GRAMMAR_MAX_CHARS`, is replaced by "any JSON object" for every tool.
+    """
+    fmt = treq.format
+    assert fmt is not None and treq.constrained
+    tools = [t for t in treq.tools if treq.name is None or t["function"]["name"] == treq.name]
+    try:
+        body = _schema_gbnf(tools, any_arguments=False)
+        if len(body) > GRAMMAR_MAX_CHARS:
+            raise ValueError("grammar too long")
+    except Exception:  # the converter raises AssertionError, KeyError, ValueError... on schemas it cannot read
+        body = _schema_gbnf(tools, any_arguments=True)
+    before, after = (json.dumps(x) for x in fmt.template_block)  # GBNF literals are JSON-escaped strings
+    call = f"{before} root {after}"
+    more = f" ({json.dumps(fmt.separator)} {call})*" if treq.parallel else ""
+    return f"{GRAMMAR_ROOT} ::= {call}{more}\n{body}"
 
 
 # -- the answer -----------------------------------------------------------------------------
@@ -313,12 +354,9 @@ class ToolCallParser:
         fmt: the template family's call format.
         names: the functions the request offers; a call to another name is not a call.
         parallel: keep every call (True) or only the first.
-        forced_prefix: the call opening forced into the prompt (it starts with
-            ``fmt.start``): the output starts inside that block.
     """
 
-    def __init__(self, fmt: ToolFormat, names: tuple[str, ...], parallel: bool = True,
-                 forced_prefix: str | None = None) -> None:
+    def __init__(self, fmt: ToolFormat, names: tuple[str, ...], parallel: bool = True) -> None:
         self.fmt = fmt
         self.names = set(names)
         self.parallel = parallel
@@ -328,13 +366,10 @@ class ToolCallParser:
         self._open = fmt.blocks[0]  # the open block's (start, end)
         self._ws_before = ""  # whitespace dropped before the open block (given back if it fails)
         self._after_call = False
-        if forced_prefix is not None:
-            assert forced_prefix.startswith(fmt.start)
-            self._block = forced_prefix[len(fmt.start):]
 
     def _call(self, body: str) -> ToolCall | None:
         try:
-            obj = json.loads(body)
+            obj = json.loads(body, strict=False)  # a raw newline in a string: models write them
         except ValueError:
             return None
         if not isinstance(obj, dict) or obj.get("name") not in self.names:
@@ -342,7 +377,7 @@ class ToolCallParser:
         args = obj.get("arguments", obj.get("parameters", {}))
         if isinstance(args, str):
             try:
-                args = json.loads(args)
+                args = json.loads(args, strict=False)
             except ValueError:
                 return None
         if not isinstance(args, dict):
@@ -436,7 +471,7 @@ def argument_fragments(arguments: str, size: int = 24) -> list[str]:
 def new_parser(treq: ToolRequest) -> ToolCallParser:
     """The parser for one request's answer (``treq.format`` set, ``treq.parses`` true)."""
     assert treq.format is not None
-    return ToolCallParser(treq.format, treq.names, treq.parallel, forced_prefix=treq.forced_prefix)
+    return ToolCallParser(treq.format, treq.names, treq.parallel)
 
 
 def complete(shape: ResponseShape, treq: ToolRequest, text: str, finish_reason: str, extra: dict) -> dict:

@@ -30,7 +30,7 @@ from ..engine import Generation
 from ..errors import BackendError, LocalspecError
 from ..events import RoundStats, TokenEvent
 from .openai_api import ApiError, GenerationRequest
-from .tools import prompt_tokens
+from .tools import GRAMMAR_ROOT, call_grammar, prompt_tokens
 
 log = logging.getLogger("localspec.server")
 
@@ -340,9 +340,12 @@ class EngineWorker:
         eng = self.engine
         prompt, max_tokens = self._prompt(req)
         prediction = eng.tokenize(req.prediction, special=False) if req.prediction else None
+        constraint = None
+        if req.kind == "chat" and req.tools is not None and req.tools.constrained:
+            constraint = eng.grammar(call_grammar(req.tools), GRAMMAR_ROOT)
         gen = eng.generate(prompt, job.sampling, job.drafting or self.settings.drafting,
                            GenerationParams(max_tokens=max_tokens, stop=req.stop or self.settings.generation.stop),
-                           prediction=prediction)
+                           prediction=prediction, constraint=constraint)
         job.post(Started(len(prompt)))
         pending: list[TokenEvent] = []
         try:

@@ -24,12 +24,12 @@ PROMPTS = [
 
 
 def run(engine, prompt, mode, max_tokens, draft_max=6, temperature=0.0, seed=0, stop=(), sampling=None,
-        check_invariant=True):
+        check_invariant=True, constraint=None):
     """Generate; after every round assert the cache invariant. Returns (Generation, events)."""
     sampling = sampling or SamplingParams(temperature=temperature, seed=seed)
     gen = engine.generate(prompt, sampling,
                           DraftParams(mode=mode, draft_max=draft_max),
-                          GenerationParams(max_tokens=max_tokens, stop=tuple(stop)))
+                          GenerationParams(max_tokens=max_tokens, stop=tuple(stop)), constraint=constraint)
     events = []
     for ev in gen:
         events.append(ev)

@@ -111,6 +111,21 @@ def test_required_and_named_yield_a_call(client, tool_choice):
     assert calls_of(r.choices[0].message) == [("read_file", '{"path": "src/app.py"}')]
 
 
+def test_required_yields_a_schema_valid_call_even_for_an_unrelated_prompt_and_when_sampled(client):
+    """The grammar (llama.cpp's sampler on the target's rows): "Say hello" with tool_choice required, sampled
+    at temperature 1, still gives calls whose arguments follow the schema (enum included)."""
+    hello = [{"role": "user", "content": "Say hello."}]
+    for seed in (1, 2):
+        r = client.chat.completions.create(model="qwen", messages=hello, tools=TOOLS[:1], tool_choice="required",
+                                           temperature=1.0, seed=seed, max_tokens=80)
+        choice = r.choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.content is None, choice.message
+        for name, arguments in calls_of(choice.message):
+            args = json.loads(arguments)
+            assert name == "get_weather" and isinstance(args["city"], str)
+            assert set(args) <= {"city", "unit"} and args.get("unit", "celsius") in ("celsius", "fahrenheit")
+
+
 def test_tool_choice_none_gives_text(client):
     r = chat(client, WEATHER, tool_choice="none", max_tokens=8)
     assert r.choices[0].message.tool_calls is None and r.choices[0].message.content

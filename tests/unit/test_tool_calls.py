@@ -91,15 +91,49 @@ def test_parallel_false_keeps_the_first_call():
     assert whole(CALL_W + "\n" + CALL_R, parallel=False) == (None, [("get_weather", '{"city": "Paris"}')])
 
 
-def test_forced_openings():
-    named = HERMES.forced_prefix("read_file")
-    assert named == '<tool_call>\n{"name": "read_file", "arguments":'
-    assert whole(' {"path": "x"}}\n</tool_call>', forced_prefix=named) == (None, [("read_file", '{"path": "x"}')])
-    required = HERMES.forced_prefix(None)
-    assert whole('get_weather", "arguments": {"city": "Oslo"}}', forced_prefix=required) == \
-        (None, [("get_weather", '{"city": "Oslo"}')])
-    # malformed after a forced opening: the whole call text (opening included) as content
-    assert whole("oops", forced_prefix=named) == (named + "oops", [])
+def _constrained(choice, tools=None, parallel=True):
+    from localspec.server.tools import ToolRequest
+
+    tools = tools or TOOLS
+    treq = ToolRequest(tools=tools, names=tuple(t["function"]["name"] for t in tools), parallel=parallel,
+                       choice="named" if choice not in ("auto", "required") else choice,
+                       name=None if choice in ("auto", "required") else choice)
+    treq.format = HERMES
+    return treq
+
+
+def test_required_and_named_make_a_call_grammar():
+    from localspec.server.tools import GRAMMAR_ROOT, call_grammar
+
+    assert not _constrained("auto").constrained and _constrained("required").constrained
+    g = call_grammar(_constrained("required"))
+    first = g.splitlines()[0]
+    # the template's block around the converter's start rule, repeated for parallel calls
+    assert first == f'{GRAMMAR_ROOT} ::= "<tool_call>\\n" root "\\n</tool_call>" ("\\n" "<tool_call>\\n" root "\\n</tool_call>")*'
+    assert '"\\"get_weather\\""' in g and '"\\"read_file\\""' in g
+    named = call_grammar(_constrained("read_file", parallel=False))
+    assert named.splitlines()[0] == f'{GRAMMAR_ROOT} ::= "<tool_call>\\n" root "\\n</tool_call>"'
+    assert "read_file" in named and "get_weather" not in named
+
+
+def test_call_grammar_follows_the_schema_and_falls_back_to_any_object():
+    from localspec.server.tools import GRAMMAR_MAX_CHARS, call_grammar
+
+    schema = {"type": "object", "properties": {"unit": {"enum": ["celsius", "kelvin"]}}, "required": ["unit"]}
+    tools = [{"type": "function", "function": {"name": "t", "parameters": schema}}]
+    g = call_grammar(_constrained("required", tools))
+    assert '"\\"celsius\\""' in g and "value ::=" not in g  # the enum, not any JSON value
+    # a schema the converter cannot read, and one whose grammar would be huge: any JSON object
+    for params in ({"$ref": "#/defs/nowhere"}, {"type": "object", "properties": {"s": {"maxLength": 10**6}}}):
+        tools = [{"type": "function", "function": {"name": "t", "parameters": params}}]
+        g = call_grammar(_constrained("required", tools))
+        assert len(g) < GRAMMAR_MAX_CHARS and "object ::=" in g and "value ::=" in g
+
+
+def test_a_raw_newline_inside_a_string_still_parses():
+    # the grammar's strings (like llama.cpp's) admit raw control characters; json.loads(strict) does not
+    assert whole('<tool_call>\n{"name": "read_file", "arguments": {"path": "a\nb"}}\n</tool_call>') == \
+        (None, [("read_file", '{"path": "a\\nb"}')])
 
 
 def test_template_family_table():

@@ -124,3 +124,82 @@ def test_a_stream_verified_in_64_token_point_mass_drafts_follows_the_target_chai
         expected = logits_to_probs(trans[a], params)
         tol = 5 * np.sqrt(expected * (1 - expected) / len(nxt)) + 1e-9
         assert np.all(np.abs(got - expected) <= tol), (a, got, expected)
+
+
+# -- a constraint (a grammar) restricts each row --------------------------------------------
+class StepConstraint:
+    """Allows ``allowed[i]`` at the i-th token; refuses (as llama.cpp aborts) a forbidden accept."""
+
+    def __init__(self, allowed):
+        self.allowed = [set(a) for a in allowed]
+        self.accepted = []
+
+    def _now(self):
+        return self.allowed[min(len(self.accepted), len(self.allowed) - 1)]
+
+    def allows(self, token):
+        return token in self._now()
+
+    def mask(self, logits):
+        out = np.full(logits.shape, -np.inf, dtype=np.float32)
+        ok = sorted(self._now())
+        out[ok] = logits[ok]
+        return out
+
+    def accept(self, token):
+        assert token in self._now(), f"accepted forbidden token {token}"
+        self.accepted.append(token)
+
+
+def test_greedy_constrained_takes_the_best_allowed_token_and_rejects_forbidden_drafts():
+    # raw argmaxes 1, 2, 3, 4; position 1 forbids 2 (the draft's token too), allows 0 and 5
+    rows = onehot_logits([1, 2, 3, 4])
+    rows[1, 5] = 5.0
+    c = StepConstraint([{1}, {0, 5}, {3}, {4}])
+    v = verify_greedy([1, 2, 3], rows, c)
+    assert (v.accepted, v.token, v.kind) == (1, 5, TokenKind.RESAMPLED)
+    assert v.target_tokens == (1, 5) and c.accepted == [1, 5]  # moved past exactly the verdict's tokens
+    # everything allowed: the same verdict as without a constraint
+    everything = StepConstraint([range(V)])
+    assert verify_greedy([1, 2, 3], onehot_logits([1, 2, 3, 4]), everything) == \
+        verify_greedy([1, 2, 3], onehot_logits([1, 2, 3, 4]))
+    assert everything.accepted == [1, 2, 3, 4]
+
+
+def test_a_constraint_that_allows_nothing_is_a_clear_error():
+    from localspec.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="grammar allows no token"):
+        verify_greedy([], onehot_logits([1]), StepConstraint([set()]))
+    with pytest.raises(ConfigError, match="grammar allows no token"):
+        verify_sampled([], None, onehot_logits([1]), SamplingParams(temperature=1.0), np.random.default_rng(0),
+                       StepConstraint([set()]))
+
+
+@pytest.mark.parametrize("with_probs", [True, False])
+@pytest.mark.parametrize("params", [SamplingParams(temperature=1.0), SamplingParams(temperature=0.8, top_k=3)])
+def test_constrained_output_follows_the_restricted_target_distribution(with_probs, params):
+    """The committed first token is distributed as the target restricted to the allowed tokens."""
+    target_row = np.array([1.0, 0.2, 2.0, -0.5, 0.7, 1.5], dtype=np.float32)
+    draft_row = np.array([2.0, 1.0, 0.0, 0.5, -1.0, 0.1])
+    allowed = {1, 2, 4}  # forbids the draft's favourite (0) and the target's second (5)
+    masked = np.full(V, -np.inf)
+    masked[sorted(allowed)] = target_row[sorted(allowed)]
+    expected = logits_to_probs(masked, params)
+    q = logits_to_probs(draft_row, params)
+    csum = np.cumsum(q)
+    rng = np.random.default_rng(3)
+    n = 30000
+    counts = np.zeros(V)
+    target = np.stack([target_row, target_row])
+    for _ in range(n):
+        x = int(np.searchsorted(csum, rng.random() * csum[-1], side="right")) if with_probs else 0
+        c = StepConstraint([allowed])
+        v = verify_sampled([x], q[None, :] if with_probs else None, target, params, rng, c)
+        first = x if v.accepted >= 1 else v.token
+        assert c.accepted[0] == first
+        counts[first] += 1
+    got = counts / n
+    tol = 5 * np.sqrt(expected * (1 - expected) / n) + 1e-9
+    assert np.all(np.abs(got - expected) <= tol), (got, expected)
+    assert got[0] == 0 and got[5] == 0

@@ -292,6 +292,9 @@ class LlamaModel:
             AVX2/NEON). Off by default: on virtualized AMX CPUs the AMX matrix kernel crashes the
             process on the first decode of more than one token (llama.cpp issue 20824). Turn it
             on only where :mod:`localspec.repack`'s child-process probe found it safe.
+        flash_attn_mode: the setting the user asked for (``"auto"``/``"on"``/``"off"``), kept
+            for the calibration, which with ``"auto"`` times both and keeps the faster
+            (:mod:`localspec.calibration`); None for a model loaded outside the loader.
 
     Raises:
         ModelError: the file is missing, not a GGUF, truncated, or fails to load.
@@ -309,6 +312,7 @@ class LlamaModel:
         flash_attn: bool | None = None,
         huge_pages: bool = True,
         repack: bool = False,
+        flash_attn_mode: str | None = None,
         verbose: bool = False,
     ) -> None:
         self.path = Path(path)
@@ -364,7 +368,7 @@ class LlamaModel:
                 self._eog[t] = True
         self.eog_tokens = frozenset(int(t) for t in np.flatnonzero(self._eog))
         #: the flash-attention setting asked for (``auto``/``on``/``off``; the calibration reads it)
-        self.flash_attn_mode: str | None = None
+        self.flash_attn_mode = flash_attn_mode
         #: the :class:`localspec.repack.RepackVerdict` the loader followed (None: not probed)
         self.repack_verdict = None
         self._piece_cache: dict[int, bytes] = {}

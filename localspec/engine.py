@@ -27,7 +27,7 @@ from typing import Callable, Iterator, NamedTuple, Protocol, Sequence
 import numpy as np
 
 from .config import DraftParams, GenerationParams, SamplingParams
-from .calibration import EngineCosts, engine_costs
+from .calibration import EngineCosts, cached_engine_costs, engine_costs
 from .drafters import Draft, DraftModelDrafter, Drafter, PredictionDrafter, PromptLookupDrafter
 from .errors import ConfigError, ContextOverflowError, DecodeAborted
 from .events import EndReason, GenerationStats, RoundStats, TokenEvent, TokenKind
@@ -49,6 +49,24 @@ class Speculated(NamedTuple):
     draft_seconds: float  #: drafting, the draft model's catch-up excluded
     verify_seconds: float  #: the verification pass and the acceptance rule
     catchup: tuple[int, float]  #: (tokens, seconds) of the draft model's catch-up
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """How one of an engine's models was loaded (:meth:`SpeculativeEngine.loaded_models`).
+
+    Attributes:
+        path: the GGUF file.
+        repack: whether the weights are in llama.cpp's repacked (extra) buffer types.
+        repack_verdict: the probe's :class:`localspec.repack.RepackVerdict` followed, or None
+            when none ran (``--repack on/off``, or a model not made by the loader).
+        huge_page_bytes: bytes of the weights in huge pages (0: none).
+    """
+
+    path: str
+    repack: bool
+    repack_verdict: object | None
+    huge_page_bytes: int
 
 
 class Prefill(NamedTuple):
@@ -148,47 +166,120 @@ class Generation:
         return self
 
     # -- the loop ---------------------------------------------------------------------
+    def _round(self, round_idx: int, rng: np.random.Generator) -> tuple[Speculated, EndReason | None, int]:
+        """One round, as the module docstring numbers it; returns (steps 1-3, the end it reached, tokens committed).
+
+        Everything else (releasing text, statistics, cancellation) happens around it in :meth:`_run`.
+        """
+        eng, committed, gen = self.engine, self.committed, self.generation
+        n_prompt = len(self.prompt)
+        generated = len(committed) - n_prompt
+        limit = min(gen.max_tokens - generated - 1, eng.n_ctx - len(committed) - 1)
+        # 1.-3. draft, verify, accept
+        sp = eng.speculate(self.policy, committed, limit, generated, self.sampling, self.drafting, rng,
+                           self.prediction, self.constraint)
+        # 4. commit d_1..d_k, t (cut short at an end-of-generation token, a stop string, max_tokens) ...
+        n_before = len(committed)
+        end = self._commit(sp, round_idx)
+        # ... and roll back: the target holds every committed token but the newest
+        eng.rollback(committed)
+        if eng.debug:
+            eng.check_caches(committed)
+        return sp, end, max(len(committed) - n_before, 0)
+
+    def _commit(self, sp: Speculated, round_idx: int) -> EndReason | None:
+        """Step 4: append the accepted draft tokens and the verdict's token to :attr:`committed`."""
+        target, committed, assembler, pending = self.engine.target, self.committed, self._assembler, self._pending
+        n_prompt = len(self.prompt)
+        k = sp.verdict.accepted
+        new = [*sp.draft.tokens[:k], sp.verdict.token]
+        kinds = [TokenKind.ACCEPTED] * k + [sp.verdict.kind]
+        end = None
+        for tok, kind in zip(new, kinds):
+            if target.is_eog(tok):
+                end = EndReason.EOG
+                break
+            position = len(committed) - n_prompt
+            committed.append(tok)
+            pending.append(_Pending(tok, kind, round_idx, position))
+            assembler.push(target.token_bytes(tok))
+            if assembler.stop_at is not None:
+                end = EndReason.STOP
+                break
+            if position + 1 >= self.generation.max_tokens:
+                end = EndReason.MAX_TOKENS
+                break
+        if end is EndReason.STOP:  # the stop string and what follows it are not output
+            keep = assembler.tokens_before_stop()
+            assembler.truncate_tokens(keep)
+            del committed[n_prompt + keep:]
+            del pending[keep:]
+        return end
+
+    def _round_stats(self, sp: Speculated, round_idx: int, n_committed: int) -> RoundStats:
+        """The round's :class:`RoundStats`, told to the policy and added to :attr:`stats`."""
+        draft, verdict = sp.draft, sp.verdict
+        catchup_tokens, catchup_seconds = sp.catchup
+        rs = RoundStats(
+            round=round_idx,
+            drafter=draft.source if draft.tokens else "none",
+            draft_tokens=tuple(draft.tokens),
+            target_tokens=_through_first_eog(verdict.target_tokens, self.engine.target.is_eog),
+            drafted=len(draft.tokens),
+            accepted=verdict.accepted,
+            committed=n_committed,
+            draft_seconds=sp.draft_seconds,
+            verify_seconds=sp.verify_seconds,
+            draft_len_chosen=sp.choice.draft_len,
+            reason=sp.choice.reason,
+            catchup_tokens=catchup_tokens,
+            catchup_seconds=catchup_seconds,
+        )
+        self.policy.observe(rs.drafter, rs.drafted, rs.accepted, rs.draft_seconds, rs.verify_seconds)
+        if catchup_tokens:
+            self.policy.observe_catchup(catchup_tokens, catchup_seconds)
+        self.stats.add_round(rs)
+        self.rounds.append(rs)
+        return rs
+
+    def _release(self, upto: int, final: bool) -> Iterator[TokenEvent]:
+        """Events for pending tokens whose text ends by ``upto`` (all of them if final).
+
+        Counts a token as released only as it is yielded, so a consumer that stops in
+        the middle of a round keeps exactly the tokens it was given.
+        """
+        assembler, pending, stats = self._assembler, self._pending, self.stats
+        ends = assembler.token_ends
+        while self._n_released < len(pending):
+            p = pending[self._n_released]
+            tok_end = ends[p.position] if p.position < len(ends) else len(assembler.text)
+            if not final and tok_end > upto:
+                break
+            piece_end = min(tok_end, upto)
+            piece = assembler.text[self._released:piece_end] if piece_end > self._released else ""
+            self._released = max(self._released, piece_end)
+            self._n_released += 1
+            if stats.time_to_first_token is None:
+                stats.time_to_first_token = time.perf_counter() - self._t_start
+            stats.add_token(p.kind)
+            yield TokenEvent(p.token, piece, p.kind, p.round, p.position)
+
     def _run(self) -> Iterator[Event]:
         eng = self.engine
-        target = eng.target
         stats = self.stats
-        sampling, drafting, gen = self.sampling, self.drafting, self.generation
         prompt = self.prompt
         eng.check_prompt(prompt)
-        rng = np.random.default_rng(sampling.seed)
-        t_start = time.perf_counter()
+        rng = np.random.default_rng(self.sampling.seed)
+        self._t_start = time.perf_counter()
         committed = self.committed = list(prompt)
         n_prompt = len(prompt)
-        assembler = TextAssembler(gen.stop)
-        pending: list[_Pending] = []  # every committed output token, in order
-        n_released = 0  # tokens of ``pending`` already yielded
-        released = 0  # chars of assembler.text already yielded
-        n_ctx = eng.n_ctx
+        assembler = self._assembler = TextAssembler(self.generation.stop)
+        self._pending: list[_Pending] = []  # every committed output token, in order
+        self._n_released = 0  # tokens of ``_pending`` already yielded
+        self._released = 0  # chars of assembler.text already yielded
         end: EndReason | None = None
         completed = False  # set when the loop ran to its end (not stopped by the consumer or an error)
         round_idx = 0
-
-        def release(upto: int, final: bool) -> Iterator[TokenEvent]:
-            """Events for pending tokens whose text ends by ``upto`` (all of them if final).
-
-            Counts a token as released only as it is yielded, so a consumer that stops in
-            the middle of a round keeps exactly the tokens it was given.
-            """
-            nonlocal released, n_released
-            ends = assembler.token_ends
-            while n_released < len(pending):
-                p = pending[n_released]
-                tok_end = ends[p.position] if p.position < len(ends) else len(assembler.text)
-                if not final and tok_end > upto:
-                    break
-                piece_end = min(tok_end, upto)
-                piece = assembler.text[released:piece_end] if piece_end > released else ""
-                released = max(released, piece_end)
-                n_released += 1
-                if stats.time_to_first_token is None:
-                    stats.time_to_first_token = time.perf_counter() - t_start
-                stats.add_token(p.kind)
-                yield TokenEvent(p.token, piece, p.kind, p.round, p.position)
 
         eng.clear_abort()
         self._running = True
@@ -197,78 +288,21 @@ class Generation:
             if not self._cancel:
                 stats.prefill_seconds, _, stats.cached_prompt_tokens = eng.prefill(prompt, draft=False,
                                                                                    progress=self.on_prefill)
-            while end is None:
-                if self._cancel:
-                    break
-                generated = len(committed) - n_prompt
-                room = n_ctx - len(committed)  # positions left for new tokens
-                if room <= 0:
+            while end is None and not self._cancel:
+                if len(committed) >= eng.n_ctx:  # no position left for a new token
                     end = EndReason.CONTEXT
                     break
-                limit = min(gen.max_tokens - generated - 1, room - 1)
-                # 1.-3. draft, verify, accept
-                draft, choice, verdict, t_draft, t_verify, (catchup_tokens, catchup_seconds) = eng.speculate(
-                    self.policy, committed, limit, generated, sampling, drafting, rng, self.prediction,
-                    self.constraint)
-                k = verdict.accepted
-                # 4. commit d_1..d_k, t (cut short at an end-of-generation token, a stop string, max_tokens) ...
-                new = [*draft.tokens[:k], verdict.token]
-                kinds = [TokenKind.ACCEPTED] * k + [verdict.kind]
-                n_before = len(committed)
-                for tok, kind in zip(new, kinds):
-                    if target.is_eog(tok):
-                        end = EndReason.EOG
-                        break
-                    position = len(committed) - n_prompt
-                    committed.append(tok)
-                    pending.append(_Pending(tok, kind, round_idx, position))
-                    assembler.push(target.token_bytes(tok))
-                    if assembler.stop_at is not None:
-                        end = EndReason.STOP
-                        break
-                    if position + 1 >= gen.max_tokens:
-                        end = EndReason.MAX_TOKENS
-                        break
-                if end is EndReason.STOP:
-                    keep = assembler.tokens_before_stop()
-                    assembler.truncate_tokens(keep)
-                    del committed[n_prompt + keep :]
-                    del pending[keep:]
-                n_committed_round = max(len(committed) - n_before, 0)
-                # ... and roll back: the target holds every committed token but the newest
-                eng.rollback(committed)
-                if eng.debug:
-                    eng.check_caches(committed)
-                # statistics
-                rs = RoundStats(
-                    round=round_idx,
-                    drafter=draft.source if draft.tokens else "none",
-                    draft_tokens=tuple(draft.tokens),
-                    target_tokens=_through_first_eog(verdict.target_tokens, target.is_eog),
-                    drafted=len(draft.tokens),
-                    accepted=k,
-                    committed=n_committed_round,
-                    draft_seconds=t_draft,
-                    verify_seconds=t_verify,
-                    draft_len_chosen=choice.draft_len,
-                    reason=choice.reason,
-                    catchup_tokens=catchup_tokens,
-                    catchup_seconds=catchup_seconds,
-                )
-                self.policy.observe(rs.drafter, rs.drafted, k, t_draft, t_verify)
-                if catchup_tokens:
-                    self.policy.observe_catchup(catchup_tokens, catchup_seconds)
-                stats.add_round(rs)
-                self.rounds.append(rs)
+                sp, end, n_committed = self._round(round_idx, rng)
+                rs = self._round_stats(sp, round_idx, n_committed)
                 round_idx += 1
                 if end is not None and end is not EndReason.STOP:
                     assembler.finish()
-                yield from release(assembler.safe_end(), end is not None)
-                stats.elapsed_seconds = time.perf_counter() - t_start
+                yield from self._release(assembler.safe_end(), end is not None)
+                stats.elapsed_seconds = time.perf_counter() - self._t_start
                 yield rs
             if end is EndReason.CONTEXT:
                 assembler.finish()
-                yield from release(assembler.safe_end(), True)
+                yield from self._release(assembler.safe_end(), True)
             completed = True
         except DecodeAborted:
             pass  # cancel() stopped a decode: ends as cancelled, below
@@ -277,12 +311,13 @@ class Generation:
             eng.clear_abort()
             if self.constraint is not None and hasattr(self.constraint, "close"):
                 self.constraint.close()
-            if end is None or (not completed and n_released < len(pending)):
+            pending = self._pending
+            if end is None or (not completed and self._n_released < len(pending)):
                 # the consumer stopped early (or an error): keep only the tokens it was given
                 end = EndReason.CANCELLED
-                del committed[n_prompt + n_released :]
-                assembler.truncate_tokens(n_released)
-                self.text = assembler.text[:released]
+                del committed[n_prompt + self._n_released:]
+                assembler.truncate_tokens(self._n_released)
+                self.text = assembler.text[:self._released]
             else:
                 self.text = assembler.text[: assembler.safe_end()]
             self.token_ids = committed[n_prompt:]
@@ -293,7 +328,7 @@ class Generation:
             for p in pending[: stats.tokens]:
                 stats.kinds[p.kind.value] = stats.kinds.get(p.kind.value, 0) + 1
             stats.end_reason = end
-            stats.elapsed_seconds = time.perf_counter() - t_start
+            stats.elapsed_seconds = time.perf_counter() - self._t_start
 
 
 class Engine(Protocol):
@@ -325,7 +360,18 @@ class Engine(Protocol):
 
     def token_text(self, token_id: int) -> str: ...
 
+    #: sentences a front-end shows the user once after loading
+    notices: list[str]
+
     def calibrated_costs(self, draft_max: int, remeasure: bool = False, progress=None) -> EngineCosts: ...
+
+    def has_costs(self, draft_max: int) -> bool: ...
+
+    def loaded_models(self) -> dict[str, "LoadedModel"]: ...
+
+    def model_seconds(self) -> float: ...
+
+    def next_token_logits(self, tokens: Sequence[int]) -> np.ndarray: ...
 
     def prefill(self, prompt: Sequence[int], draft: bool = True,
                 progress: Callable[[int, int], None] | None = None) -> Prefill: ...
@@ -348,8 +394,10 @@ class SpeculativeEngine:
         draft_model: a draft model with the target's tokenizer, or None (prompt lookup
             and target-only decoding still work).
         costs: this machine's measured costs for mode ``auto``
-            (:func:`localspec.calibration.cached_engine_costs`), or None: measured on
-            the first generation in mode ``auto`` (:meth:`calibrated_costs`).
+            (:func:`localspec.calibration.cached_engine_costs`), or None: read from this
+            machine's cache when mode ``auto`` is first asked for, or measured by an explicit
+            :meth:`calibrated_costs` (:func:`localspec.loader.load_engine` does it, visibly);
+            :meth:`generate` never measures.
 
     Raises:
         TokenizerMismatchError: the draft's tokenizer differs from the target's.
@@ -436,6 +484,15 @@ class SpeculativeEngine:
         models = [self.target] + ([self.draft_model] if self.draft_model not in (None, self.target) else [])
         return float(sum(getattr(m, "decode_seconds", 0.0) for m in models))
 
+    def loaded_models(self) -> dict[str, LoadedModel]:
+        """``{"target": ..., "draft": ...}`` (no ``"draft"`` without a draft model): how each was loaded."""
+        out = {}
+        for role, m in (("target", self.target), ("draft", self.draft_model)):
+            if m is not None:
+                out[role] = LoadedModel(str(getattr(m, "path", "")), bool(getattr(m, "repack", False)),
+                                        getattr(m, "repack_verdict", None), int(getattr(m, "huge_page_bytes", 0)))
+        return out
+
     def next_token_logits(self, tokens: Sequence[int]) -> np.ndarray:
         """The target's next-token logits after ``tokens`` (reusing the cached prefix), for diagnostics.
 
@@ -473,9 +530,31 @@ class SpeculativeEngine:
         if mode == "draft" and self.drafter is None:
             raise ConfigError("mode 'draft' needs a draft model", "load a draft model, or use --mode lookup")
         if mode == "auto":
-            return AdaptivePolicy(self.calibrated_costs(drafting.cap), drafting.cap,
-                                  has_draft=self.drafter is not None)
+            return AdaptivePolicy(self._costs_for(drafting.cap), drafting.cap, has_draft=self.drafter is not None)
         return FixedPolicy(mode, drafting.cap)
+
+    def has_costs(self, draft_max: int) -> bool:
+        """Whether mode ``auto`` can run with drafts up to ``draft_max`` without measuring: the engine
+        holds costs that cover it, or this machine's cache does."""
+        try:
+            self._costs_for(draft_max)
+        except ConfigError:
+            return False
+        return True
+
+    def _costs_for(self, draft_max: int) -> EngineCosts:
+        """Held or cached costs covering ``draft_max``; never measures (see :meth:`calibrated_costs`)."""
+        c = self._costs
+        if not (isinstance(c, EngineCosts) and len(c.verify) >= draft_max + 1
+                and (c.draft is not None or self.draft_model is None)):
+            c = cached_engine_costs(self.target, self.draft_model, draft_max)
+            if c is None:
+                raise ConfigError(f"mode 'auto' with drafts up to {draft_max} tokens needs this machine's "
+                                  "decode costs, which are not measured yet",
+                                  "measure them first (localspec calibrate, or engine.calibrated_costs), "
+                                  "or use --mode lookup / draft")
+            self._costs = c
+        return c
 
     def make_draft(self, policy: DraftPolicy, committed: list[int], limit: int, sampling: SamplingParams,
                    drafting: DraftParams, rng: np.random.Generator,
@@ -614,8 +693,13 @@ class SpeculativeEngine:
         drafted by :class:`~localspec.drafters.PredictionDrafter`; the output is unchanged
         by it (greedy: token-identical, near-ties aside; sampled: same distribution).
 
+        Raises:
+            ConfigError: mode 'draft' without a draft model; mode 'auto' without measured
+                costs covering ``drafting.cap`` (:meth:`has_costs`; measure with
+                :meth:`calibrated_costs`, never done here).
+
         Raises (on first iteration):
-            ConfigError: empty prompt, or mode 'draft' without a draft model.
+            ConfigError: empty prompt.
             ContextOverflowError: the prompt does not fit in the context window.
         """
         drafting = drafting or DraftParams()

@@ -39,8 +39,7 @@ def load_model(ms: ModelSettings, progress: ProgressFn | None = None, stage: Sta
         notices.append(f"{path.name}: {verdict.reason} (--repack off skips the probe; localspec calibrate shows it)")
     model = LlamaModel(path, n_ctx=ms.n_ctx, n_batch=ms.n_batch, n_threads=ms.n_threads,
                        n_gpu_layers=ms.n_gpu_layers, flash_attn={"on": True}.get(ms.flash_attn, False),
-                       huge_pages=ms.huge_pages, repack=bool(verdict and verdict.use))
-    model.flash_attn_mode = ms.flash_attn
+                       huge_pages=ms.huge_pages, repack=bool(verdict and verdict.use), flash_attn_mode=ms.flash_attn)
     model.repack_verdict = verdict
     if ms.flash_attn == "auto":
         apply_cached_flash_attn(model)  # the faster setting, if this machine has measured it

@@ -259,7 +259,10 @@ class LocalspecApp(App):
         models_changed = new.target != old.target or new.draft != old.draft
         needs_draft = (new.drafting.mode in ("draft", "auto") and self.engine is not None
                        and not self.engine.has_draft_model)
-        if models_changed or needs_draft or self.engine_state == "failed":
+        # mode auto needs measured costs up to the cap: loading measures them, with its progress bar
+        needs_costs = (new.drafting.mode == "auto" and self.engine is not None
+                       and not self.engine.has_costs(new.drafting.cap))
+        if models_changed or needs_draft or needs_costs or self.engine_state == "failed":
             if self.busy:
                 self._reload_pending = True
                 self.notify("the models reload when the current work ends", timeout=4)

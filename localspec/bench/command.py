@@ -93,10 +93,9 @@ def cli_bench(argv: list[str]) -> int:
     engine = load_engine(settings, stage=lambda s: print(s, file=sys.stderr))
     for notice in engine.notices:
         print("note: " + notice, file=sys.stderr)
-    repack = {"target": choice_json(engine.target.repack, engine.target.repack_verdict)}
-    if engine.draft_model is not None:
-        repack["draft"] = choice_json(engine.draft_model.repack, engine.draft_model.repack_verdict)
-    print(f"target {describe_choice(engine.target.repack, engine.target.repack_verdict)}; the llama-cpp-python "
+    loaded = engine.loaded_models()
+    repack = {role: choice_json(m.repack, m.repack_verdict) for role, m in loaded.items()}
+    print(f"target {describe_choice(loaded['target'].repack, loaded['target'].repack_verdict)}; the llama-cpp-python "
           "peers load the target the same way", file=sys.stderr)
     t0 = time.perf_counter()
     try:
@@ -105,7 +104,7 @@ def cli_bench(argv: list[str]) -> int:
         result = run_bench(engine, tasks, modes, repeats=args.repeats, max_tokens=args.max_tokens,
                            target_path=resolve_model(settings.target.model), n_ctx=settings.target.n_ctx,
                            n_threads=settings.target.n_threads, n_gpu_layers=settings.target.n_gpu_layers,
-                           repack=engine.target.repack,
+                           repack=loaded["target"].repack,
                            wait_idle=args.wait_idle, recalibrate=args.recalibrate,
                            log=lambda s: print(s, file=sys.stderr),
                            checkpoint=lambda part: (out / "bench.partial.json").write_text(json.dumps(part, indent=1)))
@@ -114,8 +113,9 @@ def cli_bench(argv: list[str]) -> int:
     result["settings"].update({"target": settings.target.model_dump(), "draft": settings.draft.model_dump(),
                                "quick": args.quick, "wall_seconds": time.perf_counter() - t0,
                                "weight_repacking": repack,
-                               "huge_page_bytes": {"target": engine.target.huge_page_bytes,
-                                                   "draft": getattr(engine.draft_model, "huge_page_bytes", None)}})
+                               "huge_page_bytes": {"target": loaded["target"].huge_page_bytes,
+                                                   "draft": loaded["draft"].huge_page_bytes if "draft" in loaded
+                                                   else None}})
     (out / "bench.json").write_text(json.dumps(result, indent=1))
     print(format_table(result))
     print(f"\nwrote {out / 'bench.json'}")

@@ -340,10 +340,18 @@ class EngineWorker:
         eng = self.engine
         prompt, max_tokens = self._prompt(req)
         prediction = eng.tokenize(req.prediction, special=False) if req.prediction else None
+        drafting = job.drafting or self.settings.drafting
+        if drafting.mode == "auto" and not eng.has_costs(drafting.cap):
+            # a request asked for mode auto on a server started in another mode: measure once, in
+            # the log (the engine never measures inside generate)
+            log.info("measuring this machine's decode costs for mode auto, up to %d-token drafts (once; cached)",
+                     drafting.cap)
+            eng.calibrated_costs(drafting.cap)
+            log.info("measured")
         constraint = None
         if req.kind == "chat" and req.tools is not None and req.tools.constrained:
             constraint = eng.grammar(call_grammar(req.tools), GRAMMAR_ROOT)
-        gen = eng.generate(prompt, job.sampling, job.drafting or self.settings.drafting,
+        gen = eng.generate(prompt, job.sampling, drafting,
                            GenerationParams(max_tokens=max_tokens, stop=req.stop or self.settings.generation.stop),
                            prediction=prediction, constraint=constraint)
         job.post(Started(len(prompt)))

@@ -22,6 +22,7 @@ def test_auto_greedy_identical_to_target_only(pair_engine):
     greedy = SamplingParams(temperature=0.0)
     gen = GenerationParams(max_tokens=128)
     reference = engine.generate(prompt, greedy, DraftParams(mode="none"), gen).run()
+    engine.calibrated_costs(8)  # measured (or read from the cache) here, visibly: generate never measures
     auto = engine.generate(prompt, greedy, DraftParams(mode="auto", draft_max=8), gen)
     assert isinstance(auto.policy, AdaptivePolicy)
     auto.run()

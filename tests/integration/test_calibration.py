@@ -9,6 +9,7 @@ from localspec import calibration, cli
 from localspec.backend import LlamaModel
 from localspec.config import DraftParams, GenerationParams, ModelSettings, SamplingParams
 from localspec.engine import SpeculativeEngine
+from localspec.errors import ConfigError
 from localspec.loader import load_model
 
 pytestmark = pytest.mark.tiny
@@ -82,6 +83,9 @@ def test_auto_on_tiny_calibrates_the_draft_catch_up_and_stays_exact(tiny_path, t
         prompt = engine.chat_tokens([{"role": "user", "content": "Repeat this code exactly:\n" + text}])
         greedy, gen = SamplingParams(temperature=0.0), GenerationParams(max_tokens=40)
         ref = engine.generate(prompt, greedy, DraftParams(mode="none"), gen).run()
+        with pytest.raises(ConfigError, match="not measured yet"):  # generate never measures
+            engine.generate(prompt, greedy, DraftParams(mode="auto", draft_max=8), gen)
+        engine.calibrated_costs(8)
         auto = engine.generate(prompt, greedy, DraftParams(mode="auto", draft_max=8), gen).run()
         assert auto.token_ids == ref.token_ids
         ec = engine.cost_model
@@ -129,6 +133,7 @@ def test_auto_drafts_past_the_old_cap_of_8_with_a_long_prediction_and_stays_exac
         greedy, gen = SamplingParams(temperature=0.0), GenerationParams(max_tokens=200)
         ref = engine.generate(prompt, greedy, DraftParams(mode="none"), gen).run()
         pred = engine.tokenize(ref.text, special=False)
+        engine.calibrated_costs(DraftParams(mode="auto").cap)
         auto = engine.generate(prompt, greedy, DraftParams(mode="auto"), gen, prediction=pred).run()
         assert auto.token_ids == ref.token_ids
         ec = engine.cost_model

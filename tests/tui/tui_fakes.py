@@ -196,7 +196,25 @@ class FakeEngine:
         self.cost_model = EngineCosts(verify=list(curve), draft_token=None, target=ModelCosts(seconds=curve), draft=None)
         return self.cost_model
 
-    def generate(self, prompt, sampling=None, drafting=None, generation=None, policy=None, prediction=None):
+    def has_costs(self, draft_max: int) -> bool:
+        return True  # nothing to measure: calibrated_costs makes a flat curve at once
+
+    def loaded_models(self) -> dict:
+        from localspec.engine import LoadedModel
+
+        return {"target": LoadedModel("fake.gguf", False, None, 0)}
+
+    def model_seconds(self) -> float:
+        return 0.0
+
+    def next_token_logits(self, tokens):
+        raise NotImplementedError("the TUI never asks for logits")
+
+    def grammar(self, gbnf: str, root: str = "root"):
+        raise NotImplementedError("the TUI never constrains the output")
+
+    def generate(self, prompt, sampling=None, drafting=None, generation=None, policy=None, prediction=None,
+                 constraint=None):
         drafting = drafting or DraftParams()
         self.calls.append({"prompt": list(prompt), "sampling": sampling, "drafting": drafting,
                            "generation": generation, "messages": getattr(self, "last_messages", None)})

@@ -371,3 +371,25 @@ def test_statistics_of_several_generations_add_up_in_the_one_accumulator():
     assert total.acceptance_rate == (a.stats.accepted + b.stats.accepted) / total.drafted
     assert total.mean_accepted_length == total.accepted / (a.stats.drafting_rounds + b.stats.drafting_rounds)
     assert sum(total.kinds.values()) == total.tokens
+
+
+def test_mode_auto_never_measures_inside_generate(monkeypatch):
+    """#20 item 4: costs come from the engine, the cache, or an explicit calibrated_costs; generate refuses
+    mode auto without them (naming what to do) rather than measuring silently."""
+    import localspec.engine as engine_mod
+    from localspec.calibration import EngineCosts, ModelCosts
+
+    measured = []
+    monkeypatch.setattr(engine_mod, "cached_engine_costs", lambda *a: None)
+    monkeypatch.setattr(engine_mod, "engine_costs", lambda *a, **k: measured.append(a) or costs)
+    curve = [0.01 * (1 + 0.1 * b) for b in range(9)]
+    costs = EngineCosts(verify=curve, draft_token=None, target=ModelCosts(seconds=curve), draft=None)
+    eng = SpeculativeEngine(FakeModel())
+    assert not eng.has_costs(8)
+    with pytest.raises(ConfigError, match="not measured yet") as e:
+        run(eng, mode="auto", draft_max=8)
+    assert "calibrate" in e.value.hint and measured == []
+    eng.calibrated_costs(8)  # the explicit, visible measurement
+    assert len(measured) == 1 and eng.has_costs(8) and not eng.has_costs(16)
+    gen, _ = run(eng, mode="auto", draft_max=8)
+    assert gen.token_ids == greedy_reference(PROMPT, 30) and len(measured) == 1

@@ -266,7 +266,26 @@ def chat_fragments(pieces: Sequence[ChatPiece], specials: dict[str, tuple[int, i
 _ASCII_SPACE = " \t\n\v\f\r"  # C isspace(), as llama.cpp strips
 
 
-class LlamaModel:
+class _NativeResource:
+    """``close()`` frees a native handle: a ``with`` block, or the garbage collector as a last resort."""
+
+    def close(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class LlamaModel(_NativeResource):
     """A loaded GGUF model with one llama.cpp context and one sequence (id 0).
 
     Tracks exactly which tokens sit in the KV cache (:attr:`cached_tokens`).
@@ -448,18 +467,6 @@ class LlamaModel:
         if getattr(self, "_model", None):
             lc.llama_model_free(self._model)
             self._model = None
-
-    def __enter__(self) -> "LlamaModel":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:  # pragma: no cover - best effort
-        try:
-            self.close()
-        except Exception:
-            pass
 
     # -- cancelling -----------------------------------------------------------------
     def abort(self) -> None:
@@ -834,7 +841,7 @@ def json_schema_grammar(schema: dict, prop_order: Sequence[str] = ()) -> str:
 _TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")], align=True)
 
 
-class Grammar:
+class Grammar(_NativeResource):
     """A GBNF grammar's state over one model's vocabulary: llama.cpp's grammar sampler.
 
     The constraint of a constrained generation (:class:`localspec.verify.Constraint`): the
@@ -893,18 +900,6 @@ class Grammar:
         if getattr(self, "_smpl", None):
             self._lc.llama_sampler_free(self._smpl)
             self._smpl = None
-
-    def __enter__(self) -> "Grammar":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:  # pragma: no cover - best effort
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 @contextmanager

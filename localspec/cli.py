@@ -16,7 +16,7 @@ from .calibration import LONG_CONTEXT
 from .errors import ConfigError, LocalspecError
 from .events import TokenKind
 from .fileio import expand_path
-from .options import add_numeric, add_generation_arguments, add_model_arguments, settings_from_args
+from .options import add_generation_arguments, add_option, add_model_arguments, settings_from_args
 
 #: terminal colour of each colour role of TokenKind.colour (the TUI takes its theme's)
 TERMINAL_COLOURS = {"success": "green", "error": "red", "warning": "yellow"}
@@ -378,8 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"the long context measured, tokens (default {LONG_CONTEXT}; capped by --n-ctx)")
     cal.add_argument("--no-draft", action="store_true", help="measure the target only")
     cal.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    add_numeric(cal.add_argument_group("decoding"), "draft_max", int, "drafting",
-                "most tokens drafted per round (gamma)", "64, mode auto's")
+    add_option(cal.add_argument_group("decoding"), "draft_max", default_text="64, mode auto's")
     add_model_arguments(cal)
     return p
 

@@ -26,7 +26,7 @@ from typing import Callable, Iterator, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
-from .config import DraftParams, GenerationParams, SamplingParams
+from .config import DraftParams, GenerationParams, SamplingParams, fits_context
 from .calibration import EngineCosts, engine_costs
 from .drafters import Draft, DraftModelDrafter, Drafter, PredictionDrafter, PromptLookupDrafter
 from .errors import ConfigError, ContextOverflowError, DecodeAborted
@@ -448,7 +448,7 @@ class SpeculativeEngine:
         """Raise ConfigError for an empty prompt, ContextOverflowError when it does not fit."""
         if len(prompt) == 0:
             raise ConfigError("the prompt is empty", "type a prompt, or pass a file with text in it")
-        if len(prompt) >= self.n_ctx:
+        if not fits_context(self.n_ctx, len(prompt)):
             raise ContextOverflowError(
                 f"the prompt is {len(prompt)} tokens; the context window holds {self.n_ctx} "
                 f"(and at least one token must be generated)",

@@ -22,7 +22,7 @@ from typing import Iterator, Sequence
 from .config import Settings, context_room, fits_context
 from .engine import Event, Generation
 from .errors import ConfigError, ContextOverflowError
-from .events import EndReason
+from .events import EndReason, GenerationStats
 
 
 @dataclass
@@ -109,7 +109,9 @@ def fit_messages(engine, messages: Sequence[dict], max_tokens: int) -> FittedPro
 
 @dataclass
 class Turn:
-    """One answer being generated. Iterate it for the engine's events.
+    """One answer being generated. Iterate it for the engine's events; like a
+    :class:`~localspec.engine.Generation` it has ``cancel``, ``text``, ``stats`` and
+    ``on_prefill``, so a front-end drives either the same way.
 
     When iteration ends normally the reply is appended to the session's history. When
     it is stopped early (``cancel()``, ``close()``, Ctrl-C) the partial reply is
@@ -146,6 +148,20 @@ class Turn:
     def cancel(self) -> None:
         """End after the current round."""
         self.generation.cancel()
+
+    @property
+    def stats(self) -> GenerationStats:
+        """The generation's statistics (complete once iteration ends)."""
+        return self.generation.stats
+
+    @property
+    def on_prefill(self):
+        """The generation's ``on_prefill(done, total)`` (a front-end follows a long prefill)."""
+        return self.generation.on_prefill
+
+    @on_prefill.setter
+    def on_prefill(self, callback) -> None:
+        self.generation.on_prefill = callback
 
     def close(self) -> None:
         """End now (the caches stay consistent; the partial reply is kept)."""

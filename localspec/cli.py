@@ -113,18 +113,14 @@ def _format_stats(stats) -> list[tuple[str, str]]:
 
 
 def _read_file_text(name: str) -> str:
-    """A text file for the prompt (``--file``): BOM dropped, LF line ends. Raises ConfigError."""
-    path = expand_path(name)
+    """A text file for the prompt (``--file``, ``--prediction``), any size
+    (:func:`localspec.fileio.read_text_file`). Raises ConfigError (exit code 2)."""
+    from .fileio import FileError, read_text_file
+
     try:
-        data = path.read_bytes()
-        if b"\x00" in data:
-            raise ConfigError(f"{name} looks like a binary file (it contains NUL bytes)", "pass a text file")
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{name} is not UTF-8 text (byte {e.start}: {data[e.start:e.start + 1]!r})",
-                          "pass a text file, or convert it to UTF-8 first") from e
-    except OSError as e:
-        raise ConfigError(f"cannot read {path}: {e.strerror or e}", "check the path") from e
+        return read_text_file(name, max_bytes=None)
+    except FileError as e:
+        raise ConfigError(e.message, e.hint) from e
 
 
 def _read_messages(name: str) -> list[dict]:

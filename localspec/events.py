@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Iterable
 
 
 class TokenKind(str, enum.Enum):
@@ -138,6 +139,22 @@ class RoundStats:
     reason: str = ""
     catchup_tokens: int = 0
     catchup_seconds: float = 0.0
+
+
+def drafter_tallies(rounds: Iterable[RoundStats]) -> dict[str, dict[str, int]]:
+    """Per drafter, in order of first use: rounds, tokens drafted, draft tokens accepted.
+
+    The one per-drafter count of the server (its ``speculation.drafters`` and the usage's
+    prediction tokens) and the bench (rounds by drafter). Keys are the plain names
+    (``"lookup"``); ``"none"`` counts the rounds that drafted nothing.
+    """
+    out: dict[str, dict[str, int]] = {}
+    for r in rounds:
+        d = out.setdefault(str(r.drafter), {"rounds": 0, "drafted": 0, "accepted": 0})
+        d["rounds"] += 1
+        d["drafted"] += r.drafted
+        d["accepted"] += r.accepted
+    return out
 
 
 class SpeculationRates:

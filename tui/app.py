@@ -21,6 +21,7 @@ from textual.widgets import HelpPanel
 
 from localspec.config import DraftParams, Settings
 from localspec.errors import LocalspecError
+from localspec.machine import run_order
 
 from .dialogs import SettingsScreen
 from .driver import RaceSide, drive, race, warm_up
@@ -422,8 +423,7 @@ class LocalspecApp(App):
                             warm = warm_up(eng, tokens)
                             sides.append(RaceSide(name, eng.generate(tokens, settings.sampling, dp,
                                                                      settings.generation), eng, warm))
-                        if rep % 2 == 0:  # alternate which side decodes first in each round pair
-                            sides.reverse()
+                        sides = run_order(sides, rep - 1)  # alternate which side decodes first (rep from 1)
                         for s in sides:
                             self._track(s.gen)
 

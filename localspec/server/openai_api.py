@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..config import DraftMode, DraftParams, SamplingParams, request_field
-from ..events import EndReason, GenerationStats, RoundStats, TokenEvent
+from ..events import DrafterId, EndReason, GenerationStats, RoundStats, TokenEvent, drafter_tallies
 
 #: ``error.type`` per HTTP status, as OpenAI names them
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
@@ -461,15 +461,9 @@ FINISH_REASONS = {EndReason.EOG: "stop", EndReason.STOP: "stop", EndReason.MAX_T
 
 
 def drafter_counts(rounds: list[RoundStats]) -> dict[str, dict[str, int]]:
-    """Per drafter: rounds that drafted, tokens drafted, draft tokens accepted."""
-    out: dict[str, dict[str, int]] = {}
-    for r in rounds:
-        if r.drafted:
-            d = out.setdefault(r.drafter, {"rounds": 0, "drafted": 0, "accepted": 0})
-            d["rounds"] += 1
-            d["drafted"] += r.drafted
-            d["accepted"] += r.accepted
-    return out
+    """Per drafter: rounds that drafted, tokens drafted, draft tokens accepted
+    (:func:`~localspec.events.drafter_tallies` without the rounds that drafted nothing)."""
+    return {k: v for k, v in drafter_tallies(rounds).items() if k != DrafterId.NONE}
 
 
 def usage(stats: GenerationStats, rounds: list[RoundStats]) -> dict:
@@ -481,7 +475,7 @@ def usage(stats: GenerationStats, rounds: list[RoundStats]) -> dict:
     rejection included). Prediction tokens never drafted (the edited parts) count in
     neither.
     """
-    pred = drafter_counts(rounds).get("prediction", {"drafted": 0, "accepted": 0})
+    pred = drafter_counts(rounds).get(DrafterId.PREDICTION, {"drafted": 0, "accepted": 0})
     return {
         "prompt_tokens": stats.prompt_tokens,
         "completion_tokens": stats.tokens,

@@ -26,3 +26,21 @@ def test_every_drafter_is_named_by_its_id():
     assert (DraftModelDrafter.name, PromptLookupDrafter.name, PredictionDrafter.name) == (
         DrafterId.DRAFT, DrafterId.LOOKUP, DrafterId.PREDICTION)
     assert FixedPolicy("lookup", 4).drafter is DrafterId.LOOKUP
+
+
+def test_per_drafter_tallies_are_counted_once_for_the_server_and_the_bench():
+    from localspec.bench.runner import drafter_tallies as bench_tallies
+    from localspec.events import RoundStats, drafter_tallies
+    from localspec.server.openai_api import drafter_counts
+
+    def rs(i, drafter, drafted, accepted):
+        return RoundStats(i, drafter, (1,) * drafted, (1,) * (accepted + 1), drafted, accepted, accepted + 1, 0.0, 0.0)
+
+    rounds = [rs(0, DrafterId.NONE, 0, 0), rs(1, DrafterId.LOOKUP, 4, 2), rs(2, DrafterId.LOOKUP, 3, 3),
+              rs(3, DrafterId.PREDICTION, 5, 1)]
+    t = drafter_tallies(rounds)
+    assert t == {"none": {"rounds": 1, "drafted": 0, "accepted": 0}, "lookup": {"rounds": 2, "drafted": 7, "accepted": 5},
+                 "prediction": {"rounds": 1, "drafted": 5, "accepted": 1}}
+    assert all(type(k) is str for k in t)  # plain names: a dict's repr in the bench report is unchanged
+    assert drafter_counts(rounds) == {k: v for k, v in t.items() if k != "none"}
+    assert bench_tallies is drafter_tallies

@@ -1,4 +1,5 @@
-"""Drafter ids are one str-valued enum (DrafterId): the same strings in JSON, the CLI and the server."""
+"""localspec.events: drafter ids are one str-valued enum (DrafterId), the same strings in JSON, the CLI and the
+server; per-drafter tallies counted once."""
 
 import json
 

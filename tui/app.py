@@ -312,7 +312,8 @@ class LocalspecApp(App):
         call, waits for the GIL while this thread draws: up to the interpreter's switch
         interval (5 ms) each time, several times a round. At 0.5 ms (:data:`STREAM_SWITCH_INTERVAL`)
         the TUI decoded a 432-token code edit at 0.97-1.00x the CLI's rate instead of 0.93-0.95x
-        (docs/benchmark.md, UI overhead on decoding). Both are restored when the answer ends.
+        (docs/benchmark-history.md, "The GIL and a redraw budget"). Both are restored when the
+        answer ends.
         """
         if on:
             if self._switch_interval is None:

@@ -19,7 +19,7 @@ def costs_for(curve, draft_token=None):
 
 
 # -- issue 12: curves by position, match-length prior, the policy against the closed form --------
-#: T(b)/T(1), b = 1..9, measured on this project's machines: an AVX-512 CPU (docs/benchmark.md) and a
+#: T(b)/T(1), b = 1..9, measured on this project's machines: an AVX-512 CPU (docs/benchmark-history.md) and a
 #: 2-core CPU without AVX-512 whose verification pass jumps between 7 and 8 tokens (issue 12)
 AVX512_RATIOS = (1.00, 1.81, 2.30, 2.82, 3.50, 4.13, 4.69, 4.83, 5.18)
 

@@ -135,7 +135,8 @@ class DraftParams(_Strict):
                                    help="most tokens drafted per round (gamma)",
                                    default_text=f"{AUTO_DRAFT_MAX} in mode auto, which chooses each round's length up "
                                    f"to it by the measured costs; {FIXED_DRAFT_MAX} in draft and lookup",
-                                   blank=f"blank: the mode's own ({AUTO_DRAFT_MAX} in auto, {FIXED_DRAFT_MAX} otherwise)")
+                                   blank=f"blank: the mode's own ({AUTO_DRAFT_MAX} in auto, "
+                                   f"{FIXED_DRAFT_MAX} otherwise)")
     draft_min: int = option(0, ge=0, le=64, unit="tokens",
                             help="drafts shorter than this are not verified; at most --draft-max")
     draft_p_min: float = option(0.0, ge=0.0, le=1.0, label="draft p-min",
@@ -170,8 +171,8 @@ class ModelSettings(_Strict):
                             help="CPU threads", default_text="all cores")
     n_gpu_layers: int = option(0, ge=-1, label="GPU layers", unit="layers",
                                help="layers on the GPU, -1 = all; needs a CUDA/Metal build of llama-cpp-python")
-    flash_attn: FlashAttn = option("auto", help="llama.cpp flash attention: auto (default) = the faster one as measured "
-                                   "by localspec calibrate (off until measured)")
+    flash_attn: FlashAttn = option("auto", help="llama.cpp flash attention: auto (default) = the faster one as "
+                                   "measured by localspec calibrate (off until measured)")
     huge_pages: bool = option(True, help="on (default): weights read into memory and kept in 2 MiB transparent huge "
                               "pages where the kernel allows (Linux), faster decoding; off: the file is mapped "
                               "(llama.cpp's default)")

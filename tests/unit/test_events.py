@@ -40,7 +40,8 @@ def test_per_drafter_tallies_are_counted_once_for_the_server_and_the_bench():
     rounds = [rs(0, DrafterId.NONE, 0, 0), rs(1, DrafterId.LOOKUP, 4, 2), rs(2, DrafterId.LOOKUP, 3, 3),
               rs(3, DrafterId.PREDICTION, 5, 1)]
     t = drafter_tallies(rounds)
-    assert t == {"none": {"rounds": 1, "drafted": 0, "accepted": 0}, "lookup": {"rounds": 2, "drafted": 7, "accepted": 5},
+    assert t == {"none": {"rounds": 1, "drafted": 0, "accepted": 0},
+                 "lookup": {"rounds": 2, "drafted": 7, "accepted": 5},
                  "prediction": {"rounds": 1, "drafted": 5, "accepted": 1}}
     assert all(type(k) is str for k in t)  # plain names: a dict's repr in the bench report is unchanged
     assert drafter_counts(rounds) == {k: v for k, v in t.items() if k != "none"}

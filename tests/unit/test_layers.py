@@ -29,8 +29,8 @@ def test_the_contract_catches_an_upward_import(tmp_path):
     """The same contract with the engine put above the loader breaks (loader -> engine is then upward)."""
     text = (ROOT / "pyproject.toml").read_text()
     config = text[text.index("[tool.importlinter]"):]
-    swapped = re.sub(r'("localspec\.chat \| localspec\.loader[^"]*"),\n(\s*)("localspec\.engine \| localspec\.models"),',
-                     r'\3,\n\2\1,', config)
+    chat_layer = r'("localspec\.chat \| localspec\.loader[^"]*")'
+    swapped = re.sub(chat_layer + r',\n(\s*)("localspec\.engine \| localspec\.models"),', r'\3,\n\2\1,', config)
     assert swapped != config
     path = tmp_path / "contract.toml"
     path.write_text(swapped)

@@ -99,8 +99,9 @@ class ChatScreen(GenerationScreen):
         def make_gen():
             # the session's overflow policy: drop the oldest turns that do not fit
             turn = start()
-            if turn.prompt.dropped:
-                app.post_message(Notice(f"the context window is full: the oldest {plural(turn.prompt.dropped, 'message')} "
+            dropped = turn.prompt.dropped
+            if dropped:
+                app.post_message(Notice(f"the context window is full: the oldest {plural(dropped, 'message')} "
                                         "were left out of this prompt (they stay in the transcript)", "warning"))
             return turn
 

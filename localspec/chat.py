@@ -19,10 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from .config import Settings
+from .config import Settings, context_room, fits_context
 from .engine import Event, Generation
 from .errors import ConfigError, ContextOverflowError
-from .events import EndReason
+from .events import EndReason, GenerationStats
 
 
 @dataclass
@@ -76,26 +76,27 @@ def fit_messages(engine, messages: Sequence[dict], max_tokens: int) -> FittedPro
     candidates = [lo] + [s for s in starts if s > lo]
     if candidates[-1] != len(messages) - 1:
         candidates.append(len(messages) - 1)
-    budget = n_ctx - max_tokens
+    def fits(tokens: list[int]) -> bool:
+        return fits_context(n_ctx, len(tokens), max_tokens)
 
     def render(k: int) -> list[int]:
         return engine.chat_tokens(system + list(messages[candidates[k]:]))
 
     # fewer turns never take more tokens: binary search for the longest window that fits
     tokens = render(len(candidates) - 1)
-    if len(tokens) <= budget:
-        fits, fit_tokens = len(candidates) - 1, tokens
+    if fits(tokens):
+        best, fit_tokens = len(candidates) - 1, tokens
         a, b = 0, len(candidates) - 1  # candidates[b] fits; find the smallest k that fits
         while a < b:
             mid = (a + b) // 2
             t = render(mid)
-            if len(t) <= budget:
-                b, fits, fit_tokens = mid, mid, t
+            if fits(t):
+                b, best, fit_tokens = mid, mid, t
             else:
                 a = mid + 1
-        return FittedPrompt(fit_tokens, candidates[fits], candidates[fits] - lo)
+        return FittedPrompt(fit_tokens, candidates[best], candidates[best] - lo)
     need = len(tokens) + max_tokens
-    room = n_ctx - len(tokens)
+    room = context_room(n_ctx, len(tokens))
     hint = "shorten the message"
     hint += f", lower max_tokens to at most {room}" if room > 0 else ""
     hint += " or raise n_ctx (--n-ctx)"
@@ -108,7 +109,9 @@ def fit_messages(engine, messages: Sequence[dict], max_tokens: int) -> FittedPro
 
 @dataclass
 class Turn:
-    """One answer being generated. Iterate it for the engine's events.
+    """One answer being generated. Iterate it for the engine's events; like a
+    :class:`~localspec.engine.Generation` it has ``cancel``, ``text``, ``stats`` and
+    ``on_prefill``, so a front-end drives either the same way.
 
     When iteration ends normally the reply is appended to the session's history. When
     it is stopped early (``cancel()``, ``close()``, Ctrl-C) the partial reply is
@@ -145,6 +148,20 @@ class Turn:
     def cancel(self) -> None:
         """End after the current round."""
         self.generation.cancel()
+
+    @property
+    def stats(self) -> GenerationStats:
+        """The generation's statistics (complete once iteration ends)."""
+        return self.generation.stats
+
+    @property
+    def on_prefill(self):
+        """The generation's ``on_prefill(done, total)`` (a front-end follows a long prefill)."""
+        return self.generation.on_prefill
+
+    @on_prefill.setter
+    def on_prefill(self, callback) -> None:
+        self.generation.on_prefill = callback
 
     def close(self) -> None:
         """End now (the caches stay consistent; the partial reply is kept)."""

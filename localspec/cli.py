@@ -16,7 +16,7 @@ from .calibration import LONG_CONTEXT
 from .errors import ConfigError, LocalspecError
 from .events import TokenKind
 from .fileio import expand_path
-from .options import add_numeric, add_generation_arguments, add_model_arguments, settings_from_args
+from .options import add_generation_arguments, add_option, add_model_arguments, settings_from_args
 
 #: terminal colour of each colour role of TokenKind.colour (the TUI takes its theme's)
 TERMINAL_COLOURS = {"success": "green", "error": "red", "warning": "yellow"}
@@ -113,18 +113,14 @@ def _format_stats(stats) -> list[tuple[str, str]]:
 
 
 def _read_file_text(name: str) -> str:
-    """A text file for the prompt (``--file``): BOM dropped, LF line ends. Raises ConfigError."""
-    path = expand_path(name)
+    """A text file for the prompt (``--file``, ``--prediction``), any size
+    (:func:`localspec.fileio.read_text_file`). Raises ConfigError (exit code 2)."""
+    from .fileio import FileError, read_text_file
+
     try:
-        data = path.read_bytes()
-        if b"\x00" in data:
-            raise ConfigError(f"{name} looks like a binary file (it contains NUL bytes)", "pass a text file")
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{name} is not UTF-8 text (byte {e.start}: {data[e.start:e.start + 1]!r})",
-                          "pass a text file, or convert it to UTF-8 first") from e
-    except OSError as e:
-        raise ConfigError(f"cannot read {path}: {e.strerror or e}", "check the path") from e
+        return read_text_file(name, max_bytes=None)
+    except FileError as e:
+        raise ConfigError(e.message, e.hint) from e
 
 
 def _read_messages(name: str) -> list[dict]:
@@ -378,8 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"the long context measured, tokens (default {LONG_CONTEXT}; capped by --n-ctx)")
     cal.add_argument("--no-draft", action="store_true", help="measure the target only")
     cal.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    add_numeric(cal.add_argument_group("decoding"), "draft_max", int, "drafting",
-                "most tokens drafted per round (gamma)", "64, mode auto's")
+    add_option(cal.add_argument_group("decoding"), "draft_max", default_text="64, mode auto's")
     add_model_arguments(cal)
     return p
 

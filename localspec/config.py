@@ -1,13 +1,18 @@
 """Settings, validated at the edge with pydantic (unknown keys rejected).
 
-The CLI and the TUI build the same models; a ``pydantic.ValidationError`` becomes a
-readable message only there (see :func:`format_validation_error`).
+Every option is declared once, here, with :func:`option`: its type (the annotation), its
+default, its allowed range (pydantic constraints), its help, its unit and the TUI form's
+label. The command-line flags (:mod:`localspec.options`), the TUI settings form
+(``tui.dialogs``) and the server's request fields (:mod:`localspec.server.openai_api`, via
+:func:`request_field`) are derived from these declarations. The CLI and the TUI build the
+same models; a ``pydantic.ValidationError`` becomes a readable message only there (see
+:func:`format_validation_error`).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -16,8 +21,71 @@ FlashAttn = Literal["auto", "on", "off"]
 Repack = Literal["auto", "on", "off"]
 
 
+def option(default: Any = ..., *, help: str, label: str | None = None, unit: str | None = None,
+           default_text: str | None = None, blank: str | None = None, **constraints: Any) -> Any:
+    """Declare one option: a pydantic ``Field`` whose metadata the front-ends read.
+
+    Args:
+        default: the default value (``default_factory=`` may be given instead, in ``constraints``).
+        help: what the option does, in a few words (the CLI's help, the field's description).
+        label: the TUI settings form's label (a model's option: without "target"/"draft").
+        unit: the unit of a number ("tokens", ...), when it has one.
+        default_text: how the CLI's help names the default when the value alone does not say
+            it (``None`` -> "fresh entropy").
+        blank: what an empty TUI field means (it becomes None), shown in it as a placeholder.
+        constraints: pydantic's ``ge``, ``gt``, ``le``, ``lt``, ``default_factory``.
+    """
+    extra = {k: v for k, v in (("label", label), ("unit", unit), ("default_text", default_text),
+                                ("blank", blank)) if v is not None}
+    return Field(default, description=help, json_schema_extra=extra or None, **constraints)
+
+
+def option_info(model: type[BaseModel], name: str) -> dict[str, Any]:
+    """An option's front-end metadata: ``label``, ``unit``, ``default_text``, ``blank`` (those given)."""
+    extra = model.model_fields[name].json_schema_extra
+    return dict(extra) if isinstance(extra, dict) else {}
+
+
+#: the pydantic constraints :func:`request_field` copies from an option
+_CONSTRAINTS = ("ge", "gt", "le", "lt")
+
+
+def constraints(model: type[BaseModel], name: str) -> dict[str, Any]:
+    """An option's numeric constraints: ``{"ge": 0.0, "le": 2.0}`` (those it has)."""
+    out: dict[str, Any] = {}
+    for m in model.model_fields[name].metadata:
+        for attr in _CONSTRAINTS:
+            if getattr(m, attr, None) is not None:
+                out[attr] = getattr(m, attr)
+    return out
+
+
+def request_field(model: type[BaseModel], name: str) -> Any:
+    """A request's optional field for option ``name`` of ``model``: default None (the server's
+    setting), the option's range and help. The server's request models declare
+    ``temperature: float | None = request_field(SamplingParams, "temperature")``."""
+    return Field(None, description=model.model_fields[name].description, **constraints(model, name))
+
+
+def context_room(n_ctx: int, prompt_tokens: int) -> int:
+    """Tokens that may be generated after a prompt of ``prompt_tokens`` in a context window of
+    ``n_ctx`` tokens (prompt and output share the window); <= 0 when the prompt fills it."""
+    return n_ctx - prompt_tokens
+
+
+def fits_context(n_ctx: int, prompt_tokens: int, max_tokens: int = 1) -> bool:
+    """The one prompt-fits-the-context rule (engine, server, chat): a prompt of ``prompt_tokens``
+    fits a window of ``n_ctx`` tokens when it leaves room for ``max_tokens`` generated tokens
+    (at least one: every generation makes one)."""
+    return max(1, max_tokens) <= context_room(n_ctx, prompt_tokens)
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+#: the highest temperature accepted (OpenAI's API: 0..2)
+TEMPERATURE_MAX = 2.0
 
 
 class SamplingParams(_Strict):
@@ -27,11 +95,15 @@ class SamplingParams(_Strict):
     those filters.
     """
 
-    temperature: float = Field(0.0, ge=0.0, le=100.0, description="0 = greedy; >0 divides the logits")
-    top_k: int = Field(0, ge=0, description="keep the k most probable tokens; 0 = off")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus: smallest set with mass >= top_p; 1 = off")
-    min_p: float = Field(0.0, ge=0.0, le=1.0, description="drop tokens below min_p x the top probability; 0 = off")
-    seed: int | None = Field(None, ge=0, description="random seed; None = fresh entropy")
+    #: 0..2 everywhere, as in OpenAI's API (the CLI and the TUI allowed up to 100 before; above 2
+    #: the distribution is close to uniform noise)
+    temperature: float = option(0.0, ge=0.0, le=TEMPERATURE_MAX, help="0 = greedy", label="temperature")
+    top_k: int = option(0, ge=0, help="keep the k most probable tokens, 0 = off", label="top-k (0 = off)")
+    top_p: float = option(1.0, gt=0.0, le=1.0, help="nucleus sampling, 1 = off", label="top-p (1 = off)")
+    min_p: float = option(0.0, ge=0.0, le=1.0, help="drop tokens below min-p x the top probability, 0 = off",
+                          label="min-p (0 = off)")
+    seed: int | None = option(None, ge=0, help="random seed", default_text="fresh entropy",
+                              label="seed (blank = random)", blank="blank: fresh entropy")
 
     @property
     def greedy(self) -> bool:
@@ -57,13 +129,20 @@ class DraftParams(_Strict):
     (which always draft that many). Read the effective value as :attr:`cap`.
     """
 
-    mode: DraftMode = Field("auto", description="auto (measured choice per round) | draft (draft model) | lookup (prompt lookup) | none")
-    draft_max: int | None = Field(None, ge=1, le=DRAFT_MAX_LIMIT, description="most tokens drafted per round (gamma); "
-                                  f"None = the mode's default ({AUTO_DRAFT_MAX} in auto, {FIXED_DRAFT_MAX} otherwise)")
-    draft_min: int = Field(0, ge=0, le=64, description="fewest tokens worth verifying; shorter drafts are dropped")
-    draft_p_min: float = Field(0.0, ge=0.0, le=1.0, description="draft model stops when its top-1 probability is below this")
-    max_ngram: int = Field(3, ge=1, le=16, description="prompt lookup: longest n-gram matched")
-    min_ngram: int = Field(1, ge=1, le=16, description="prompt lookup: shortest n-gram matched")
+    mode: DraftMode = option("auto", label="mode", help="auto: measured choice per round; draft: draft model; "
+                             "lookup: prompt lookup; none: target only")
+    draft_max: int | None = option(None, ge=1, le=DRAFT_MAX_LIMIT, unit="tokens", label="draft length (gamma)",
+                                   help="most tokens drafted per round (gamma)",
+                                   default_text=f"{AUTO_DRAFT_MAX} in mode auto, which chooses each round's length up "
+                                   f"to it by the measured costs; {FIXED_DRAFT_MAX} in draft and lookup",
+                                   blank=f"blank: the mode's own ({AUTO_DRAFT_MAX} in auto, "
+                                   f"{FIXED_DRAFT_MAX} otherwise)")
+    draft_min: int = option(0, ge=0, le=64, unit="tokens",
+                            help="drafts shorter than this are not verified; at most --draft-max")
+    draft_p_min: float = option(0.0, ge=0.0, le=1.0, label="draft p-min",
+                                help="the draft model stops below this top-1 probability")
+    max_ngram: int = option(3, ge=1, le=16, unit="tokens", help="prompt lookup: longest n-gram matched")
+    min_ngram: int = option(1, ge=1, le=16, unit="tokens", help="prompt lookup: shortest n-gram matched")
 
     @model_validator(mode="after")
     def _ngram_order(self) -> "DraftParams":
@@ -84,26 +163,29 @@ class DraftParams(_Strict):
 class ModelSettings(_Strict):
     """One GGUF model to load: a catalog preset name or a path, and llama.cpp context settings."""
 
-    model: str = Field(..., min_length=1, description="catalog preset name, path to a .gguf, or hf:REPO/FILE")
-    n_ctx: int = Field(4096, ge=16, le=1 << 20, description="context window, tokens")
-    n_batch: int = Field(512, ge=1, le=1 << 16, description="most tokens per llama_decode call")
-    n_threads: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=1024)
-    n_gpu_layers: int = Field(0, ge=-1, description="layers offloaded to the GPU; -1 = all; 0 = CPU only")
-    flash_attn: FlashAttn = Field("auto", description="llama.cpp flash attention: auto = the faster one as measured "
-                                  "by the calibration (off until measured), on, off")
-    huge_pages: bool = Field(True, description="read the weights into memory and move them into 2 MiB transparent "
-                             "huge pages (Linux; faster one-token decoding, about 2 s more to load the 1.5B model); "
-                             "false = map the file (llama.cpp's default)")
-    repack: Repack = Field("auto", description="llama.cpp's weight repacking into its extra CPU buffer types (AMX, "
-                           "interleaved Q4_0): auto = where a probe in a child process decoded safely and no slower "
-                           "(localspec.repack), on, off (llama-server's --no-repack)")
+    model: str = option(..., min_length=1, label="model",
+                        help="model: preset name, .gguf path or hf:OWNER/REPO/FILE")
+    n_ctx: int = option(4096, ge=16, le=1 << 20, unit="tokens", help="context window, tokens")
+    n_batch: int = option(512, ge=1, le=1 << 16, unit="tokens", help="most tokens per llama_decode")
+    n_threads: int = option(default_factory=lambda: os.cpu_count() or 1, ge=1, le=1024, label="CPU threads",
+                            help="CPU threads", default_text="all cores")
+    n_gpu_layers: int = option(0, ge=-1, label="GPU layers", unit="layers",
+                               help="layers on the GPU, -1 = all; needs a CUDA/Metal build of llama-cpp-python")
+    flash_attn: FlashAttn = option("auto", help="llama.cpp flash attention: auto (default) = the faster one as "
+                                   "measured by localspec calibrate (off until measured)")
+    huge_pages: bool = option(True, help="on (default): weights read into memory and kept in 2 MiB transparent huge "
+                              "pages where the kernel allows (Linux), faster decoding; off: the file is mapped "
+                              "(llama.cpp's default)")
+    repack: Repack = option("auto", help="llama.cpp's weight repacking (AMX, interleaved Q4_0): auto (default) = only "
+                            "where a test decode in a child process did not crash and was not slower (it crashes on "
+                            "some virtualized AMX Xeons); on; off (llama-server's --no-repack)")
 
 
 class GenerationParams(_Strict):
     """Per-request limits."""
 
-    max_tokens: int = Field(512, ge=1, le=1 << 20, description="most tokens generated")
-    stop: tuple[str, ...] = Field((), description="stop strings; output ends before the first one")
+    max_tokens: int = option(512, ge=1, le=1 << 20, unit="tokens", label="max tokens", help="most tokens generated")
+    stop: tuple[str, ...] = option((), help="stop string, not empty (repeatable)")
 
     @model_validator(mode="after")
     def _no_empty_stop(self) -> "GenerationParams":
@@ -116,7 +198,7 @@ class Settings(_Strict):
     """Everything needed to load models and generate: what the CLI and TUI share."""
 
     target: ModelSettings = ModelSettings(model="qwen2.5-coder-1.5b")
-    draft: ModelSettings = ModelSettings(model="qwen2.5-coder-0.5b")
+    draft: ModelSettings = Field(ModelSettings(model="qwen2.5-coder-0.5b"), description="same tokenizer as the target")
     sampling: SamplingParams = SamplingParams()
     drafting: DraftParams = DraftParams()
     generation: GenerationParams = GenerationParams()

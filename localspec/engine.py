@@ -26,18 +26,18 @@ from typing import Callable, Iterator, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
-from .config import DraftParams, GenerationParams, SamplingParams
+from .config import DraftParams, GenerationParams, SamplingParams, fits_context
 from .calibration import EngineCosts, cached_engine_costs, engine_costs
 from .drafters import Draft, DraftModelDrafter, Drafter, PredictionDrafter, PromptLookupDrafter
 from .errors import ConfigError, ContextOverflowError, DecodeAborted
-from .events import EndReason, GenerationStats, RoundStats, TokenEvent, TokenKind
+from .events import DrafterId, EndReason, GenerationStats, RoundStats, TokenEvent, TokenKind
 from .policy import AdaptivePolicy, Choice, DraftPolicy, FixedPolicy
 from .streaming import TextAssembler
 from .tokenizer import check_compatible
 from .verify import Constraint, Verdict, verify
 
 Event = TokenEvent | RoundStats
-_EMPTY_DRAFT = Draft((), None, "none")
+_EMPTY_DRAFT = Draft((), None, DrafterId.NONE)
 
 
 class Speculated(NamedTuple):
@@ -222,7 +222,7 @@ class Generation:
         catchup_tokens, catchup_seconds = sp.catchup
         rs = RoundStats(
             round=round_idx,
-            drafter=draft.source if draft.tokens else "none",
+            drafter=draft.source if draft.tokens else DrafterId.NONE,
             draft_tokens=tuple(draft.tokens),
             target_tokens=_through_first_eog(verdict.target_tokens, self.engine.target.is_eog),
             drafted=len(draft.tokens),
@@ -514,7 +514,7 @@ class SpeculativeEngine:
         """Raise ConfigError for an empty prompt, ContextOverflowError when it does not fit."""
         if len(prompt) == 0:
             raise ConfigError("the prompt is empty", "type a prompt, or pass a file with text in it")
-        if len(prompt) >= self.n_ctx:
+        if not fits_context(self.n_ctx, len(prompt)):
             raise ContextOverflowError(
                 f"the prompt is {len(prompt)} tokens; the context window holds {self.n_ctx} "
                 f"(and at least one token must be generated)",
@@ -531,7 +531,7 @@ class SpeculativeEngine:
             raise ConfigError("mode 'draft' needs a draft model", "load a draft model, or use --mode lookup")
         if mode == "auto":
             return AdaptivePolicy(self._costs_for(drafting.cap), drafting.cap, has_draft=self.drafter is not None)
-        return FixedPolicy(mode, drafting.cap)
+        return FixedPolicy(DrafterId(mode), drafting.cap)
 
     def has_costs(self, draft_max: int) -> bool:
         """Whether mode ``auto`` can run with drafts up to ``draft_max`` without measuring: the engine
@@ -568,13 +568,15 @@ class SpeculativeEngine:
             (the draft, the policy's choice, (tokens, seconds) of the draft model's catch-up).
         """
         limit = max(limit, 0)
-        drafters: dict[str, Drafter] = {d.name: d for d in (prediction, self.lookup, self.drafter) if d is not None}
-        proposals: dict[str, Draft] = {}
+        drafters: dict[DrafterId, Drafter] = {d.name: d for d in (prediction, self.lookup, self.drafter)
+                                              if d is not None}
+        if self.drafter is not None:
+            self.drafter.begin(sampling, rng)
+        proposals: dict[DrafterId, Draft] = {}
         if limit > 0:
             for name in policy.free_drafters:
                 if name in drafters:
-                    proposals[name] = p = drafters[name].draft(committed, min(drafting.cap, limit), sampling,
-                                                               drafting, rng)
+                    proposals[name] = p = drafters[name].draft(committed, min(drafting.cap, limit), drafting)
                     policy.see_free(name, committed, p.tokens, p.match_length)
         choice = policy.choose(limit, {n: len(p.tokens) for n, p in proposals.items()}, position=len(committed))
         g = min(choice.draft_len, limit)
@@ -584,7 +586,7 @@ class SpeculativeEngine:
             p = proposals[choice.drafter]
             draft = Draft(p.tokens[:g], None if p.probs is None else p.probs[:g], p.source, p.match_length)
         elif g > 0 and drafter is not None:
-            draft = drafter.draft(committed, g, sampling, drafting, rng)
+            draft = drafter.draft(committed, g, drafting)
             catchup = drafter.last_catchup
         # nothing after an end-of-generation token can be committed: never verify past one
         eog_at = next((i for i, t in enumerate(draft.tokens) if self.target.is_eog(t)), None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Iterable
 
 
 class TokenKind(str, enum.Enum):
@@ -50,6 +51,26 @@ _KIND_COLOURS = {TokenKind.ACCEPTED: "success", TokenKind.RESAMPLED: "error", To
                  TokenKind.TARGET: None}
 
 
+class DrafterId(str, enum.Enum):
+    """Which drafter proposed a round's tokens: a :class:`RoundStats`' ``drafter``, a policy's
+    choice, a draft's source (llama.cpp's ``common_speculative_type``).
+
+    String-valued like :class:`TokenKind`: a member equals, hashes, prints and serialises
+    (JSON, the CLI, the server) as its value, so ``DrafterId.LOOKUP == "lookup"`` and a
+    dict keyed by members is read with the plain names. ``DrafterId(name)`` is the one
+    name -> id map (ValueError for an unknown name).
+    """
+
+    DRAFT = "draft"  #: the draft model (:class:`~localspec.drafters.DraftModelDrafter`)
+    LOOKUP = "lookup"  #: prompt lookup (:class:`~localspec.drafters.PromptLookupDrafter`)
+    PREDICTION = "prediction"  #: a predicted output (:class:`~localspec.drafters.PredictionDrafter`)
+    NONE = "none"  #: nothing drafted: target-only decoding this round
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+    __hash__ = str.__hash__
+
+
 class EndReason(str, enum.Enum):
     """Why a generation ended."""
 
@@ -87,7 +108,7 @@ class RoundStats:
 
     Attributes:
         round: 0-based round index.
-        drafter: ``"draft"``, ``"lookup"``, ``"prediction"`` or ``"none"``.
+        drafter: which drafter proposed the round's tokens (``DrafterId.NONE`` when none).
         draft_tokens: the proposed token ids, length = ``drafted``.
         target_tokens: the target's token at each verified position (the token
             committed there: the draft token where accepted, else the resampled
@@ -106,7 +127,7 @@ class RoundStats:
     """
 
     round: int
-    drafter: str
+    drafter: DrafterId
     draft_tokens: tuple[int, ...]
     target_tokens: tuple[int, ...]
     drafted: int
@@ -118,6 +139,22 @@ class RoundStats:
     reason: str = ""
     catchup_tokens: int = 0
     catchup_seconds: float = 0.0
+
+
+def drafter_tallies(rounds: Iterable[RoundStats]) -> dict[str, dict[str, int]]:
+    """Per drafter, in order of first use: rounds, tokens drafted, draft tokens accepted.
+
+    The one per-drafter count of the server (its ``speculation.drafters`` and the usage's
+    prediction tokens) and the bench (rounds by drafter). Keys are the plain names
+    (``"lookup"``); ``"none"`` counts the rounds that drafted nothing.
+    """
+    out: dict[str, dict[str, int]] = {}
+    for r in rounds:
+        d = out.setdefault(str(r.drafter), {"rounds": 0, "drafted": 0, "accepted": 0})
+        d["rounds"] += 1
+        d["drafted"] += r.drafted
+        d["accepted"] += r.accepted
+    return out
 
 
 class SpeculationRates:

@@ -1,4 +1,5 @@
-"""Safe file writes for the TUI: atomic replacement, backups, and a refusal for binary files.
+"""Reading a user's text file (the one reader of the CLI and the TUI), and safe writes:
+atomic replacement, backups, and a refusal for binary files.
 
 Every write goes to a temporary file in the destination's folder, is flushed and
 fsync'ed, then renamed over the destination with :func:`os.replace` (atomic on POSIX
@@ -72,12 +73,17 @@ def current_umask() -> int:
     return mask
 
 
-def read_text_file(path: str | os.PathLike, max_bytes: int = MAX_EDIT_BYTES) -> str:
-    """Read a UTF-8 text file for editing.
+def read_text_file(path: str | os.PathLike, max_bytes: int | None = MAX_EDIT_BYTES) -> str:
+    """Read a UTF-8 text file: one for code-edit mode (at most ``max_bytes``), or, with
+    ``max_bytes=None``, any size (``localspec generate --file/--prediction``).
+
+    Returns:
+        the text as in the file (a BOM and CRLF line ends are kept:
+        :func:`localspec.codeedit.file_form` turns it into what the model sees).
 
     Raises:
-        FileError: the file is missing, a folder, too large, binary (has NUL bytes),
-            or not valid UTF-8.
+        FileError: the file is missing, a folder, unreadable, too large, binary (has NUL
+            bytes), or not valid UTF-8.
     """
     path = expand_path(path)
     try:
@@ -88,11 +94,11 @@ def read_text_file(path: str | os.PathLike, max_bytes: int = MAX_EDIT_BYTES) -> 
         raise FileError(f"{path} is a folder, not a file", "choose a text file") from e
     except OSError as e:
         raise FileError(f"cannot read {path}: {e.strerror or e}", "check the file's permissions") from e
-    if len(data) > max_bytes:
+    if max_bytes is not None and len(data) > max_bytes:
         raise FileError(f"{path} is {len(data)} bytes; code-edit mode takes at most {max_bytes}",
                         "edit a smaller file, or a part of it")
     if b"\x00" in data:
-        raise FileError(f"{path} looks like a binary file (it contains NUL bytes)", "code-edit mode only edits text files")
+        raise FileError(f"{path} looks like a binary file (it contains NUL bytes)", "choose a text file")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:

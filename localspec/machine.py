@@ -11,11 +11,22 @@ import functools
 import os
 import platform
 import time
+from typing import Sequence, TypeVar
+
+T = TypeVar("T")
 
 #: CPU flags (``/proc/cpuinfo``) that matter for llama.cpp's matrix kernels, in this order
 VECTOR_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl",
                 "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16",
                 "asimd", "asimddp", "asimdhp", "i8mm", "sve", "sve2", "bf16")
+
+
+def run_order(items: Sequence[T], repeat: int) -> list[T]:
+    """Who goes first in repetition ``repeat`` (0-based): ``items`` in order on even
+    repetitions, reversed on odd ones, so that over a pair of repetitions no mode (no race
+    side) always runs first, with warm caches and CPU clocks favouring none. The bench
+    (:func:`localspec.bench.run_bench`) and the TUI's race use this one rule."""
+    return list(items) if repeat % 2 == 0 else list(reversed(items))
 
 
 def load_average() -> list[float] | None:

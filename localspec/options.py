@@ -1,7 +1,7 @@
 """Command-line options shared by every command that loads models or decodes.
 
-One definition of each option (its flag, its help with the allowed range taken from the
-settings models) and one merge of the given options over the settings, so
+Each flag is derived from its option's one declaration in the settings models
+(:mod:`localspec.config`: type, range, default, help), and one merge of the given options over the settings, so
 ``localspec generate``, ``chat``, ``serve``, ``calibrate`` and ``bench`` agree.
 """
 
@@ -9,24 +9,22 @@ from __future__ import annotations
 
 import argparse
 import re
+from typing import Literal, get_args
 
 from pydantic import ValidationError
 
-from .config import DraftParams, GenerationParams, ModelSettings, SamplingParams, Settings, format_validation_error
+from .config import (TEMPERATURE_MAX, DraftParams, GenerationParams, ModelSettings, SamplingParams, Settings,
+                     constraints,
+                     format_validation_error, option_info)
 from .errors import ConfigError
 
 
 def value_range(model: type, name: str, var: str = "x") -> str:
     """The allowed range of a numeric settings field, from its pydantic constraints:
     ``"1..64"``, ``"0 < x <= 1"``, ``"x >= 0"``."""
-    lo = hi = None
-    for m in model.model_fields[name].metadata:
-        for attr, op in (("ge", "<="), ("gt", "<")):
-            if getattr(m, attr, None) is not None:
-                lo = (getattr(m, attr), op)
-        for attr, op in (("le", "<="), ("lt", "<")):
-            if getattr(m, attr, None) is not None:
-                hi = (getattr(m, attr), op)
+    c = constraints(model, name)
+    lo = (c["ge"], "<=") if "ge" in c else (c["gt"], "<") if "gt" in c else None
+    hi = (c["le"], "<=") if "le" in c else (c["lt"], "<") if "lt" in c else None
     if lo and hi and lo[1] == hi[1] == "<=" and all(isinstance(v[0], int) for v in (lo, hi)):
         return f"{lo[0]}..{hi[0]}"
     if lo and hi:
@@ -38,7 +36,8 @@ def value_range(model: type, name: str, var: str = "x") -> str:
     return "any"
 
 
-#: settings section -> (model, {command-line dest: field}); the flag is ``--`` + dest with dashes
+#: settings section -> (model, {command-line dest: field}); the flag is ``--`` + dest with dashes.
+#: What a flag accepts and its help come from the field's declaration (:func:`localspec.config.option`).
 SECTION_ARGS: dict[str, tuple[type, dict[str, str]]] = {
     "target": (ModelSettings, {"target": "model", "n_ctx": "n_ctx", "n_batch": "n_batch", "n_threads": "n_threads",
                                "n_gpu_layers": "n_gpu_layers", "flash_attn": "flash_attn",
@@ -58,54 +57,68 @@ def _flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
-def add_numeric(g, dest: str, kind: type, section: str, what: str, default: str = "") -> None:
-    """A numeric option whose help ends with its allowed range (from the settings model)."""
+def _sections_of(dest: str) -> list[str]:
+    return [section for section, (_, fields) in SECTION_ARGS.items() if dest in fields]
+
+
+def _default_text(model: type, name: str) -> str:
+    """The default as the help names it: the declared ``default_text``, else the value (``0``, not ``0.0``)."""
+    text = option_info(model, name).get("default_text")
+    if text is not None:
+        return text
+    value = model.model_fields[name].get_default(call_default_factory=True)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def add_option(g, dest: str, help: str | None = None, default_text: str | None = None) -> None:
+    """Add flag ``--dest`` (dashes for underscores) for the settings field it sets (:data:`SECTION_ARGS`).
+
+    Derived from the field's declaration: a number takes ``N`` (int) or ``X`` (float) and its
+    help ends with the allowed range and the default; a ``Literal`` or a bool (``on``/``off``)
+    offers its choices; a flag setting one model's field (``--draft-n-gpu-layers``) names the
+    model. ``help`` and ``default_text`` replace the declared ones for a command whose flag
+    means something narrower (``localspec bench --draft-max``).
+    """
+    section = _sections_of(dest)[0]
     model, fields = SECTION_ARGS[section]
-    rng = value_range(model, fields[dest], "N" if kind is int else "X")
-    g.add_argument(_flag(dest), type=kind, default=None, metavar="N" if kind is int else "X",
-                   help=f"{what} ({rng}" + (f"; default {default}" if default else "") + ")")
+    name = fields[dest]
+    info = model.model_fields[name]
+    what = help or info.description or ""
+    if help is None and model is ModelSettings and len(_sections_of(dest)) == 1:
+        what = f"{section} {what}"
+    kind = info.annotation
+    if dest == "stop":
+        g.add_argument(_flag(dest), action="append", default=None, help=what)
+    elif kind is bool:
+        g.add_argument(_flag(dest), choices=["on", "off"], default=None, help=what)
+    elif getattr(kind, "__origin__", None) is Literal:
+        g.add_argument(_flag(dest), choices=list(get_args(kind)), default=None, help=what)
+    elif kind is str:
+        default = getattr(Settings(), section).model_dump()[name]
+        note = Settings.model_fields[section].description  # what this model must be (the draft's tokenizer)
+        g.add_argument(_flag(dest), default=None, help=f"{what} (default {default})" + (f"; {note}" if note else ""))
+    else:
+        number = int if int in (kind, *get_args(kind)) else float
+        var = "N" if number is int else "X"
+        rng = value_range(model, name, var)
+        default = default_text if default_text is not None else _default_text(model, name)
+        g.add_argument(_flag(dest), type=number, default=None, metavar=var,
+                       help=f"{what} ({rng}" + (f"; default {default}" if default else "") + ")")
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """Model and hardware options shared by every subcommand that loads models."""
     g = p.add_argument_group("models")
-    g.add_argument("--target", default=None, help="target model: preset name, .gguf path or hf:OWNER/REPO/FILE "
-                   "(default qwen2.5-coder-1.5b)")
-    g.add_argument("--draft", default=None, help="draft model (default qwen2.5-coder-0.5b); same tokenizer as the target")
-    add_numeric(g, "n_ctx", int, "target", "context window, tokens", "4096")
-    add_numeric(g, "n_batch", int, "target", "most tokens per llama_decode", "512")
-    add_numeric(g, "n_threads", int, "target", "CPU threads", "all cores")
-    add_numeric(g, "n_gpu_layers", int, "target",
-             "target layers on the GPU, -1 = all; needs a CUDA/Metal build of llama-cpp-python", "0")
-    add_numeric(g, "draft_n_gpu_layers", int, "draft", "draft layers on the GPU, -1 = all", "0")
-    g.add_argument("--flash-attn", choices=["auto", "on", "off"], default=None,
-                   help="llama.cpp flash attention: auto (default) = the faster one as measured by "
-                        "localspec calibrate (off until measured)")
-    g.add_argument("--huge-pages", choices=["on", "off"], default=None,
-                   help="on (default): weights read into memory and kept in 2 MiB transparent huge pages where "
-                        "the kernel allows (Linux), faster decoding; off: the file is mapped (llama.cpp's default)")
-    g.add_argument("--repack", choices=["auto", "on", "off"], default=None,
-                   help="llama.cpp's weight repacking (AMX, interleaved Q4_0): auto (default) = only where a test "
-                        "decode in a child process did not crash and was not slower (it crashes on some virtualized "
-                        "AMX Xeons); on; off (llama-server's --no-repack)")
+    for dest in ("target", "draft", "n_ctx", "n_batch", "n_threads", "n_gpu_layers", "draft_n_gpu_layers",
+                 "flash_attn", "huge_pages", "repack"):
+        add_option(g, dest)
 
 
 def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("decoding")
-    g.add_argument("--mode", choices=["auto", "draft", "lookup", "none"], default=None,
-                   help="auto: measured choice per round; draft: draft model; lookup: prompt lookup; none: target only")
-    add_numeric(g, "draft_max", int, "drafting", "most tokens drafted per round (gamma)",
-                "64 in mode auto, which chooses each round's length up to it by the measured costs; "
-                "8 in draft and lookup")
-    add_numeric(g, "draft_min", int, "drafting", "drafts shorter than this are not verified; at most --draft-max", "0")
-    add_numeric(g, "draft_p_min", float, "drafting", "the draft model stops below this top-1 probability", "0")
-    add_numeric(g, "temperature", float, "sampling", "0 = greedy", "0")
-    add_numeric(g, "top_k", int, "sampling", "keep the k most probable tokens, 0 = off", "0")
-    add_numeric(g, "top_p", float, "sampling", "nucleus sampling, 1 = off", "1")
-    add_numeric(g, "min_p", float, "sampling", "drop tokens below min-p x the top probability, 0 = off", "0")
-    add_numeric(g, "seed", int, "sampling", "random seed", "fresh entropy")
-    add_numeric(g, "max_tokens", int, "generation", "most tokens generated", "512")
-    g.add_argument("--stop", action="append", default=None, help="stop string, not empty (repeatable)")
+    for dest in ("mode", "draft_max", "draft_min", "draft_p_min", "temperature", "top_k", "top_p", "min_p", "seed",
+                 "max_tokens", "stop"):
+        add_option(g, dest)
 
 
 def _pick(ns: argparse.Namespace, mapping: dict[str, str]) -> dict:
@@ -156,6 +169,9 @@ def settings_from_args(ns: argparse.Namespace, base: Settings | None = None, com
         except ValidationError as e:
             errors += _cli_errors(section, e, given)
     if errors:
-        raise ConfigError("invalid settings:\n" + "\n".join(dict.fromkeys(errors)),
-                          f"see localspec {command} --help for the allowed values")
+        hint = f"see localspec {command} --help for the allowed values"
+        if any(e.startswith(("--temperature:", "sampling.temperature:")) and "less than" in e for e in errors):
+            hint = (f"the temperature is 0..{TEMPERATURE_MAX:g} as in OpenAI's API (1 = the model's own "
+                    f"distribution; the command line and the TUI accepted up to 100 before); {hint}")
+        raise ConfigError("invalid settings:\n" + "\n".join(dict.fromkeys(errors)), hint)
     return Settings(**sections)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
 
 from .costmodel import LOOKUP_CHANCE_TOKENS, EWAcceptance, MatchAcceptance, best_draft_length, expected_tokens
+from .events import DrafterId
 
 if TYPE_CHECKING:
     from .calibration import EngineCosts
@@ -22,12 +23,12 @@ class Choice:
     """A policy's decision for one round.
 
     Attributes:
-        drafter: ``"draft"``, ``"lookup"``, ``"prediction"`` or ``"none"``.
+        drafter: the drafter to draft with (``DrafterId.NONE``: no speculation this round).
         draft_len: most tokens to draft (0 = no speculation this round).
         reason: short human-readable reason, shown in the statistics.
     """
 
-    drafter: str
+    drafter: DrafterId
     draft_len: int
     reason: str = ""
 
@@ -43,23 +44,23 @@ class DraftPolicy(Protocol):
     """
 
     #: the free drafters whose proposal the policy wants every round, in order of preference
-    free_drafters: tuple[str, ...]
+    free_drafters: tuple[DrafterId, ...]
 
     def see_draft_cache(self, catchup_tokens: int, generated: int) -> None:
         """Before a round: the draft model would first catch up on ``catchup_tokens``; ``generated`` so far."""
         ...
 
-    def see_free(self, name: str, committed: Sequence[int], proposal: Sequence[int], match_length: int = 0) -> None:
+    def see_free(self, name: DrafterId, committed: Sequence[int], proposal: Sequence[int], match_length: int = 0) -> None:
         """The proposal of free drafter ``name`` for this round (possibly empty) and its match length."""
         ...
 
-    def choose(self, limit: int, proposals: Mapping[str, int], position: int | None = None) -> Choice:
+    def choose(self, limit: int, proposals: Mapping[DrafterId, int], position: int | None = None) -> Choice:
         """Choose for the next round; ``limit`` caps the draft length (context, max_tokens);
         ``proposals`` maps each free drafter to the length of its proposal this round;
         ``position`` is the number of tokens committed (prompt included)."""
         ...
 
-    def observe(self, drafter: str, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
+    def observe(self, drafter: DrafterId, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
         """Learn from the finished round."""
         ...
 
@@ -75,25 +76,25 @@ class FixedPolicy:
     mode ``none``).
     """
 
-    free_drafters = ("prediction",)
+    free_drafters = (DrafterId.PREDICTION,)
 
-    def __init__(self, drafter: str, draft_max: int) -> None:
-        self.drafter = drafter
-        self.draft_max = draft_max if drafter != "none" else 0
+    def __init__(self, drafter: DrafterId | str, draft_max: int) -> None:
+        self.drafter = DrafterId(drafter)
+        self.draft_max = draft_max if self.drafter is not DrafterId.NONE else 0
 
     def see_draft_cache(self, catchup_tokens: int, generated: int) -> None:
         pass
 
-    def see_free(self, name: str, committed: Sequence[int], proposal: Sequence[int], match_length: int = 0) -> None:
+    def see_free(self, name: DrafterId, committed: Sequence[int], proposal: Sequence[int], match_length: int = 0) -> None:
         pass
 
-    def choose(self, limit: int, proposals: Mapping[str, int], position: int | None = None) -> Choice:
-        prediction_match = proposals.get("prediction")
+    def choose(self, limit: int, proposals: Mapping[DrafterId, int], position: int | None = None) -> Choice:
+        prediction_match = proposals.get(DrafterId.PREDICTION)
         if prediction_match and self.draft_max:
-            return Choice("prediction", max(0, min(self.draft_max, limit, prediction_match)), "fixed, prediction first")
+            return Choice(DrafterId.PREDICTION, max(0, min(self.draft_max, limit, prediction_match)), "fixed, prediction first")
         return Choice(self.drafter, max(0, min(self.draft_max, limit)), "fixed")
 
-    def observe(self, drafter: str, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
+    def observe(self, drafter: DrafterId, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
         pass
 
     def observe_catchup(self, tokens: int, seconds: float) -> None:
@@ -147,7 +148,7 @@ class AdaptivePolicy:
         catchup_horizon: fewest tokens a draft-model catch-up is spread over.
     """
 
-    free_drafters = ("prediction", "lookup")
+    free_drafters = (DrafterId.PREDICTION, DrafterId.LOOKUP)
 
     def __init__(self, costs: EngineCosts, draft_max: int, has_draft: bool, *, weight: float = 0.3,
                  prior_draft: float = 0.6, prior_lookup: float = 0.5, prior_prediction: float = 0.8,
@@ -157,12 +158,12 @@ class AdaptivePolicy:
         self.has_draft = has_draft and costs.draft_token is not None
         self.draft_est = EWAcceptance(draft_max, prior_draft, weight)
         #: per free drafter: acceptance by match length; its pending proposal; its current match length
-        self.free_est: dict[str, MatchAcceptance] = {
-            "lookup": MatchAcceptance(draft_max, prior_lookup, weight, chance=LOOKUP_CHANCE_TOKENS),
-            "prediction": MatchAcceptance(draft_max, prior_prediction, weight, floor=prior_prediction),
+        self.free_est: dict[DrafterId, MatchAcceptance] = {
+            DrafterId.LOOKUP: MatchAcceptance(draft_max, prior_lookup, weight, chance=LOOKUP_CHANCE_TOKENS),
+            DrafterId.PREDICTION: MatchAcceptance(draft_max, prior_prediction, weight, floor=prior_prediction),
         }
-        self._pending: dict[str, tuple[int, tuple[int, ...], int]] = {}
-        self.match_length: dict[str, int] = {}
+        self._pending: dict[DrafterId, tuple[int, tuple[int, ...], int]] = {}
+        self.match_length: dict[DrafterId, int] = {}
         self.relax = relax
         self.margin = margin
         self.last: Choice | None = None
@@ -172,7 +173,7 @@ class AdaptivePolicy:
 
     @property
     def lookup_est(self) -> MatchAcceptance:
-        return self.free_est["lookup"]
+        return self.free_est[DrafterId.LOOKUP]
 
     # -- the choice -------------------------------------------------------------------
     def draft_can_pay(self, g_max: int) -> bool:
@@ -183,12 +184,12 @@ class AdaptivePolicy:
         g, best, rate0 = best_draft_length([1.0] * g_max, c.verify, c.draft_token or 0.0, g_max, c.overhead)
         return g > 0 and best > rate0 * (1.0 + self.margin)
 
-    def choose(self, limit: int, proposals: Mapping[str, int], position: int | None = None) -> Choice:
+    def choose(self, limit: int, proposals: Mapping[DrafterId, int], position: int | None = None) -> Choice:
         """The drafter and draft length for the next round.
 
         Args:
             limit: most tokens that may be drafted (context, max_tokens).
-            proposals: per free drafter (``"prediction"``, ``"lookup"``), the tokens it
+            proposals: per free drafter (prediction, lookup), the tokens it
                 proposes this round (absent or 0 = no proposal); their match lengths come
                 from :meth:`see_free`.
             position: tokens committed so far (prompt included): the costs are predicted there.
@@ -213,18 +214,18 @@ class AdaptivePolicy:
             g, r, r0 = best_draft_length(self.draft_est.values, c.verify, c.draft_token or 0.0, g_cap, c.overhead)
             rate0 = r0
             n_catch, r = self._with_catchup(r, limit)
-            options.append((r, "draft", g, expected_tokens(self.draft_est.values[:g])))
+            options.append((r, DrafterId.DRAFT, g, expected_tokens(self.draft_est.values[:g])))
             notes.append(f"draft {r / r0:.2f}x" + (f" incl. catch-up of {n_catch} tok" if n_catch else ""))
         elif self.has_draft and g_cap > 0:
             notes.append("draft cannot pay")
         best = max(options, default=None, key=lambda o: o[0])
         if best is not None and best[2] > 0 and best[0] >= rate0 * (1.0 + self.margin):
             r, drafter, g, e = best
-            m = f", match {self.match_length.get('lookup', 0)}" if drafter == "lookup" else ""
+            m = f", match {self.match_length.get(DrafterId.LOOKUP, 0)}" if drafter == DrafterId.LOOKUP else ""
             choice = Choice(drafter, g, f"g={g} {drafter}: est {e:.2f} tok/pass, {r / rate0:.2f}x{m}")
         else:
             why = ", ".join(notes) if notes else ("no lookup match" if g_cap > 0 else "at limit")
-            choice = Choice("none", 0, f"no speculation: best g=0 ({why})")
+            choice = Choice(DrafterId.NONE, 0, f"no speculation: best g=0 ({why})")
         self.last = choice
         return choice
 
@@ -252,7 +253,7 @@ class AdaptivePolicy:
         """Learn from a draft-model catch-up of ``tokens`` that took ``seconds``."""
         self.costs.observe_catchup(tokens, seconds)
 
-    def see_free(self, name: str, committed: Sequence[int], proposal: Sequence[int], match_length: int = 0) -> None:
+    def see_free(self, name: DrafterId, committed: Sequence[int], proposal: Sequence[int], match_length: int = 0) -> None:
         """Score a free drafter's proposals against the tokens the target committed; no model pass.
 
         Called by the engine every round with the committed tokens and this round's
@@ -291,10 +292,10 @@ class AdaptivePolicy:
             self._pending[name] = pend
         self.match_length[name] = int(match_length) if proposal else 0
 
-    def observe(self, drafter: str, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
+    def observe(self, drafter: DrafterId, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
         c = self.costs
         c.observe_verify(drafted + 1, verify_seconds)
-        if drafter == "draft":
+        if drafter == DrafterId.DRAFT:
             self.draft_est.update(drafted, accepted)
             c.observe_draft(drafted, draft_seconds)
         else:

@@ -21,6 +21,7 @@ from textual.widgets import HelpPanel
 
 from localspec.config import DraftParams, Settings
 from localspec.errors import LocalspecError
+from localspec.machine import run_order
 
 from .dialogs import SettingsScreen
 from .driver import RaceSide, drive, race, warm_up
@@ -314,7 +315,8 @@ class LocalspecApp(App):
         call, waits for the GIL while this thread draws: up to the interpreter's switch
         interval (5 ms) each time, several times a round. At 0.5 ms (:data:`STREAM_SWITCH_INTERVAL`)
         the TUI decoded a 432-token code edit at 0.97-1.00x the CLI's rate instead of 0.93-0.95x
-        (docs/benchmark.md, UI overhead on decoding). Both are restored when the answer ends.
+        (docs/benchmark-history.md, "The GIL and a redraw budget"). Both are restored when the
+        answer ends.
         """
         if on:
             if self._switch_interval is None:
@@ -425,8 +427,7 @@ class LocalspecApp(App):
                             warm = warm_up(eng, tokens)
                             sides.append(RaceSide(name, eng.generate(tokens, settings.sampling, dp,
                                                                      settings.generation), eng, warm))
-                        if rep % 2 == 0:  # alternate which side decodes first in each round pair
-                            sides.reverse()
+                        sides = run_order(sides, rep - 1)  # alternate which side decodes first (rep from 1)
                         for s in sides:
                             self._track(s.gen)
 

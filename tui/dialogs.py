@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 from pydantic import ValidationError
 from textual import on
@@ -13,26 +14,37 @@ from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, DirectoryTree, Input, Label, Select, Static
 
-from localspec.config import Settings
+from localspec.config import ModelSettings, Settings, option_info
 
-#: (dotted path into Settings, label, kind)
-SETTINGS_FIELDS: list[tuple[str, str, str]] = [
-    ("drafting.mode", "mode", "mode"),
-    ("drafting.draft_max", "draft length (gamma)", "int"),
-    ("drafting.draft_p_min", "draft p-min", "float"),
-    ("sampling.temperature", "temperature", "float"),
-    ("sampling.top_k", "top-k (0 = off)", "int"),
-    ("sampling.top_p", "top-p (1 = off)", "float"),
-    ("sampling.seed", "seed (blank = random)", "seed"),
-    ("generation.max_tokens", "max tokens", "int"),
-    ("target.model", "target model", "model"),
-    ("target.n_gpu_layers", "target GPU layers", "int"),
-    ("target.n_threads", "target CPU threads", "int"),
-    ("draft.model", "draft model", "model"),
-    ("draft.n_gpu_layers", "draft GPU layers", "int"),
-    ("draft.n_threads", "draft CPU threads", "int"),
-]
+#: the settings the form edits, in order (dotted paths into Settings); each field's label, kind
+#: and blank meaning come from the option's declaration (:func:`localspec.config.option`)
+FORM_PATHS = ("drafting.mode", "drafting.draft_max", "drafting.draft_p_min", "sampling.temperature", "sampling.top_k",
+              "sampling.top_p", "sampling.seed", "generation.max_tokens", "target.model", "target.n_gpu_layers",
+              "target.n_threads", "draft.model", "draft.n_gpu_layers", "draft.n_threads")
 MODES = [("draft model", "draft"), ("prompt lookup", "lookup"), ("none (target only)", "none"), ("auto", "auto")]
+
+
+def _declaration(path: str) -> tuple[type, str]:
+    """(settings model, field name) of a dotted path such as ``"sampling.top_k"``."""
+    section, name = path.split(".")
+    return Settings.model_fields[section].annotation, name
+
+
+def form_field(path: str) -> tuple[str, str]:
+    """(label, kind) of a form field: kind ``mode``, ``model``, ``seed`` (blank allowed), ``int``, ``float``.
+    A model's field is labelled with the model ("target GPU layers")."""
+    model, name = _declaration(path)
+    label = option_info(model, name).get("label", name)
+    if model is ModelSettings:
+        label = f"{path.split('.')[0]} {label}"
+    kind = model.model_fields[name].annotation
+    if name in ("mode", "model", "seed"):
+        return label, name
+    return label, "int" if int in (kind, *get_args(kind)) else "float"
+
+
+#: (dotted path into Settings, label, kind), derived from the declarations
+SETTINGS_FIELDS: list[tuple[str, str, str]] = [(path, *form_field(path)) for path in FORM_PATHS]
 
 
 def field_id(path: str) -> str:
@@ -46,9 +58,8 @@ def get_path(settings: Settings, path: str):
     return obj
 
 
-#: what an empty field means, shown in it as a placeholder
-BLANK_MEANS = {"sampling.seed": "blank: fresh entropy",
-               "drafting.draft_max": "blank: the mode's own (64 in auto, 8 otherwise)"}
+#: what an empty field means (it becomes None), shown in it as a placeholder: the declared ``blank``
+BLANK_MEANS = {path: blank for path in FORM_PATHS if (blank := option_info(*_declaration(path)).get("blank"))}
 
 
 def build_settings(base: Settings, values: dict[str, object]) -> tuple[Settings | None, dict[str, str]]:
@@ -59,7 +70,7 @@ def build_settings(base: Settings, values: dict[str, object]) -> tuple[Settings 
     data = base.model_dump()
     for path, raw in values.items():
         section, key = path.split(".")
-        if path in ("sampling.seed", "drafting.draft_max") and (raw is None or str(raw).strip() == ""):
+        if path in BLANK_MEANS and (raw is None or str(raw).strip() == ""):
             raw = None
         elif isinstance(raw, str):
             raw = raw.strip()

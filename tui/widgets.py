@@ -24,7 +24,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Sparkline, Static
 
-from localspec.events import TokenKind
+from localspec.events import DrafterId, TokenKind
 
 from .stats import LiveStats, fmt_rate, plural
 
@@ -423,7 +423,7 @@ class StatsPanel(Vertical):
         # nothing drafted: every pass gave one token (less, counting the prefill's): not a figure
         t.add_row("tokens/target pass", fmt_rate(s.tokens_per_target_pass, digits=2) if s.drafted
                   else "n/a (nothing drafted)")
-        nothing = s.drafter in ("", "none") or not s.draft_len
+        nothing = s.drafter in ("", DrafterId.NONE) or not s.draft_len
         t.add_row("draft length", "-" if s.draft_len is None else "0 (this round drafted nothing)" if nothing
                   else f"{s.draft_len} ({s.drafter})")
         sp = f"{self.speedup:.2f}x {self.speedup_note}" if self.speedup is not None else self.speedup_note

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..machine import load_average
-from ..options import add_model_arguments, add_numeric, settings_from_args
+from ..options import add_model_arguments, add_option, settings_from_args
 from .report import format_table, plot
 from .runner import build_modes, run_bench
 from .suite import BUILTIN_TASKS, QUICK_TASKS, Task, load_user_prompts
@@ -32,8 +32,8 @@ def cli_bench(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="localspec bench", description=sys.modules[__package__].__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(p)
-    add_numeric(p, "draft_max", int, "drafting", "most tokens drafted per round in the settings",
-                "64 in mode auto, 8 otherwise")
+    add_option(p, "draft_max", help="most tokens drafted per round in the settings",
+               default_text="64 in mode auto, 8 otherwise")
     p.add_argument("--out", default="bench-out", help="output folder for bench.json and bench.png (default bench-out/)")
     p.add_argument("--prompts", type=Path, default=None, help="extra prompts: .jsonl or text separated by --- lines")
     p.add_argument("--only-prompts", action="store_true", help="run the --prompts file only, not the built-in suite")

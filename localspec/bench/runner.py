@@ -3,7 +3,6 @@ with the machine's load metered and busy repetitions run again."""
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,8 +12,8 @@ import numpy as np
 
 from ..config import DraftParams, GenerationParams, SamplingParams
 from ..costmodel import acceptance_by_position, expected_tokens, verify_cost
-from ..events import GenerationStats
-from ..machine import BUSY_THRESHOLD, CpuMeter
+from ..events import GenerationStats, drafter_tallies
+from ..machine import BUSY_THRESHOLD, CpuMeter, run_order
 from .report import summarise
 from .suite import Task
 
@@ -156,10 +155,9 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
         in_models = engine.model_seconds()
         ids, secs, g = ours(tokens, m, max_tokens)
         rounds = [(r.drafted, r.accepted) for r in g.rounds]
-        drafters: dict[str, int] = {}
+        drafters = {name: t["rounds"] for name, t in drafter_tallies(g.rounds).items()}
         reasons: dict[str, int] = {}
         for r in g.rounds:
-            drafters[r.drafter] = drafters.get(r.drafter, 0) + 1
             key = r.reason.split(":")[0] if r.reason else ""
             reasons[key] = reasons.get(key, 0) + 1
         dec = engine.model_seconds() - in_models  # seconds inside llama.cpp decode calls
@@ -184,7 +182,7 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
                                        lookup_num_pred_tokens=m.g if m.family == "peer-lookup" else None,
                                        n_gpu_layers=n_gpu_layers, repack=repack)
             for rep in range(repeats):
-                order = list(modes) if rep % 2 == 0 else list(reversed(modes))
+                order = run_order(modes, rep)
                 for attempt in range(max_retries + 1):
                     if wait_idle > 0:
                         wait_for_idle(wait_idle, log=log)

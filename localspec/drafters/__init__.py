@@ -1,8 +1,8 @@
 """Drafters behind one protocol: a draft model, prompt lookup, a predicted output, or none.
 
-A drafter proposes up to ``max_tokens`` token ids continuing ``context`` (the committed
+A drafter proposes up to ``draft_len`` token ids continuing ``context`` (the committed
 tokens: prompt and output so far) and, when it has them, the probabilities it sampled
-them from. The verifier picks the acceptance rule from that (see :mod:`localspec.verify`).
+them from. Each is named by a :class:`~localspec.events.DrafterId`. The verifier picks the acceptance rule from that (see :mod:`localspec.verify`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from ..config import DraftParams, SamplingParams
+from ..config import DraftParams
+from ..events import DrafterId
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,14 +24,14 @@ class Draft:
         tokens: proposed ids, length g (may be 0).
         probs: shape (g, n_vocab) float64, the distributions the tokens were sampled
             from; ``None`` for a point-mass drafter (prompt lookup) or in greedy mode.
-        source: ``"draft"``, ``"lookup"`` or ``"prediction"``.
+        source: the drafter that proposed it (``DrafterId.NONE`` for the empty draft of a round without one).
         match_length: a free drafter (prompt lookup, a prediction): over how many tokens
             the place it copies from agrees with the end of the context (0 otherwise).
     """
 
     tokens: tuple[int, ...]
     probs: np.ndarray | None
-    source: str
+    source: DrafterId
     match_length: int = 0
 
 
@@ -39,22 +40,18 @@ class Drafter(Protocol):
 
     A *free* drafter (prompt lookup, a predicted output) costs no model pass: the engine
     asks it every round for the policy to score; a draft model is asked only when chosen.
+    A drafter takes only what it uses: a drafter that samples (the draft model) is given
+    the generation's sampling settings and random generator apart
+    (:meth:`~localspec.drafters.DraftModelDrafter.begin`).
     """
 
-    name: str
+    name: DrafterId
     #: (tokens, seconds) of the catch-up (its KV cache brought up to the context) done by the
     #: latest :meth:`draft` before drafting; always (0, 0.0) for a drafter without a cache
     last_catchup: tuple[int, float]
 
-    def draft(
-        self,
-        context: Sequence[int],
-        max_tokens: int,
-        sampling: SamplingParams,
-        drafting: DraftParams,
-        rng: np.random.Generator,
-    ) -> Draft:
-        """Propose up to ``max_tokens`` ids continuing ``context``."""
+    def draft(self, context: Sequence[int], draft_len: int, drafting: DraftParams) -> Draft:
+        """Propose up to ``draft_len`` ids continuing ``context`` (``drafting``: n-gram sizes, ``draft_p_min``)."""
         ...
 
     def catchup_tokens(self, context: Sequence[int]) -> int:

@@ -10,7 +10,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..config import DraftParams, SamplingParams
+from ..config import DraftParams
+from ..events import DrafterId
 from . import Draft
 
 #: how many tokens before an n-gram match are compared to rank matches and reported as the match
@@ -104,19 +105,13 @@ def find_match(
 class PromptLookupDrafter:
     """Drafter that proposes tokens by prompt lookup (point-mass draft: no probabilities)."""
 
-    name = "lookup"
+    name = DrafterId.LOOKUP
     last_catchup = (0, 0.0)  #: no cache, nothing to catch up
 
-    def draft(
-        self,
-        context: Sequence[int],
-        max_tokens: int,
-        sampling: SamplingParams,
-        drafting: DraftParams,
-        rng: np.random.Generator,
-    ) -> Draft:
-        tokens, _, m = find_match(context, drafting.max_ngram, drafting.min_ngram, max_tokens)
-        return Draft(tuple(tokens), None, "lookup", m)
+    def draft(self, context: Sequence[int], draft_len: int, drafting: DraftParams) -> Draft:
+        """Up to ``draft_len`` ids copied after the best n-gram match (:func:`find_match`); probs None."""
+        tokens, _, m = find_match(context, drafting.max_ngram, drafting.min_ngram, draft_len)
+        return Draft(tuple(tokens), None, self.name, m)
 
     def catchup_tokens(self, context: Sequence[int]) -> int:
         return 0

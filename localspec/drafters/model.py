@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from ..config import DraftParams, SamplingParams
+from ..events import DrafterId
 from ..sampling import logits_to_probs, sample, softmax
 from . import Draft
 
@@ -34,13 +35,25 @@ class DraftModelDrafter:
         n_propose: ids at or above this are never proposed (target vocabulary size).
     """
 
-    name = "draft"
+    name = DrafterId.DRAFT
 
     def __init__(self, model, n_propose: int | None = None) -> None:
         self.model = model
         self.n_propose = min(n_propose or model.n_vocab, model.n_vocab)
         #: (tokens, seconds) of the catch-up done by the latest :meth:`draft` call
         self.last_catchup: tuple[int, float] = (0, 0.0)
+        #: how drafts are sampled, and from which generator (:meth:`begin`)
+        self.sampling = SamplingParams()
+        self.rng = np.random.default_rng()
+
+    def begin(self, sampling: SamplingParams, rng: np.random.Generator) -> None:
+        """Sample the next drafts with ``sampling`` (greedy when its temperature is 0) from ``rng``.
+
+        The engine passes the running generation's settings and generator (the one the
+        acceptance rule draws from too), so a seeded generation stays reproducible.
+        """
+        self.sampling = sampling
+        self.rng = rng
 
     def pending(self, context: Sequence[int]) -> int:
         """Tokens of ``context`` the draft model's KV cache lacks (context length minus the
@@ -76,15 +89,8 @@ class DraftModelDrafter:
         model.decode(context[n:-1], logits_for=())
         return len(context) - 1 - n, time.perf_counter() - t0
 
-    def draft(
-        self,
-        context: Sequence[int],
-        max_tokens: int,
-        sampling: SamplingParams,
-        drafting: DraftParams,
-        rng: np.random.Generator,
-    ) -> Draft:
-        """Propose up to ``max_tokens`` ids continuing ``context``.
+    def draft(self, context: Sequence[int], draft_len: int, drafting: DraftParams) -> Draft:
+        """Propose up to ``draft_len`` ids continuing ``context``, sampled as set by :meth:`begin`.
 
         Catches up first (:meth:`catch_up`, recorded in :attr:`last_catchup`). Stops
         early when the draft's top-1 probability (temperature-1 softmax of its
@@ -97,16 +103,17 @@ class DraftModelDrafter:
         model = self.model
         self.last_catchup = (0, 0.0)
         room = model.n_ctx - len(context)  # positions left after context
-        max_tokens = min(max_tokens, room)
-        if max_tokens <= 0 or not context:
-            return Draft((), None, "draft")
+        draft_len = min(draft_len, room)
+        if draft_len <= 0 or not context:
+            return Draft((), None, self.name)
         self.last_catchup = self.catch_up(context)
         n = model.sync(context)
         logits = model.decode(context[n:], "last")[0]
         tokens: list[int] = []
         probs: list[np.ndarray] = []
+        sampling, rng = self.sampling, self.rng
         greedy = sampling.greedy
-        for i in range(max_tokens):
+        for i in range(draft_len):
             row = logits[: self.n_propose]
             if drafting.draft_p_min > 0.0 and softmax(row).max() < drafting.draft_p_min:
                 break
@@ -117,10 +124,10 @@ class DraftModelDrafter:
                 tok = sample(q, rng)
                 probs.append(q)
             tokens.append(tok)
-            if i + 1 == max_tokens or model.is_eog(tok):
+            if i + 1 == draft_len or model.is_eog(tok):
                 break
             logits = model.decode([tok], "last")[0]
-        return Draft(tuple(tokens), np.stack(probs) if probs else None, "draft")
+        return Draft(tuple(tokens), np.stack(probs) if probs else None, self.name)
 
     def rollback(self, committed: Sequence[int]) -> None:
         """Keep only the longest cached prefix of ``committed[:-1]`` in the draft cache."""

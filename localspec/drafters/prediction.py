@@ -20,7 +20,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..config import DraftParams, SamplingParams
+from ..config import DraftParams
+from ..events import DrafterId
 from . import Draft
 from .lookup import ngram_starts
 
@@ -36,7 +37,7 @@ class PredictionDrafter:
         n_prompt: the prompt's length; committed tokens after it are the answer.
     """
 
-    name = "prediction"
+    name = DrafterId.PREDICTION
     last_catchup = (0, 0.0)  #: no cache, nothing to catch up
 
     def __init__(self, prediction: Sequence[int], n_prompt: int) -> None:
@@ -91,15 +92,8 @@ class PredictionDrafter:
             self._run = n
             return
 
-    def draft(
-        self,
-        context: Sequence[int],
-        max_tokens: int,
-        sampling: SamplingParams,
-        drafting: DraftParams,
-        rng: np.random.Generator,
-    ) -> Draft:
-        """Propose up to ``max_tokens`` prediction tokens from the answer's place.
+    def draft(self, context: Sequence[int], draft_len: int, drafting: DraftParams) -> Draft:
+        """Propose up to ``draft_len`` prediction tokens from the answer's place.
 
         Returns:
             Draft with ``probs`` None (point mass), source ``"prediction"`` and
@@ -108,9 +102,9 @@ class PredictionDrafter:
             is used up.
         """
         self.follow(context, drafting)
-        if self._pos is None or max_tokens <= 0:
+        if self._pos is None or draft_len <= 0:
             return Draft((), None, self.name)
-        tokens = self.prediction[self._pos : self._pos + max_tokens].tolist()
+        tokens = self.prediction[self._pos : self._pos + draft_len].tolist()
         return Draft(tuple(tokens), None, self.name, self._run)
 
     def catchup_tokens(self, context: Sequence[int]) -> int:

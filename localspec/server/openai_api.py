@@ -22,8 +22,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..config import DRAFT_MAX_LIMIT, DraftMode
-from ..events import EndReason, GenerationStats, RoundStats, TokenEvent
+from ..config import DraftMode, DraftParams, SamplingParams, request_field
+from ..events import DrafterId, EndReason, GenerationStats, RoundStats, TokenEvent, drafter_tallies
 
 #: ``error.type`` per HTTP status, as OpenAI names them
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
@@ -134,22 +134,24 @@ class StreamOptions(BaseModel):
 
 
 class SamplingFields(BaseModel):
-    """The scalar fields both endpoints share (JSON types checked strictly)."""
+    """The scalar fields both endpoints share (JSON types checked strictly). The sampling
+    fields take their range and help from the options' one declaration
+    (:class:`~localspec.config.SamplingParams`); absent, they keep the server's settings."""
 
     model_config = ConfigDict(extra="allow", strict=True)
 
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0.0, le=2.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
-    seed: int | None = Field(None, ge=0)
+    temperature: float | None = request_field(SamplingParams, "temperature")
+    top_p: float | None = request_field(SamplingParams, "top_p")
+    seed: int | None = request_field(SamplingParams, "seed")
     stop: str | list[str] | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     # extensions with llama.cpp's names
-    top_k: int | None = Field(None, ge=0)
-    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    top_k: int | None = request_field(SamplingParams, "top_k")
+    min_p: float | None = request_field(SamplingParams, "min_p")
 
     @field_validator("max_tokens", "max_completion_tokens", "seed", "top_k", mode="before")
     @classmethod
@@ -278,13 +280,14 @@ class SpeculationFields(BaseModel):
     Attributes:
         mode: ``auto`` | ``draft`` | ``lookup`` | ``none`` (``draft`` needs a draft model loaded).
         draft_max: most tokens drafted per round, 1..:data:`~localspec.config.DRAFT_MAX_LIMIT`
-            (a cap; mode auto chooses each round's length up to it).
+            (a cap; mode auto chooses each round's length up to it); declared by
+            :class:`~localspec.config.DraftParams`.
     """
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
     mode: DraftMode | None = None
-    draft_max: int | None = Field(None, ge=1, le=DRAFT_MAX_LIMIT)
+    draft_max: int | None = request_field(DraftParams, "draft_max")
 
 
 @dataclass
@@ -458,15 +461,9 @@ FINISH_REASONS = {EndReason.EOG: "stop", EndReason.STOP: "stop", EndReason.MAX_T
 
 
 def drafter_counts(rounds: list[RoundStats]) -> dict[str, dict[str, int]]:
-    """Per drafter: rounds that drafted, tokens drafted, draft tokens accepted."""
-    out: dict[str, dict[str, int]] = {}
-    for r in rounds:
-        if r.drafted:
-            d = out.setdefault(r.drafter, {"rounds": 0, "drafted": 0, "accepted": 0})
-            d["rounds"] += 1
-            d["drafted"] += r.drafted
-            d["accepted"] += r.accepted
-    return out
+    """Per drafter: rounds that drafted, tokens drafted, draft tokens accepted
+    (:func:`~localspec.events.drafter_tallies` without the rounds that drafted nothing)."""
+    return {k: v for k, v in drafter_tallies(rounds).items() if k != DrafterId.NONE}
 
 
 def usage(stats: GenerationStats, rounds: list[RoundStats]) -> dict:
@@ -478,7 +475,7 @@ def usage(stats: GenerationStats, rounds: list[RoundStats]) -> dict:
     rejection included). Prediction tokens never drafted (the edited parts) count in
     neither.
     """
-    pred = drafter_counts(rounds).get("prediction", {"drafted": 0, "accepted": 0})
+    pred = drafter_counts(rounds).get(DrafterId.PREDICTION, {"drafted": 0, "accepted": 0})
     return {
         "prompt_tokens": stats.prompt_tokens,
         "completion_tokens": stats.tokens,

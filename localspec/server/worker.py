@@ -25,7 +25,8 @@ from typing import Callable
 
 from pydantic import ValidationError
 
-from ..config import DraftParams, GenerationParams, SamplingParams, Settings, format_validation_error
+from ..config import (DraftParams, GenerationParams, SamplingParams, Settings, context_room, fits_context,
+                      format_validation_error)
 from ..engine import Generation
 from ..errors import BackendError, LocalspecError
 from ..events import RoundStats, TokenEvent
@@ -319,13 +320,13 @@ class EngineWorker:
         n_ctx = eng.n_ctx
         # worded as OpenAI's, which LiteLLM, aider and langchain recognise as a context-window error
         what = "messages" if req.kind == "chat" else "prompt"
-        if len(prompt) >= n_ctx:
+        if not fits_context(n_ctx, len(prompt)):
             raise ApiError(400, f"This model's maximum context length is {n_ctx} tokens. However, your {what} "
                                 f"resulted in {len(prompt)} tokens (and at least one token must be generated). "
                                 f"Please reduce the length of the {what}.", req.prompt_param,
                            "context_length_exceeded")
-        room = n_ctx - len(prompt)
-        if req.max_tokens is not None and req.max_tokens > room:
+        room = context_room(n_ctx, len(prompt))
+        if req.max_tokens is not None and not fits_context(n_ctx, len(prompt), req.max_tokens):
             raise ApiError(400, f"This model's maximum context length is {n_ctx} tokens. However, you requested "
                                 f"{len(prompt) + req.max_tokens} tokens ({len(prompt)} in the {what}, "
                                 f"{req.max_tokens} in the completion). Please reduce the length of the {what} "

@@ -14,8 +14,8 @@ class PlantingDrafter(DraftModelDrafter):
         super().__init__(model)
         self.count = 0
 
-    def draft(self, context, max_tokens, sampling, drafting, rng):
-        d = super().draft(context, max_tokens, sampling, drafting, rng)
+    def draft(self, context, draft_len, drafting):
+        d = super().draft(context, draft_len, drafting)
         toks = list(d.tokens)
         for i in range(len(toks)):
             self.count += 1

@@ -321,12 +321,19 @@ def test_cli_errors_name_the_flag(capsys, isolated_env, args, flag):
     assert code == 2 and flag in err and "sampling." not in err and "drafting." not in err
 
 
+def test_a_temperature_above_two_is_refused_with_a_hint(capsys, isolated_env):
+    """0..2 for the CLI, the TUI and the server alike (OpenAI's range); the CLI says why."""
+    code, _, err = run_cli(capsys, "generate", "--temperature", "5", "hi")
+    assert code == 2 and "--temperature: Input should be less than or equal to 2" in err
+    assert "0..2 as in OpenAI's API" in err and "Traceback" not in err
+
+
 def test_help_shows_every_numeric_range(capsys):
     with pytest.raises(SystemExit):
         cli.main(["generate", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     for want in ("--top-p X nucleus sampling, 1 = off (0.0 < X <= 1.0", "--draft-max N most tokens drafted per round "
-                 "(gamma) (1..64", "--temperature X 0 = greedy (0.0 <= X <= 100.0", "--top-k N", "(N >= 0",
+                 "(gamma) (1..64", "--temperature X 0 = greedy (0.0 <= X <= 2.0", "--top-k N", "(N >= 0",
                  "--n-ctx N context window, tokens (16..1048576", "--seed N random seed (N >= 0",
                  "--max-tokens N most tokens generated (1..1048576", "--min-p X"):
         assert want in text, want

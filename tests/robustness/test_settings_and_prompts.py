@@ -106,7 +106,7 @@ def test_prompt_longer_than_context_engine():
 
 @pytest.mark.parametrize("content, words", [
     (b"print('hi')\n\x00\x01\x02binary", ["binary", "NUL"]),
-    (b"caf\xe9 = 1\n", ["not UTF-8", "byte 3"]),
+    (b"caf\xe9 = 1\n", ["not valid UTF-8", "byte 3"]),
     (b"\xff\xfe\x00\x00", ["binary"]),
 ])
 def test_bad_file_for_code_edit(capsys, isolated_env, content, words):
@@ -124,7 +124,7 @@ def test_bad_file_for_code_edit(capsys, isolated_env, content, words):
 
 def test_missing_file_for_code_edit(capsys, isolated_env):
     code, _, err = run_cli(capsys, "generate", "--file", str(isolated_env / "nope.py"), "Rename x.")
-    assert code == 2 and "cannot read" in err and "hint:" in err
+    assert code == 2 and "no such file" in err and "hint:" in err  # worded as code-edit mode's (one reader)
 
 
 def test_very_long_line_round_trips_and_overflows_clearly(tiny_engine):

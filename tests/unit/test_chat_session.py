@@ -185,3 +185,15 @@ def test_small_max_tokens_every_turn(mode, max_tokens):
         assert len(turn.generation.token_ids) == max_tokens
         assert turn.generation.stats.end_reason == EndReason.MAX_TOKENS
         check_caches(eng, turn)
+
+
+def test_a_turn_is_driven_like_a_generation():
+    """The TUI's chat screen streams a Turn where it streamed a Generation: stats, on_prefill, cancel, text."""
+    s = ChatSession(engine(), settings(max_tokens=6))
+    turn = s.send("hello")
+    seen = []
+    turn.on_prefill = lambda done, total: seen.append((done, total))
+    assert turn.generation.on_prefill is turn.on_prefill
+    turn.run()
+    assert turn.stats is turn.generation.stats and turn.stats.tokens == len(turn.generation.token_ids)
+    assert s.messages[-1] == {"role": "assistant", "content": turn.text}

@@ -77,7 +77,7 @@ def verify_inputs(draw):
     if draw(st.booleans()):
         logits[:, draw(st.integers(0, V - 1))] = -np.inf
     draft = draw(st.lists(st.integers(0, V - 1), min_size=g, max_size=g))
-    temperature = draw(st.sampled_from([0.0, 0.3, 1.0, 2.5]))
+    temperature = draw(st.sampled_from([0.0, 0.3, 1.0, 2.0]))
     params = SamplingParams(temperature=temperature, top_k=draw(st.integers(0, V)),
                             top_p=draw(st.sampled_from([1.0, 0.9, 0.5, 0.05])),
                             min_p=draw(st.sampled_from([0.0, 0.1])), seed=draw(st.integers(0, 2**16)))

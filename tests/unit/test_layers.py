@@ -29,11 +29,23 @@ def test_the_contract_catches_an_upward_import(tmp_path):
     """The same contract with the engine put above the loader breaks (loader -> engine is then upward)."""
     text = (ROOT / "pyproject.toml").read_text()
     config = text[text.index("[tool.importlinter]"):]
-    swapped = re.sub(r'"localspec\.chat \| localspec\.loader",\n(\s*)"localspec\.engine",',
-                     r'"localspec.engine",\n\1"localspec.chat | localspec.loader",', config)
+    chat_layer = r'("localspec\.chat \| localspec\.loader[^"]*")'
+    swapped = re.sub(chat_layer + r',\n(\s*)("localspec\.engine \| localspec\.models"),', r'\3,\n\2\1,', config)
     assert swapped != config
     path = tmp_path / "contract.toml"
     path.write_text(swapped)
     r = lint_imports(path)
     assert r.returncode == 1
     assert "BROKEN" in r.stdout and "localspec.loader -> localspec.engine" in r.stdout
+
+
+def test_every_module_is_in_a_layer():
+    """A new module of localspec (or a tui module outside the tui package) must be placed in the contract."""
+    text = (ROOT / "pyproject.toml").read_text()
+    layers = text[text.index("layers = ["):]
+    layers = layers[: layers.index("]")]
+    named = set(re.findall(r"(localspec\.\w+|tui)\b", layers))
+    modules = {f"localspec.{p.stem}" for p in (ROOT / "localspec").glob("*.py") if p.stem != "__init__"}
+    modules |= {f"localspec.{p.name}" for p in (ROOT / "localspec").iterdir() if (p / "__init__.py").exists()}
+    assert modules - named == set(), f"modules outside the layers contract: {sorted(modules - named)}"
+    assert "tui" in named

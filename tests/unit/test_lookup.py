@@ -53,3 +53,13 @@ def test_code_edit_copies_from_the_file_not_an_earlier_common_ngram():
     # the output has copied 10..13, and the n-gram (12, 13) also occurred earlier followed by 99
     tokens = [12, 13, 99] + file + [50] + [10, 11, 12, 13]
     assert find_candidate(tokens, 2, 1, 3) == ([14, 15, 16], 2)
+
+
+def test_find_match_reports_how_long_the_context_agrees():
+    from localspec.drafters.lookup import find_match
+
+    file = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
+    tokens = [5] + file + [50] + [10, 11, 12, 13]
+    # the 3-gram (11, 12, 13) matches in the file, and the token before it (10) agrees too
+    assert find_match(tokens, 3, 1, 3) == ([14, 15, 16], 3, 4)
+    assert find_match([1, 2, 3, 4], 3, 1, 5) == ([], 0, 0)

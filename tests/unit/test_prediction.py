@@ -2,7 +2,6 @@
 edit, and the engine's output unchanged by it (fake backend; the real model is in
 tests/integration/test_server.py)."""
 
-import numpy as np
 import pytest
 
 from fakes import FakeModel, greedy_reference
@@ -10,17 +9,15 @@ from localspec.calibration import EngineCosts, ModelCosts
 from localspec.config import DraftParams, GenerationParams, SamplingParams
 from localspec.drafters import PredictionDrafter
 from localspec.engine import SpeculativeEngine
-from localspec.events import RoundStats
+from localspec.events import DrafterId, RoundStats
 from localspec.policy import AdaptivePolicy, FixedPolicy
 
 P = [100, 101]  # a prompt
 DP = DraftParams(max_ngram=3, min_ngram=1)
-RNG = np.random.default_rng(0)
-SP = SamplingParams()
 
 
 def proposal(drafter, answer, g=4):
-    return list(drafter.draft(P + list(answer), g, SP, DP, RNG).tokens)
+    return list(drafter.draft(P + list(answer), g, DP).tokens)
 
 
 def test_follows_a_copy_from_the_start():
@@ -72,9 +69,9 @@ def test_lost_while_nothing_matches_and_match_length_reported():
     d = PredictionDrafter([1, 2, 3, 4], len(P))
     assert proposal(d, [50, 51]) == []
     assert d.position is None
-    out = d.draft(P + [50, 51, 2], 4, SP, DP, RNG)
+    out = d.draft(P + [50, 51, 2], 4, DP)
     assert list(out.tokens) == [3, 4] and out.match_length == 1 and out.source == "prediction"
-    out = d.draft(P + [50, 51, 2, 3], 4, SP, DP, RNG)
+    out = d.draft(P + [50, 51, 2, 3], 4, DP)
     assert list(out.tokens) == [4] and out.match_length == 2
 
 
@@ -138,11 +135,11 @@ def test_sampled_output_is_exact_with_a_point_mass_prediction():
 
 
 def test_fixed_policy_tries_the_prediction_first():
-    pol = FixedPolicy("lookup", 8)
+    pol = FixedPolicy(DrafterId.LOOKUP, 8)
     assert pol.choose(8, {"lookup": 5, "prediction": 3}).drafter == "prediction"
     assert pol.choose(8, {"lookup": 5, "prediction": 3}).draft_len == 3
     assert pol.choose(8, {"lookup": 5, "prediction": 0}).drafter == "lookup"
-    assert FixedPolicy("none", 8).choose(8, {"prediction": 3}).draft_len == 0
+    assert FixedPolicy(DrafterId.NONE, 8).choose(8, {DrafterId.PREDICTION: 3}).draft_len == 0
 
 
 def test_adaptive_policy_prefers_the_prediction_on_a_tie_and_scores_it():

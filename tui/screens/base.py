@@ -30,7 +30,7 @@ class RedrawPacer:
 
     On a 2-core machine every millisecond the UI thread computes is taken from llama.cpp's
     two threads. A long answer that scrolls repaints the whole pane on each update (about
-    12 ms of Textual's compositor on an AMD EPYC without AVX-512, docs/benchmark.md); at five
+    12 ms of Textual's compositor on an AMD EPYC without AVX-512, docs/benchmark-history.md); at five
     updates a second that was 6 % of a core and the TUI decoded a 1,743-token code edit at
     0.89x the CLI's rate. The pacer measures what the UI thread spent per redraw cycle
     (:func:`time.thread_time`, the message handling and the compositor's work of the last

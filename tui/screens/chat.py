@@ -10,7 +10,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Header
 
-from localspec.chat import fit_messages
+from localspec.chat import ChatSession
 from localspec.conversation import Conversation, Message, load_conversation, save_conversation
 from localspec.errors import LocalspecError
 from localspec.fileio import expand_path
@@ -73,11 +73,19 @@ class ChatScreen(GenerationScreen):
         if not self.app.can_generate():
             return
         event.input.value = ""
+        session = self._session()
         self.messages.append({"role": "user", "content": text})
         self.answer_scroll().mount(UserMessage(text, classes="user-msg"))
-        self._ask()
+        self._ask(session, lambda: session.send(text))
 
-    def _ask(self) -> None:
+    def _session(self) -> ChatSession:
+        """A :class:`ChatSession` over the transcript as it is now (the transcript stays the
+        history this screen shows and saves; the session fits it into the context and answers)."""
+        return ChatSession(self.app.engine, self.app.settings,
+                           messages=[{"role": m["role"], "content": m["content"]} for m in self.messages])
+
+    def _ask(self, session: ChatSession, start) -> None:
+        """Stream the answer ``start()`` begins (``session.send`` or ``session.retry``) in the engine worker."""
         app = self.app
         if self.inspected is not None:
             self.inspected.stream.selected_round = None
@@ -87,21 +95,18 @@ class ChatScreen(GenerationScreen):
         self.answer_scroll().scroll_end(animate=False)
         self.query_one(RoundInspector).set_rounds([])
         self.query_one(StatsPanel).show(LiveStats(), mode=self.mode_label(), figures_mode=self.mode_label())
-        chat = [{"role": m["role"], "content": m["content"]} for m in self.messages]
-        settings = app.settings
-        drafting = settings.drafting
-        engine = app.engine
 
         def make_gen():
-            # the engine's overflow policy: drop the oldest turns that do not fit
-            fitted = fit_messages(engine, chat, settings.generation.max_tokens)
-            if fitted.dropped:
-                app.post_message(Notice(f"the context window is full: the oldest {plural(fitted.dropped, 'message')} "
+            # the session's overflow policy: drop the oldest turns that do not fit
+            turn = start()
+            dropped = turn.prompt.dropped
+            if dropped:
+                app.post_message(Notice(f"the context window is full: the oldest {plural(dropped, 'message')} "
                                         "were left out of this prompt (they stay in the transcript)", "warning"))
-            return engine.generate(fitted.tokens, settings.sampling, drafting, settings.generation)
+            return turn
 
         self.tag = new_tag("chat")
-        app.start_job(self, self.tag, engine, make_gen)
+        app.start_job(self, self.tag, session.engine, make_gen)
 
     def generation_done(self, msg: GenerationFinished) -> None:
         cur = self.current
@@ -117,6 +122,7 @@ class ChatScreen(GenerationScreen):
     def action_retry(self) -> None:
         if not self.app.can_generate():
             return
+        session = self._session()
         if self.messages and self.messages[-1]["role"] == "assistant":
             self.messages.pop()
             answers = self.query(AssistantMessage)
@@ -125,7 +131,7 @@ class ChatScreen(GenerationScreen):
         if not self.messages or self.messages[-1]["role"] != "user":
             self.notify("nothing to retry: ask something first")
             return
-        self._ask()
+        self._ask(session, session.retry)
 
     def action_new_chat(self) -> None:
         if self.app.busy:

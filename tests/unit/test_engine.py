@@ -8,7 +8,7 @@ from localspec.config import DraftParams, GenerationParams, SamplingParams
 from localspec.drafters import Draft
 from localspec.engine import SpeculativeEngine
 from localspec.errors import ConfigError, ContextOverflowError
-from localspec.events import EndReason, RoundStats, TokenEvent, TokenKind
+from localspec.events import DrafterId, EndReason, RoundStats, TokenEvent, TokenKind
 from localspec.policy import Choice, FixedPolicy
 
 PROMPT = [3, 5, 7, 3, 5]
@@ -33,7 +33,7 @@ def run(engine, prompt=PROMPT, mode="draft", draft_max=4, max_tokens=30, stop=()
 class PlantingDrafter:
     """Proposes the right tokens but plants a wrong one every ``every`` positions."""
 
-    name = "draft"
+    name = DrafterId.DRAFT
     last_catchup = (0, 0.0)
 
     def catchup_tokens(self, context):
@@ -43,19 +43,22 @@ class PlantingDrafter:
         self.every = every
         self.calls = 0
 
-    def draft(self, context, max_tokens, sampling, drafting, rng):
+    def begin(self, sampling, rng):
+        pass
+
+    def draft(self, context, draft_len, drafting):
         seq = list(context)
         out = []
         from fakes import next_token
 
-        for i in range(max_tokens):
+        for i in range(draft_len):
             t = next_token(seq)
             self.calls += 1
             if self.calls % self.every == 0:
                 t = (t + 5) % (EOG - 1)
             out.append(t)
             seq.append(t)
-        return Draft(tuple(out), None, "draft")
+        return Draft(tuple(out), None, DrafterId.DRAFT)
 
     def rollback(self, committed):
         pass
@@ -208,7 +211,7 @@ def test_chosen_draft_length_reported():
         free_drafters = ()
 
         def choose(self, limit, proposals, position=None):
-            return Choice("draft", min(2, limit), "test policy")
+            return Choice(DrafterId.DRAFT, min(2, limit), "test policy")
 
     eng = SpeculativeEngine(FakeModel(), FakeModel())
     gen = eng.generate(PROMPT, drafting=DraftParams(mode="draft"), policy=Half("draft", 4),
@@ -222,8 +225,8 @@ def test_draft_is_cut_after_an_end_of_generation_token():
     """Draft tokens after an EOG can never be committed, so they are never verified or counted."""
 
     class EogDrafter(PlantingDrafter):
-        def draft(self, context, max_tokens, sampling, drafting, rng):
-            return Draft((EOG, 3, 4, 5)[:max_tokens], None, "draft")
+        def draft(self, context, draft_len, drafting):
+            return Draft((EOG, 3, 4, 5)[:draft_len], None, DrafterId.DRAFT)
 
     eng = SpeculativeEngine(FakeModel(eog_after=7), FakeModel())
     eng.drafter = EogDrafter()
@@ -300,7 +303,7 @@ def test_policy_is_asked_at_the_current_position_with_the_lookup_match_length():
 
         def choose(self, limit, proposals, position=None):
             self.positions.append(position)
-            return Choice("lookup", min(2, limit), "test policy")
+            return Choice(DrafterId.LOOKUP, min(2, limit), "test policy")
 
     eng = SpeculativeEngine(FakeModel(), None)
     pol = Recorder()
@@ -333,7 +336,8 @@ def test_draft_model_drafter_reports_the_catchup_it_will_do():
     assert d.catchup_tokens(context) == 0  # steady state: only the newest one is missing
     assert d.catchup_tokens(context + [5]) == 0  # two missing: still the steady gap
     assert d.catchup_tokens(context + [5, 6, 7]) == 3
-    d.draft(context + [5, 6, 7], 2, SamplingParams(), DraftParams(), np.random.default_rng(0))
+    d.begin(SamplingParams(), np.random.default_rng(0))
+    d.draft(context + [5, 6, 7], 2, DraftParams())
     assert d.last_catchup[0] == 3
 
 

@@ -1,0 +1,218 @@
+"""localspec.calibration: measuring and caching this machine's costs (EngineCosts, ModelCosts) on a fake model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from localspec.calibration import (
+    EngineCosts,
+    ModelCosts,
+    cost_cache_path,
+    default_curve,
+    load_costs,
+    measure_decode_costs,
+    save_costs,
+)
+
+from cost_curves import FLAT_CURVE, T1, costs_for
+
+
+def test_catchup_cost_estimate_follows_observed_catchups():
+    costs = costs_for(FLAT_CURVE, draft_token=T1 * 0.5)
+    # before any catch-up: one draft token scaled by the target curve's cost per token at b=9
+    assert costs.draft_prefill_token_seconds == pytest.approx(T1 * 0.5 * FLAT_CURVE[-1] / (9 * T1))
+    costs.observe_catchup(500, 1.0)
+    assert costs.draft_prefill_token_seconds == pytest.approx(0.002)  # the first observation replaces it
+    costs.observe_catchup(100, 0.4)
+    assert 0.002 < costs.draft_prefill_token_seconds < 0.004
+
+
+def test_default_curve():
+    c = default_curve(0.01, 6)
+    assert c[0] == pytest.approx(0.01)
+    assert c[1] == pytest.approx(0.0168)
+    assert c[5] == pytest.approx(0.01 * (3.21 + (5.95 - 3.21) / 3))
+
+
+class _FakeModel:
+    """Times nothing real: decode sleeps nothing, tracks the cache like LlamaModel."""
+
+    n_vocab = 1000
+    n_threads = 2
+    n_batch = 512
+    n_gpu_layers = 0
+
+    def __init__(self, path):
+        self.path = path
+        self.cached_tokens = [5, 6, 7]
+
+    @property
+    def n_cached(self):
+        return len(self.cached_tokens)
+
+    def is_eog(self, t):
+        return False
+
+    def decode(self, tokens, logits_for="last", progress=None):
+        self.cached_tokens.extend(tokens)
+
+    def truncate(self, n):
+        del self.cached_tokens[n:]
+
+
+def test_measure_reports_its_progress_in_steps(tmp_path, monkeypatch):
+    """A front-end sees 0 at once, then one step per repetition per context, ending at the total."""
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF" + b"\0" * 2000)
+    seen = []
+    measure_decode_costs(_FakeModel(f), 4, repeats=3, contexts=[8, 40], progress=lambda *a: seen.append(a))
+    assert [d for _, d, _ in seen] == list(range(7)) and {t for _, _, t in seen} == {6}
+    assert all("m.gguf" in what for what, _, _ in seen)
+
+
+def test_measure_restores_cache_and_round_trips(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF" + b"\0" * 2000)
+    m = _FakeModel(f)
+    costs = measure_decode_costs(m, 4, repeats=2)
+    assert m.cached_tokens == [5, 6, 7]
+    assert len(costs.seconds) == 4
+    assert load_costs(m, 4) is None
+    path = save_costs(costs)
+    assert path == cost_cache_path(costs.key)
+    assert json.loads(path.read_text())["key"]["n_threads"] == 2
+    assert load_costs(m, 4).seconds == costs.seconds
+    assert load_costs(m, 5) is None  # does not cover b = 5
+    m.n_threads = 1  # other settings: another cache entry
+    assert load_costs(m, 4) is None
+
+
+def test_calibration_under_load_is_marked_and_measured_again_when_quiet(tmp_path, monkeypatch):
+    # a calibration taken while other processes used the CPUs is not trusted for good: a poisoned
+    # cache (T(1) = 1.13 s measured under load, 12x the quiet value) once stayed valid forever
+    import localspec.calibration as cal
+
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF" + b"\0" * 2000)
+    m = _FakeModel(f)
+    measured = []
+
+    def fake_calibrate(model, max_batch, repeats=3, contexts=None, progress=None):
+        other = 0.6 if not measured else 0.01  # the first run under load, the second quiet
+        measured.append(other)
+        return ModelCosts(seconds=[0.1 * (b + 1) for b in range(max_batch)], key=cal.model_cost_key(model),
+                          measured=True, other_cpu=other)
+
+    monkeypatch.setattr(cal, "calibrate_model", fake_calibrate)
+    first = cal.get_costs(m, 4)
+    assert first.disturbed and "DISTURBED" in cal.describe_costs(first)
+    assert load_costs(m, 4).other_cpu == pytest.approx(0.6)  # cached, with its load
+    monkeypatch.setattr(cal, "machine_is_quiet", lambda *a, **k: False)
+    assert cal.get_costs(m, 4).disturbed and len(measured) == 1  # still busy: the cached one is used
+    assert cal.cached_engine_costs(m, None, 3) is not None  # what the loader hands the engine
+    monkeypatch.setattr(cal, "machine_is_quiet", lambda *a, **k: True)
+    assert cal.cached_engine_costs(m, None, 3) is None  # quiet: the first auto generation measures again
+    monkeypatch.setattr(cal, "machine_is_quiet", lambda *a, **k: True)
+    again = cal.get_costs(m, 4)
+    assert len(measured) == 2 and not again.disturbed  # quiet now: measured again and replaced
+    assert not load_costs(m, 4).disturbed and "DISTURBED" not in cal.describe_costs(again)
+    assert cal.get_costs(m, 4).other_cpu == pytest.approx(0.01) and len(measured) == 2  # a clean one stays
+
+
+def test_measure_records_other_processes_cpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF" + b"\0" * 2000)
+    costs = measure_decode_costs(_FakeModel(f), 3, repeats=1)
+    assert costs.other_cpu is None or 0.0 <= costs.other_cpu <= 1.0
+    assert ModelCosts.from_json(costs.to_json()).other_cpu == costs.other_cpu
+
+
+def test_curve_interpolates_and_extrapolates_by_position():
+    short, long_ = [1.0, 2.0, 3.0], [2.0, 3.0, 5.0]
+    mc = ModelCosts(seconds=short, contexts=[100, 1100], curves=[short, long_])
+    assert mc.curve_at(None) == short and mc.curve_at(10) == short
+    assert mc.curve_at(600) == pytest.approx([1.5, 2.5, 4.0])
+    assert mc.curve_at(2100) == pytest.approx([3.0, 4.0, 7.0])  # linear in the context beyond it
+    assert mc.t(3, 1100) == 5.0 and mc.t(4, 1100) == pytest.approx(7.0)
+    back = ModelCosts.from_json(json.loads(json.dumps(mc.to_json())))
+    assert back.contexts == [100, 1100] and back.curves == [short, long_]
+
+
+def test_engine_costs_learn_a_ratio_at_any_position():
+    short, long_ = [1.0, 2.0, 3.0], [2.0, 4.0, 6.0]
+    mc = ModelCosts(seconds=short, contexts=[100, 1100], curves=[short, long_])
+    costs = EngineCosts(verify=list(short), draft_token=None, target=mc, draft=None)
+    costs.set_position(1100)
+    for _ in range(40):
+        costs.observe_verify(2, 2.0)  # b = 2 at 1,100 tokens takes half the calibrated time
+    assert costs.verify[1] == pytest.approx(2.0, rel=0.02)
+    costs.set_position(100)
+    assert costs.verify[1] == pytest.approx(1.0, rel=0.02)  # the same ratio applied at the other position
+    assert costs.verify[0] == pytest.approx(0.5, rel=0.05)  # unobserved b: the overall scale
+
+
+class _FlashFakeModel(_FakeModel):
+    """A fake whose decode advances a fake clock: 1 ms per token, plus per cached token 1 us (off) or 0.5 us (on)."""
+
+    clock = [0.0]
+    n_ctx = 4096
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.flash_attn = False
+        self.flash_attn_mode = "auto"
+        self.switches = 0
+
+    def set_flash_attn(self, on):
+        if on != self.flash_attn:
+            self.switches += 1
+            self.cached_tokens = []
+        self.flash_attn = on
+
+    def decode(self, tokens, logits_for="last", progress=None):
+        per_cached = 0.5e-6 if self.flash_attn else 1e-6
+        self.clock[0] += len(tokens) * (1e-3 + per_cached * len(self.cached_tokens))
+        self.cached_tokens.extend(tokens)
+
+
+def test_calibration_measures_two_contexts_and_keeps_the_faster_flash_attn(tmp_path, monkeypatch):
+    from localspec import calibration
+
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(calibration.time, "perf_counter", lambda: _FlashFakeModel.clock[0])
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF" + b"\0" * 2000)
+    m = _FlashFakeModel(f)
+    costs = calibration.get_costs(m, 5, repeats=1)
+    assert costs.contexts == [64, 1024]
+    assert m.flash_attn is True and costs.flash_attn is True
+    assert costs.flash_attn_scores["on"] == 1.0 < costs.flash_attn_scores["off"]
+    assert costs.curves[0][0] == pytest.approx(1e-3 + 0.5e-6 * 64)
+    assert costs.curves[1][4] == pytest.approx(5 * (1e-3 + 0.5e-6 * 1024))
+    assert costs.prefill_token_seconds == pytest.approx(1e-3 + 0.5e-6 * 64, rel=1e-6)
+    assert costs.key["flash_attn"] == "auto"
+    # a new model object of the same file and settings: the cached choice is applied without measuring
+    m2 = _FlashFakeModel(f)
+    assert calibration.apply_cached_flash_attn(m2) is True and m2.flash_attn is True
+    m2.flash_attn_mode = "off"  # asked explicitly: another cache entry, measured as asked
+    assert calibration.load_costs(m2, 5) is None
+
+
+def test_flash_attn_scores_weigh_decode_and_verification_alike():
+    from localspec.calibration import flash_attn_scores
+
+    def mc(*curves):
+        return ModelCosts(seconds=list(curves[0]), contexts=[64, 1024][: len(curves)], curves=[list(c) for c in curves])
+
+    # on: 10 % slower for one token, half the time for a 9-token pass, at both contexts -> on
+    sc = flash_attn_scores({"off": mc([1.0, 10.0], [2.0, 20.0]), "on": mc([1.1, 5.0], [2.2, 10.0])})
+    assert sc == pytest.approx({"off": 1.5, "on": 1.05})
+    # on: 10 % slower for one token, 5 % faster for the pass -> off (a big pass does not outweigh decoding)
+    sc = flash_attn_scores({"off": mc([1.0, 10.0]), "on": mc([1.1, 9.5])})
+    assert sc["off"] < sc["on"]

@@ -1,0 +1,45 @@
+"""localspec.options: the command-line flags derived from the options' declarations."""
+
+import argparse
+
+from localspec.config import DraftParams, SamplingParams
+from localspec.options import add_generation_arguments, add_model_arguments, settings_from_args, value_range
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser()
+    add_generation_arguments(p)
+    add_model_arguments(p)
+    return p
+
+
+def _help(p: argparse.ArgumentParser, flag: str) -> str:
+    return next(a.help for a in p._actions if flag in a.option_strings)
+
+
+def test_a_flag_takes_its_help_range_and_default_from_the_declaration():
+    p = _parser()
+    assert _help(p, "--temperature") == "0 = greedy (0.0 <= X <= 2.0; default 0)"
+    assert _help(p, "--top-k") == f"{SamplingParams.model_fields['top_k'].description} (N >= 0; default 0)"
+    assert _help(p, "--seed") == "random seed (N >= 0; default fresh entropy)"
+    assert _help(p, "--draft-max").startswith("most tokens drafted per round (gamma) (1..64; default 64 in mode auto")
+    assert value_range(DraftParams, "draft_p_min") == "0.0 <= x <= 1.0"
+
+
+def test_choices_come_from_the_declared_literal_or_bool():
+    p = _parser()
+    choices = {a.option_strings[0]: a.choices for a in p._actions if a.choices}
+    assert choices["--mode"] == ["auto", "draft", "lookup", "none"]
+    assert choices["--huge-pages"] == ["on", "off"] and choices["--repack"] == ["auto", "on", "off"]
+
+
+def test_a_flag_for_one_model_names_it():
+    p = _parser()
+    assert _help(p, "--n-gpu-layers").startswith("target layers on the GPU")
+    assert _help(p, "--draft-n-gpu-layers").startswith("draft layers on the GPU")
+    assert _help(p, "--draft").endswith("same tokenizer as the target")
+
+
+def test_flags_merge_over_the_settings():
+    s = settings_from_args(_parser().parse_args(["--temperature", "0.7", "--mode", "lookup", "--huge-pages", "off"]))
+    assert s.sampling.temperature == 0.7 and s.drafting.mode == "lookup" and s.target.huge_pages is False

@@ -386,8 +386,7 @@ class LlamaModel(_NativeResource):
             if lc.llama_vocab_is_eog(self._vocab, t):
                 self._eog[t] = True
         self.eog_tokens = frozenset(int(t) for t in np.flatnonzero(self._eog))
-        #: the flash-attention setting asked for (``auto``/``on``/``off``; the calibration reads it)
-        self.flash_attn_mode = flash_attn_mode
+        self.flash_attn_mode = flash_attn_mode  # asked for (auto/on/off): the calibration reads it
         #: the :class:`localspec.repack.RepackVerdict` the loader followed (None: not probed)
         self.repack_verdict = None
         self._piece_cache: dict[int, bytes] = {}

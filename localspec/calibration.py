@@ -1,13 +1,16 @@
 """Calibration: measure this machine's decode costs, cache them, and keep them current.
 
 Measures, on the running machine with the loaded models and settings, the time of a
-target decode of b tokens for b = 1..9 and a few longer batches up to draft_max+1
-(:func:`~localspec.costmodel.calibration_points`: 12, 16, 24, 32, 48, 64, 65; joined by
+target decode of b tokens for b = 1..8 and a few longer batches up to draft_max+1
+(:func:`~localspec.costmodel.calibration_points`: 12, 16, 24, 32, 48, 65; joined by
 :func:`~localspec.costmodel.interpolate_curve`, and refined per b from the real rounds by
-:class:`EngineCosts`) at a short and a long context (64 and 1,024 cached tokens;
-interpolated by the current position), the draft model's time per token and per
-catch-up (prefill) token, with flash attention off and on (keeping the faster, unless
-``--flash-attn`` says which), and caches it as JSON under ``$LOCALSPEC_CACHE/costs/``
+:class:`EngineCosts`) at a short context (64 cached tokens), and at a long one (1,024) what
+the context adds at four of them (:func:`~localspec.costmodel.context_points`; the curves
+are interpolated by the current position), the draft model's time per token and per
+catch-up (prefill) token, with flash attention off and on compared first (keeping the
+faster, unless ``--flash-attn`` says which). Two samples per point, a third where they
+disagree: the default pair's first calibration takes about half a minute on a 2-core CPU.
+It caches the result as JSON under ``$LOCALSPEC_CACHE/costs/``
 (default ``~/.cache/localspec``), keyed by model file (path, size, mtime), context
 settings (n_ctx, n_batch, n_ubatch, n_threads, n_gpu_layers, flash attention), the
 llama.cpp build and the machine (hostname, CPU model and count, platform).
@@ -29,14 +32,14 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .costmodel import calibration_points, interpolate_curve, verify_cost
-from .errors import LocalspecError
-from .machine import BUSY_THRESHOLD, CpuMeter, load_average, machine_is_quiet
+from .costmodel import calibration_points, context_points, interpolate_curve, shifted_curve, verify_cost
+from .errors import BackendError, LocalspecError
+from .machine import BUSY_THRESHOLD, CpuMeter, load_average
 
 #: models.md: time of one decode of b tokens / time of one token, Qwen2.5-Coder-1.5B Q4_K_M,
 #: 2 threads. Used only until a measurement exists (see :func:`default_curve`).
 DEFAULT_TARGET_RATIOS = {1: 1.0, 2: 1.68, 3: 2.26, 4: 2.57, 5: 3.21, 8: 5.95, 16: 8.53}
-COST_FORMAT = 2
+COST_FORMAT = 3  #: 3: the longer contexts timed at a few points (context_points)
 #: (what is measured, steps done, steps in all) -> None: calibration progress for a front-end
 StepFn = Callable[[str, int, int], None]
 #: cache lengths (tokens) at which calibration times the verify curve (see calibration_contexts)
@@ -133,10 +136,13 @@ class ModelCosts:
         flash_attn_scores: with ``auto``, per setting (``"on"``/``"off"``) its mean time relative
             to the faster setting (:func:`flash_attn_scores`; 1.0 = fastest everywhere).
         calibration_seconds: wall time the measurement took, seconds.
-        points: the batch sizes actually timed, ascending (the curves are interpolated between
-            them, :func:`~localspec.costmodel.interpolate_curve`); empty = every b.
-        point_seconds: ``point_seconds[i][j]`` = median seconds of a decode of ``points[j]``
-            tokens at ``contexts[i]`` (what the curves were interpolated from).
+        points: the batch sizes timed at the first context, ascending (its curve is interpolated
+            between them, :func:`~localspec.costmodel.interpolate_curve`); empty = every b.
+        context_points: the batch sizes timed at the other contexts (their curves are the first
+            plus the difference measured there, :func:`~localspec.costmodel.shifted_curve`);
+            empty = the same as ``points``.
+        point_seconds: ``point_seconds[i][j]`` = median seconds of a decode of
+            ``points_at(i)[j]`` tokens at ``contexts[i]`` (what the curves were made from).
         other_cpu: share of all CPUs other processes used while measuring (None unknown); over
             :data:`~localspec.machine.BUSY_THRESHOLD` the curve is :attr:`disturbed`.
     """
@@ -156,10 +162,11 @@ class ModelCosts:
     other_cpu: float | None = None
     points: list[int] = field(default_factory=list)
     point_seconds: list[list[float]] = field(default_factory=list)
+    context_points: list[int] = field(default_factory=list)
 
     @property
     def disturbed(self) -> bool:
-        """Measured while other processes used over BUSY_THRESHOLD of the CPUs: re-measured when quiet."""
+        """Measured while other processes used over BUSY_THRESHOLD of the CPUs: used for its run, never saved."""
         return self.other_cpu is not None and self.other_cpu > BUSY_THRESHOLD
 
     def __post_init__(self) -> None:
@@ -170,7 +177,11 @@ class ModelCosts:
         if not self.points:
             self.points = list(range(1, len(self.seconds) + 1))
         if len(self.point_seconds) != len(self.curves):
-            self.point_seconds = [[c[b - 1] for b in self.points] for c in self.curves]
+            self.point_seconds = [[c[b - 1] for b in self.points_at(i)] for i, c in enumerate(self.curves)]
+
+    def points_at(self, i: int) -> list[int]:
+        """The batch sizes timed at ``contexts[i]``."""
+        return list(self.points if i == 0 or not self.context_points else self.context_points)
 
     def curve_at(self, position: int | None) -> list[float]:
         """``curve[b-1]`` = predicted seconds of a decode of b tokens with ``position`` tokens cached."""
@@ -189,7 +200,8 @@ class ModelCosts:
                 "contexts": self.contexts, "curves": self.curves,
                 "prefill_token_seconds": self.prefill_token_seconds, "flash_attn": self.flash_attn,
                 "flash_attn_scores": self.flash_attn_scores, "calibration_seconds": self.calibration_seconds,
-                "other_cpu": self.other_cpu, "points": self.points, "point_seconds": self.point_seconds}
+                "other_cpu": self.other_cpu, "points": self.points, "point_seconds": self.point_seconds,
+                "context_points": self.context_points}
 
     @classmethod
     def from_json(cls, d: dict) -> "ModelCosts":
@@ -203,7 +215,8 @@ class ModelCosts:
                    calibration_seconds=float(d.get("calibration_seconds", 0.0)),
                    other_cpu=None if d.get("other_cpu") is None else float(d["other_cpu"]),
                    points=[int(b) for b in d.get("points", [])],
-                   point_seconds=[[float(x) for x in c] for c in d.get("point_seconds", [])])
+                   point_seconds=[[float(x) for x in c] for c in d.get("point_seconds", [])],
+                   context_points=[int(b) for b in d.get("context_points", [])])
 
 
 def _filler_tokens(model, n: int, seed: int = 0) -> list[int]:
@@ -213,22 +226,37 @@ def _filler_tokens(model, n: int, seed: int = 0) -> list[int]:
     return [t if not model.is_eog(t) else 1 for t in toks]
 
 
+#: a batch size whose first samples differ by more than this fraction is timed once more (median of 3)
+SPREAD = 0.10
+
+
 def _time_points(model, toks: Sequence[int], base: int, points: Sequence[int], repeats: int,
                  tick: Callable[[], None] | None = None) -> list[float]:
     """Median seconds of a decode of b tokens (logits for all) with ``base`` cached, for each b in
-    ``points`` (each <= len(toks)); ``tick`` is called after each repetition."""
+    ``points`` (each <= len(toks)); ``tick`` is called after each repetition.
+
+    ``repeats`` repetitions, alternating forwards and backwards over the points; then each point
+    whose samples differ by more than :data:`SPREAD` is timed once more, so that one disturbed
+    sample does not decide a median of two.
+    """
     samples: list[list[float]] = [[] for _ in points]
     model.decode(toks[:1], logits_for="all")  # warm up
     model.truncate(base)
+
+    def once(j: int) -> None:
+        t0 = time.perf_counter()
+        model.decode(toks[: points[j]], logits_for="all")
+        samples[j].append(time.perf_counter() - t0)
+        model.truncate(base)
+
     for r in range(max(1, repeats)):
-        order = range(len(points)) if r % 2 == 0 else range(len(points) - 1, -1, -1)
-        for j in order:
-            t0 = time.perf_counter()
-            model.decode(toks[: points[j]], logits_for="all")
-            samples[j].append(time.perf_counter() - t0)
-            model.truncate(base)
+        for j in (range(len(points)) if r % 2 == 0 else range(len(points) - 1, -1, -1)):
+            once(j)
         if tick:
             tick()
+    for j, s in enumerate(samples):
+        if len(s) >= 2 and max(s) > (1.0 + SPREAD) * min(s):
+            once(j)
     return [float(np.median(s)) for s in samples]
 
 
@@ -255,183 +283,169 @@ def calibration_contexts(model, max_batch: int, long_context: int = LONG_CONTEXT
     return [SHORT_CONTEXT] + ([long_] if long_ > 2 * SHORT_CONTEXT else [])
 
 
-def measure_decode_costs(model, max_batch: int, repeats: int = 3, contexts: Sequence[int] | None = None,
-                         progress: StepFn | None = None, label: str = "", points: Sequence[int] | None = None,
-                         restore: bool = True) -> ModelCosts:
-    """Time one decode of b tokens for the batch sizes ``points`` at each context length, and
-    interpolate the curve for b = 1..max_batch.
+def _batch_sizes(points: Sequence[int], max_batch: int) -> list[int]:
+    return sorted({int(b) for b in points if 1 <= int(b) <= max_batch} | {1, max_batch})
 
-    For each context length c (ascending; default :func:`calibration_contexts`: 64 and
-    1,024 tokens) decodes filler tokens until c are cached, then for each repetition and
+
+def measure_decode_costs(model, max_batch: int, repeats: int = 2, contexts: Sequence[int] | None = None,
+                         progress: StepFn | None = None, label: str = "", points: Sequence[int] | None = None,
+                         long_points: Sequence[int] | None = None) -> ModelCosts:
+    """Time decodes of b tokens at a few batch sizes and contexts, and interpolate the curve for
+    b = 1..max_batch at each context.
+
+    Decodes filler tokens until the first (shortest) context c0 is cached (default
+    :func:`calibration_contexts`: 64 and 1,024 tokens), times a decode of b tokens with logits
+    for all of them (as the engine's verification pass does, truncating back after each) for
     each b in ``points`` (default :func:`~localspec.costmodel.calibration_points`: every b up
-    to 9, then 12, 16, 24, 32, 48, 64, ... and max_batch; order alternating forwards and
-    backwards) decodes b tokens with logits for all of them, as the engine's verification
-    pass does, and truncates back. The curve between measured points is
-    :func:`~localspec.costmodel.interpolate_curve`. The fill from the first context to the
-    second is timed: a batched prefill, what a catch-up costs per token. A cache that held
-    more than the first context is cut to it first (the engine decodes what is missing on
-    its next call, :meth:`LlamaModel.sync`); with ``restore`` (the default) the model's KV
-    cache is left as it was found, otherwise it keeps the filler of the longest context
-    (:func:`extend_costs` then measures more points without filling again).
+    to 8, then 12, 16, 24, 32, 48, ... and max_batch), ``repeats`` times in alternating order
+    (plus a third sample where two disagree, :func:`_time_points`), and joins the medians into a
+    curve (:func:`~localspec.costmodel.interpolate_curve`). Then for each longer context it fills
+    the cache to it (timed: a batched prefill, what a catch-up costs per token) and times only
+    ``long_points`` (default :func:`~localspec.costmodel.context_points`: 1, 8, about a third
+    of max_batch, max_batch); that context's curve is the first one plus the measured difference
+    (:func:`~localspec.costmodel.shifted_curve`). The model's KV cache is left cut to
+    min(what it held, c0) tokens (the engine decodes what is missing on its next call,
+    :meth:`LlamaModel.sync`).
 
     ``progress(label, done, total)`` is called after each repetition at each context
     (``total`` = contexts x repetitions), so a front-end can show how far it is.
 
     Returns:
-        :class:`ModelCosts` with the median seconds per measured b and context, and the
-        interpolated curves (seconds, length max_batch).
+        :class:`ModelCosts` with the medians per timed b and context (seconds) and the
+        curves (seconds, length max_batch).
 
     Raises:
         ContextOverflowError: the model's context cannot hold ``contexts[-1] + max_batch`` tokens.
     """
-    t_start = time.perf_counter()
-    meter = CpuMeter()
+    t_start, meter = time.perf_counter(), CpuMeter()
     load = (load_average() or [-1.0])[0]
     wanted = sorted(set(contexts if contexts is not None else calibration_contexts(model, max_batch)))
-    pts = sorted({int(b) for b in (points if points is not None else calibration_points(max_batch))
-                  if 1 <= int(b) <= max_batch} | {1, max_batch})
+    pts = _batch_sizes(calibration_points(max_batch) if points is None else points, max_batch)
+    lpts = _batch_sizes(context_points(max_batch) if long_points is None else long_points, max_batch)
     n0 = min(model.n_cached, wanted[0])
     model.truncate(n0)
     toks = _filler_tokens(model, max_batch, seed=2)
-    measured_at: list[int] = []
     medians: list[list[float]] = []
     prefill = None
     tick = _ticker(progress, label or f"measuring decode costs of {_model_name(model)}", len(wanted) * max(1, repeats))
     try:
         for c in wanted:
-            base = model.n_cached
-            if base < c:
-                n, secs = _fill_to(model, c, seed=1 + len(medians))
-                if medians and n >= 32:
-                    prefill = secs / n
-                base = c
-            if measured_at and base <= measured_at[-1]:
-                continue
-            medians.append(_time_points(model, toks, base, pts, repeats, tick))
-            measured_at.append(base)
+            n, secs = _fill_to(model, c, seed=1 + len(medians))
+            if medians and n >= 32:
+                prefill = secs / n
+            medians.append(_time_points(model, toks, c, lpts if medians else pts, repeats, tick))
     finally:
-        if restore:
-            model.truncate(n0)
-    curves = [interpolate_curve(pts, m, max_batch) for m in medians]
+        model.truncate(n0)
+    curves = [interpolate_curve(pts, medians[0], max_batch)]
+    curves += [shifted_curve(curves[0], lpts, m) for m in medians[1:]]
     return ModelCosts(seconds=list(curves[0]), key=model_cost_key(model), repeats=max(1, repeats), measured=True,
-                      created=time.time(), load=load, contexts=measured_at, curves=curves,
+                      created=time.time(), load=load, contexts=list(wanted), curves=curves,
                       prefill_token_seconds=prefill, flash_attn=getattr(model, "flash_attn", None),
                       calibration_seconds=time.perf_counter() - t_start, other_cpu=meter.other_fraction(),
-                      points=pts, point_seconds=medians)
+                      points=pts, context_points=lpts if len(wanted) > 1 else [], point_seconds=medians)
 
 
-def extend_costs(model, costs: ModelCosts, points: Sequence[int], repeats: int = 3,
-                 progress: StepFn | None = None, label: str = "") -> ModelCosts:
-    """``costs`` with the batch sizes in ``points`` it lacks measured too, at the same contexts.
+def flash_attn_scores(times: dict[str, Sequence[float]]) -> dict[str, float]:
+    """Per setting, the mean over the timed passes of its time relative to the fastest setting's:
+    1.0 = fastest at every pass.
 
-    Measures the longest context first (a cache left filled by :func:`measure_decode_costs`
-    with ``restore=False`` is reused, only cut), then the shorter ones; the model's KV cache is
-    then empty (it held filler tokens). The curves are interpolated again from all measured
-    points (:func:`~localspec.costmodel.interpolate_curve`).
+    Args:
+        times: setting (``"on"``/``"off"``) -> seconds of the same passes, in the same order
+            (:func:`compare_flash_attn` times a one-token decode, target-only decoding, and a full
+            verification pass, so both weigh the same).
+    """
+    n = min(len(t) for t in times.values())
+    best = [min(t[j] for t in times.values()) for j in range(n)]
+    return {k: sum(t[j] / best[j] for j in range(n)) / n for k, t in times.items()}
+
+
+#: flash attention is switched on only when it scores faster than off by more than this fraction
+FLASH_ATTN_MARGIN = 0.03
+
+
+def compare_flash_attn(model, max_batch: int, repeats: int = 2, context: int = SHORT_CONTEXT,
+                       progress: StepFn | None = None) -> dict[str, float]:
+    """Time a decode of 1 and of ``max_batch`` tokens with ``context`` tokens cached, with flash
+    attention off and on, and leave the model on the faster setting.
+
+    The settings take turns, ``repeats`` visits each (off, on, on, off, ...), and each keeps the
+    fastest of its samples: another process can only add time, so a burst of it during one
+    visit does not decide the choice. Switching recreates the llama.cpp context (the KV cache is
+    then empty), so the comparison is made at the short context, where refilling costs little. On
+    stays chosen only when its score beats off's by more than :data:`FLASH_ATTN_MARGIN`
+    (off is llama-cpp-python's default). A setting whose context cannot be created is skipped.
 
     Returns:
-        a new :class:`ModelCosts` (same key, contexts and curve length); ``costs`` itself when
-        every point was measured already.
+        :func:`flash_attn_scores` of the settings timed.
+
+    Raises:
+        BackendError: neither setting could be created.
     """
-    n_curve = len(costs.seconds)
-    have = set(costs.points)
-    new = sorted({int(b) for b in points if 1 <= int(b) <= n_curve} - have)
-    if not new:
-        model.truncate(0)
-        return costs
-    t_start = time.perf_counter()
-    meter = CpuMeter()
-    toks = _filler_tokens(model, max(new), seed=2)
-    tick = _ticker(progress, label or f"measuring decode costs of {_model_name(model)}",
-                   len(costs.contexts) * max(1, repeats))
-    added: dict[int, list[float]] = {}
-    for i in sorted(range(len(costs.contexts)), key=lambda k: -costs.contexts[k]):
-        _fill_to(model, costs.contexts[i], seed=1 + i)
-        added[i] = _time_points(model, toks, costs.contexts[i], new, repeats, tick)
+    toks = _filler_tokens(model, max_batch, seed=2)
+    pts = sorted({1, max_batch})
+    times: dict[str, list[float]] = {}
+    failed: set[str] = set()
+    tick = _ticker(progress, f"comparing flash attention off and on for {_model_name(model)}", 2 * max(1, repeats))
+    for r in range(max(1, repeats)):
+        for name in (("off", "on") if r % 2 == 0 else ("on", "off")):
+            try:
+                if name not in failed:
+                    model.set_flash_attn(name == "on")
+            except LocalspecError:
+                failed.add(name)
+            if name in failed:
+                continue
+            _fill_to(model, context, seed=1)
+            got = _time_points(model, toks, context, pts, 1)
+            times[name] = [min(x) for x in zip(times.get(name, got), got)]
+            tick()
+    if not times:
+        raise BackendError(f"{_model_name(model)}: no llama.cpp context could be created with flash attention off or on",
+                           "check n_ctx and the free memory")
+    scores = flash_attn_scores(times)
+    on = "on" in scores and ("off" not in scores or scores["on"] * (1.0 + FLASH_ATTN_MARGIN) < scores["off"])
+    model.set_flash_attn(on)
     model.truncate(0)
-    pts = sorted(have | set(new))
-    point_seconds = []
-    for i in range(len(costs.contexts)):
-        by_b = dict(zip(costs.points, costs.point_seconds[i])) | dict(zip(new, added[i]))
-        point_seconds.append([by_b[b] for b in pts])
-    curves = [interpolate_curve(pts, m, n_curve) for m in point_seconds]
-    other = meter.other_fraction()
-    busy = [x for x in (costs.other_cpu, other) if x is not None]
-    return ModelCosts(seconds=list(curves[0]), key=costs.key, repeats=costs.repeats, measured=True,
-                      created=time.time(), load=costs.load, contexts=list(costs.contexts), curves=curves,
-                      prefill_token_seconds=costs.prefill_token_seconds, flash_attn=costs.flash_attn,
-                      flash_attn_scores=dict(costs.flash_attn_scores),
-                      calibration_seconds=costs.calibration_seconds + time.perf_counter() - t_start,
-                      other_cpu=max(busy) if busy else None, points=pts, point_seconds=point_seconds)
+    return scores
 
 
-def flash_attn_scores(results: dict[str, ModelCosts]) -> dict[str, float]:
-    """Per setting, the mean over the measured contexts of T(1) and T(max_batch), each relative to the
-    faster setting there: 1.0 = fastest at both; a one-token decode (target-only decoding) and a full
-    verification pass weigh the same."""
-    keys = list(results)
-    pts = [(i, j) for i in range(min(len(r.curves) for r in results.values())) for j in (0, -1)]
-    best = {pt: min(results[k].curves[pt[0]][pt[1]] for k in keys) for pt in pts}
-    return {k: sum(results[k].curves[i][j] / best[(i, j)] for i, j in pts) / len(pts) for k in keys}
-
-
-def calibrate_model(model, max_batch: int, repeats: int = 3, contexts: Sequence[int] | None = None,
+def calibrate_model(model, max_batch: int, repeats: int = 2, contexts: Sequence[int] | None = None,
                     progress: StepFn | None = None) -> ModelCosts:
-    """:func:`measure_decode_costs`; with flash attention ``auto``, for it off and on, keeping the faster.
+    """:func:`measure_decode_costs`; with flash attention ``auto``, first :func:`compare_flash_attn`
+    (leaving the model on the faster setting), then the curves for that setting only.
 
-    Asked ``auto`` (``model.flash_attn_mode``, see :mod:`localspec.loader`), it first times
-    only b = 1 and b = ``max_batch`` with flash attention off (llama-cpp-python's ``Llama``
-    default) and on, scores each by :func:`flash_attn_scores` (a one-token decode and a
-    verification pass of ``max_batch`` tokens at each context, relative to the faster
-    setting), leaves the model on the faster setting (off on a tie), and then measures the
-    other batch sizes (:func:`~localspec.costmodel.calibration_points`) for that setting
-    only (:func:`extend_costs`; the filled cache of the setting measured last is reused).
-    Switching recreates the llama.cpp context, so the model's KV cache is then empty. A
-    setting whose context cannot be created is skipped. ``progress`` as in
-    :func:`measure_decode_costs`, once per setting and once for the rest of the curve.
+    The model's KV cache is then empty when flash attention was compared (switching recreates the
+    context), else cut as :func:`measure_decode_costs` says. ``progress`` as there.
     """
     model_name = _model_name(model)
     if _flash_attn_mode(model) != "auto" or not hasattr(model, "set_flash_attn"):
         return measure_decode_costs(model, max_batch, repeats, contexts, progress,
                                     f"measuring decode costs of {model_name}")
-    t0 = time.perf_counter()
-    ends = sorted({1, max_batch})
-    results: dict[str, ModelCosts] = {}
-    last = None
-    for name, fa in (("off", False), ("on", True)):
-        try:
-            model.set_flash_attn(fa)
-        except LocalspecError:
-            continue
-        results[name] = measure_decode_costs(model, max_batch, repeats, contexts, progress,
-                                             f"measuring decode costs of {model_name}, flash attention {name}",
-                                             points=ends, restore=False)
-        last = name
-    scores = flash_attn_scores(results)
-    best = min(results, key=lambda k: (scores[k], k != "off"))
-    if best != last:
-        model.set_flash_attn(best == "on")
-    costs = extend_costs(model, results[best], calibration_points(max_batch), repeats, progress,
-                         f"measuring decode costs of {model_name} at more batch sizes")
-    costs.flash_attn = best == "on"
-    costs.flash_attn_scores = scores
+    t0, meter = time.perf_counter(), CpuMeter()
+    short = min(contexts) if contexts else SHORT_CONTEXT
+    scores = compare_flash_attn(model, max_batch, repeats, short, progress)
+    setting = "on" if model.flash_attn else "off"
+    costs = measure_decode_costs(model, max_batch, repeats, contexts, progress,
+                                 f"measuring decode costs of {model_name}, flash attention {setting}")
+    costs.flash_attn, costs.flash_attn_scores = bool(model.flash_attn), scores
     costs.key = model_cost_key(model)
     costs.calibration_seconds = time.perf_counter() - t0
-    busy = [r.other_cpu for r in results.values() if r.other_cpu is not None] + \
-        ([costs.other_cpu] if costs.other_cpu is not None else [])
-    costs.other_cpu = max(busy) if busy else None  # the choice compares both: either disturbed taints it
+    busy = [x for x in (meter.other_fraction(), costs.other_cpu) if x is not None]
+    costs.other_cpu = max(busy) if busy else None  # the choice counts too: a disturbed comparison taints it
     return costs
 
 
 def load_costs(model, max_batch: int) -> ModelCosts | None:
-    """The cached measurement for this model, settings and machine, if it covers max_batch."""
+    """The cached measurement for this model, settings and machine, if it covers max_batch and was
+    not :attr:`~ModelCosts.disturbed` (:func:`get_costs` does not save such a one; an older cache
+    file may hold one)."""
     key = model_cost_key(model)
     path = cost_cache_path(key)
     try:
         costs = ModelCosts.from_json(json.loads(path.read_text()))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if costs.key != key or len(costs.seconds) < max_batch or not costs.measured:
+    if costs.key != key or len(costs.seconds) < max_batch or not costs.measured or costs.disturbed:
         return None
     return costs
 
@@ -464,23 +478,26 @@ def save_costs(costs: ModelCosts) -> Path | None:
         return None
 
 
-def get_costs(model, max_batch: int, remeasure: bool = False, repeats: int = 3,
+def get_costs(model, max_batch: int, remeasure: bool = False, repeats: int = 2,
               contexts: Sequence[int] | None = None, progress: StepFn | None = None) -> ModelCosts:
     """Cached costs (the model switched to their flash-attention setting), or a fresh calibration
     (:func:`calibrate_model`, saved to the cache).
 
-    A cached calibration that was :attr:`~ModelCosts.disturbed` (other processes busy while it
-    measured) is used only while the machine is still busy: once it is quiet (one second of
-    :func:`~localspec.machine.machine_is_quiet`), the curve is measured again and replaces it.
+    A calibration measured while other processes used the CPUs (:attr:`~ModelCosts.disturbed`:
+    on a 2-core machine a busy neighbour starves llama.cpp's threads, and every pass then costs
+    about the same, a flat curve that makes the longest draft look free) is returned for this
+    run, where the engine's observed times correct its scale (:class:`EngineCosts`), but never
+    saved: the next load measures again, and a good measurement already cached stays.
     """
     if not remeasure:
         cached = load_costs(model, max_batch)
-        if cached is not None and (not cached.disturbed or not machine_is_quiet()):
+        if cached is not None:
             if _flash_attn_mode(model) == "auto" and cached.flash_attn is not None and hasattr(model, "set_flash_attn"):
                 model.set_flash_attn(bool(cached.flash_attn))
             return cached
     costs = calibrate_model(model, max_batch, repeats=repeats, contexts=contexts, progress=progress)
-    save_costs(costs)
+    if not costs.disturbed:
+        save_costs(costs)
     return costs
 
 
@@ -608,7 +625,7 @@ class EngineCosts:
 
 
 def engine_costs(target, draft_model, draft_max: int, *, existing: EngineCosts | None = None,
-                 remeasure: bool = False, repeats: int = 3, progress: StepFn | None = None) -> EngineCosts:
+                 remeasure: bool = False, repeats: int = 2, progress: StepFn | None = None) -> EngineCosts:
     """Calibrate (or load) the target's curves b = 1..draft_max+1 (measured at
     :func:`~localspec.costmodel.calibration_points`, interpolated between) at a short and a long context,
     and the draft model's per-token and catch-up costs (:func:`get_costs`).
@@ -622,7 +639,7 @@ def engine_costs(target, draft_model, draft_max: int, *, existing: EngineCosts |
     target_costs = get_costs(target, draft_max + 1, remeasure=remeasure, repeats=repeats, progress=progress)
     draft = None
     if draft_model is not None:
-        draft = get_costs(draft_model, 2, remeasure=remeasure, repeats=max(repeats, 5), progress=progress)
+        draft = get_costs(draft_model, 2, remeasure=remeasure, repeats=max(repeats, 3), progress=progress)
     return _engine_costs(target_costs, draft, draft_max)
 
 
@@ -633,9 +650,7 @@ def _engine_costs(target: ModelCosts, draft: ModelCosts | None, draft_max: int) 
 
 def cached_engine_costs(target, draft_model, draft_max: int) -> EngineCosts | None:
     """The engine costs from the cache alone (no measurement): None when this machine has not
-    measured the target for ``draft_max`` (or the draft model) yet, or when a cached curve was
-    :attr:`~ModelCosts.disturbed` and the machine is quiet now (the first generation in mode
-    ``auto`` then measures again, :func:`get_costs`)."""
+    measured the target for ``draft_max`` (or the draft model) yet (:func:`load_costs`)."""
     target_costs = load_costs(target, draft_max + 1)
     if target_costs is None:
         return None
@@ -644,8 +659,6 @@ def cached_engine_costs(target, draft_model, draft_max: int) -> EngineCosts | No
         draft = load_costs(draft_model, 2)
         if draft is None:
             return None
-    if any(c is not None and c.disturbed for c in (target_costs, draft)) and machine_is_quiet():
-        return None
     return _engine_costs(target_costs, draft, draft_max)
 
 
@@ -666,6 +679,11 @@ def format_curve(costs: ModelCosts, title: str) -> str:
     if len(costs.points) < len(costs.seconds):
         lines.append(f"(measured at these {len(costs.points)} batch sizes; the other lengths up to "
                      f"{len(costs.seconds)} are interpolated linearly between them)")
+    if len(costs.contexts) > 1 and costs.context_points and costs.context_points != costs.points:
+        at = ", ".join(str(c) for c in costs.contexts[1:])
+        lines.append(f"(at {at} tokens of context timed at b = {', '.join(map(str, costs.context_points))}: "
+                     f"the curve there is the one at {costs.contexts[0]} plus the difference measured, "
+                     "interpolated between them)")
     return "\n".join(lines)
 
 
@@ -684,7 +702,7 @@ def describe_costs(costs: ModelCosts) -> str:
         parts.append(f"calibration took {costs.calibration_seconds:.1f} s")
     if costs.disturbed:
         parts.append(f"DISTURBED: other processes used {costs.other_cpu:.0%} of the CPUs while it measured; "
-                     "it is measured again the next time this model loads on a quiet machine")
+                     "not saved: it is measured again the next time this model loads")
     elif costs.other_cpu is not None:
         parts.append(f"other processes used {costs.other_cpu:.0%} of the CPUs meanwhile")
     return "; ".join(parts)

@@ -315,6 +315,14 @@ def cmd_models(ns: argparse.Namespace) -> int:
     return 0
 
 
+CALIBRATE_DESCRIPTION = (
+    "Measure the target's verify cost for b = 1..draft_max+1 tokens (every b up to 8, then 12, 16, 24, 32, "
+    "48, ... and draft_max+1, interpolated between) at a short context, and what a long context adds at four of "
+    "them, after comparing flash attention off and on (keeping the faster), and the draft model's cost per "
+    "token and per catch-up token on this machine; cached per model, settings, llama.cpp build and machine "
+    "(not when other processes disturbed it: measured again next time).")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="localspec", description="Local speculative decoding on GGUF models.")
     sub = p.add_subparsers(dest="command")
@@ -362,14 +370,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(sv)
     sub.add_parser("bench", help="benchmark modes side by side (localspec bench --help)", add_help=False)
     cal = sub.add_parser("calibrate", help="measure the cost curve of the loaded models",
-                         description="Measure the target's verify cost for b = 1..draft_max+1 tokens (every b up "
-                                     "to 9, then 12, 16, 24, 32, 48, 64, ... and draft_max+1, interpolated between) "
-                                     "at a short and "
-                                     "a long context, with flash attention off and on (keeping the faster), and the "
-                                     "draft model's cost per token and per catch-up token on this machine; cached per "
-                                     "model, settings, llama.cpp build and machine.")
+                         description=CALIBRATE_DESCRIPTION)
     cal.add_argument("--remeasure", action="store_true", help="measure again even if a cached measurement exists")
-    cal.add_argument("--repeats", type=int, default=5, help="repetitions per batch size (median)")
+    cal.add_argument("--repeats", type=int, default=2,
+                     help="repetitions per batch size (median; one more where they differ by over 10%%)")
     cal.add_argument("--long-context", type=int, default=LONG_CONTEXT,
                      help=f"the long context measured, tokens (default {LONG_CONTEXT}; capped by --n-ctx)")
     cal.add_argument("--no-draft", action="store_true", help="measure the target only")
@@ -413,7 +417,7 @@ def cmd_calibrate(ns: argparse.Namespace) -> int:
         huge["draft"] = draft.huge_page_bytes
         repack["draft"] = (draft.repack, draft.repack_verdict)
         try:
-            out["draft"] = get_costs(draft, 2, remeasure=ns.remeasure, repeats=max(ns.repeats, 5),
+            out["draft"] = get_costs(draft, 2, remeasure=ns.remeasure, repeats=max(ns.repeats, 3),
                                      contexts=calibration_contexts(draft, 2, ns.long_context), progress=steps)
         finally:
             draft.close()

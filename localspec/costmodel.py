@@ -75,7 +75,7 @@ def verify_cost(verify_seconds: Sequence[float], b: int) -> float:
 
 #: batch sizes calibration measures densely (every b up to here): small passes are cheap to time, and
 #: a kernel threshold (a jump between 7 and 8 tokens on some CPUs) is seen where it is
-DENSE_POINTS = 9
+DENSE_POINTS = 8
 
 
 def calibration_points(max_batch: int, dense: int = DENSE_POINTS) -> list[int]:
@@ -83,9 +83,11 @@ def calibration_points(max_batch: int, dense: int = DENSE_POINTS) -> list[int]:
 
     Every b in 1..``dense``, then the powers of two and their halfway points 3 x 2^k above it
     (12, 16, 24, 32, 48, 64, 96, ...: each 1.33-1.5 times the previous) below ``max_batch``, and
-    ``max_batch`` itself. So the first run of a long cap times a few points instead of every
-    length (``max_batch`` = 65: 16 points whose token counts sum to 306, against 2,145 for all
-    65); the rest of the curve is :func:`interpolate_curve`.
+    ``max_batch`` itself; a point closer to ``max_batch`` than an eighth of it is left out (64
+    next to 65 adds a long pass and nothing the line from 48 to 65 does not give). So the first
+    run of a long cap times a few points instead of every length (``max_batch`` = 65: 14
+    points whose token counts sum to 233, against 2,145 for all 65); the rest of the curve is
+    :func:`interpolate_curve`.
 
     Returns:
         ascending, distinct, within 1..max_batch; ``[]`` for ``max_batch`` < 1.
@@ -95,40 +97,65 @@ def calibration_points(max_batch: int, dense: int = DENSE_POINTS) -> list[int]:
     pts = set(range(1, min(dense, max_batch) + 1))
     k = 2
     while 2 ** k < max_batch:
-        pts.update(b for b in (2 ** k, 3 * 2 ** (k - 1)) if dense < b < max_batch)
+        pts.update(b for b in (2 ** k, 3 * 2 ** (k - 1)) if dense < b < max_batch - max_batch / 8)
         k += 1
     pts.add(max_batch)
     return sorted(pts)
 
 
-def interpolate_curve(points: Sequence[int], seconds: Sequence[float], max_batch: int) -> list[float]:
-    """A dense verify-cost curve ``out[b-1]``, b = 1..max_batch, from times measured at some b.
+def context_points(max_batch: int, dense: int = DENSE_POINTS) -> list[int]:
+    """The batch sizes calibration times at its longer contexts: 1, ``dense``, the calibration
+    point nearest a third of ``max_batch`` (when ``max_batch`` >= 3 x ``dense``) and ``max_batch``.
 
-    The measured medians are first made non-decreasing in b (a pass over more tokens never
-    costs less; a lower later median is noise on a shared machine), then joined linearly
-    between measured points (a CPU's matrix kernels cost about linearly in the batch between
-    its thresholds, and a threshold inside the dense part is kept as measured). Beyond the
-    last point the line continues with the slope of the last two points (never down);
-    below the first, the first value.
+    What a longer context adds to a pass over b tokens is attention over the cached positions,
+    about linear in b (each new token reads every cached one); so the longer context's curve is
+    the short one plus that difference, measured at these points and interpolated linearly
+    between them (:func:`shifted_curve`), at a fraction of the time of timing every point again
+    (``max_batch`` = 65: 1, 8, 24, 65).
 
-    Args:
-        points: measured batch sizes, ascending, >= 1.
-        seconds: median seconds of a pass over ``points[i]`` tokens, same length.
-        max_batch: length of the curve returned.
-
-    Raises:
-        ValueError: no points, lengths differ, or points not ascending.
+    Returns:
+        ascending, distinct, a subset of :func:`calibration_points`; ``[]`` for ``max_batch`` < 1.
     """
-    if not points or len(points) != len(seconds):
-        raise ValueError(f"{len(points)} points and {len(seconds)} times: need the same number, at least one")
-    xs = [int(p) for p in points]
-    if any(b <= a for a, b in zip(xs, xs[1:])) or xs[0] < 1:
-        raise ValueError(f"points must be ascending and >= 1: {xs}")
-    ys: list[float] = []
-    for y in seconds:
-        ys.append(max(float(y), ys[-1]) if ys else float(y))
+    pts = calibration_points(max_batch, dense)
+    if not pts:
+        return []
+    keep = {1, max_batch}
+    if dense < max_batch - max_batch / 8:
+        keep.add(dense)
+    if max_batch >= 3 * dense:
+        keep.add(min(pts, key=lambda b: (abs(b - max_batch / 3), b)))
+    return sorted(keep)
+
+
+def monotone_fit(values: Sequence[float]) -> list[float]:
+    """The non-decreasing sequence nearest ``values`` in least squares (isotonic regression,
+    pool-adjacent-violators; Barlow et al. 1972, *Statistical Inference under Order Restrictions*).
+
+    A pass over more tokens never costs less, so a measured median below an earlier one is noise
+    on one side or the other: both are pulled to their mean, instead of lifting every later point
+    to one high outlier.
+
+    Returns:
+        a list as long as ``values``, non-decreasing.
+    """
+    blocks: list[list[float]] = []  # [mean, count]
+    for v in values:
+        blocks.append([float(v), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            m2, n2 = blocks.pop()
+            m1, n1 = blocks[-1]
+            blocks[-1] = [(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2]
+    out: list[float] = []
+    for mean, n in blocks:
+        out.extend([mean] * int(n))
+    return out
+
+
+def _line_through(xs: Sequence[int], ys: Sequence[float], n: int) -> list[float]:
+    """``out[b-1]`` for b = 1..n: ys joined linearly between xs; below xs[0] the first value;
+    beyond xs[-1] the slope of the last two points (never down)."""
     out = []
-    for b in range(1, max_batch + 1):
+    for b in range(1, n + 1):
         if b <= xs[0]:
             out.append(ys[0])
         elif b >= xs[-1]:
@@ -138,6 +165,64 @@ def interpolate_curve(points: Sequence[int], seconds: Sequence[float], max_batch
             j = next(k for k in range(1, len(xs)) if b <= xs[k])
             f = (b - xs[j - 1]) / (xs[j] - xs[j - 1])
             out.append(ys[j - 1] + f * (ys[j] - ys[j - 1]))
+    return out
+
+
+def _check_points(points: Sequence[int], seconds: Sequence[float]) -> list[int]:
+    if not points or len(points) != len(seconds):
+        raise ValueError(f"{len(points)} points and {len(seconds)} times: need the same number, at least one")
+    xs = [int(p) for p in points]
+    if any(b <= a for a, b in zip(xs, xs[1:])) or xs[0] < 1:
+        raise ValueError(f"points must be ascending and >= 1: {xs}")
+    return xs
+
+
+def interpolate_curve(points: Sequence[int], seconds: Sequence[float], max_batch: int) -> list[float]:
+    """A dense verify-cost curve ``out[b-1]``, b = 1..max_batch, from times measured at some b.
+
+    The measured medians are first fitted non-decreasing in b (:func:`monotone_fit`: a pass
+    over more tokens never costs less), then joined linearly between measured points (a CPU's
+    matrix kernels cost about linearly in the batch between its thresholds, and a threshold
+    inside the dense part is kept as measured). Beyond the last point the line continues
+    with the slope of the last two points (never down); below the first, the first value.
+
+    Args:
+        points: measured batch sizes, ascending, >= 1.
+        seconds: median seconds of a pass over ``points[i]`` tokens, same length.
+        max_batch: length of the curve returned.
+
+    Raises:
+        ValueError: no points, lengths differ, or points not ascending.
+    """
+    xs = _check_points(points, seconds)
+    return _line_through(xs, monotone_fit(seconds), max_batch)
+
+
+def shifted_curve(base: Sequence[float], points: Sequence[int], seconds: Sequence[float]) -> list[float]:
+    """The curve at a longer context from the curve ``base`` at a shorter one and a few passes
+    timed at the longer one (:func:`context_points`).
+
+    ``out[b-1] = base[b-1] + d(b)``, where d is the measured difference ``seconds[i] -
+    base[points[i]-1]`` (never below 0: more cached tokens never make a pass cheaper; fitted
+    non-decreasing in b, :func:`monotone_fit`: each token of the pass attends to every cached
+    one), joined linearly between the points. The result is made non-decreasing in b.
+
+    Args:
+        base: ``base[b-1]`` = seconds of a pass over b tokens at the shorter context.
+        points: batch sizes timed at the longer context, ascending, within 1..len(base).
+        seconds: their median seconds, same length.
+
+    Raises:
+        ValueError: no points, lengths differ, points not ascending or beyond ``base``.
+    """
+    xs = _check_points(points, seconds)
+    if xs[-1] > len(base):
+        raise ValueError(f"point {xs[-1]} beyond the curve of {len(base)}")
+    diff = monotone_fit([max(0.0, float(s) - float(base[b - 1])) for b, s in zip(xs, seconds)])
+    d = _line_through(xs, diff, len(base))
+    out: list[float] = []
+    for b0, db in zip(base, d):
+        out.append(max(float(b0) + db, out[-1] if out else 0.0))
     return out
 
 

@@ -9,7 +9,15 @@ from pydantic import ValidationError
 from localspec import calibration
 from localspec.calibration import EngineCosts, ModelCosts, measure_decode_costs
 from localspec.config import AUTO_DRAFT_MAX, FIXED_DRAFT_MAX, DraftParams
-from localspec.costmodel import best_draft_length, calibration_points, interpolate_curve, succession_prior
+from localspec.costmodel import (
+    best_draft_length,
+    calibration_points,
+    context_points,
+    interpolate_curve,
+    monotone_fit,
+    shifted_curve,
+    succession_prior,
+)
 from localspec.policy import AdaptivePolicy
 
 T1 = 0.05
@@ -42,13 +50,17 @@ def test_draft_max_default_depends_on_the_mode_and_a_user_value_caps_it():
 # -- the calibration points and the curve between them ---------------------------------------
 def test_calibration_points_are_dense_then_sparse():
     pts = calibration_points(65)
-    assert pts == [1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 24, 32, 48, 64, 65]
-    assert sum(pts) == 306  # token counts timed per repetition and context, against 2,145 for every b
+    assert pts == [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 65]  # 64 next to 65 adds nothing
+    assert sum(pts) == 233  # token counts timed per repetition, against 2,145 for every b
     assert calibration_points(9) == list(range(1, 10))  # the old default range: every b, as before
     assert calibration_points(2) == [1, 2] and calibration_points(1) == [1] and calibration_points(0) == []
     big = calibration_points(200)
     assert big[-1] == 200 and big == sorted(set(big))
-    assert all(b / a <= 1.5 for a, b in zip(big[8:], big[9:-1]))  # no gap wider than 1.5x between points
+    assert all(b / a <= 1.5 for a, b in zip(big[7:], big[8:-1]))  # no gap wider than 1.5x between points
+    assert big[-1] / big[-2] <= 1.5 / (1 - 1 / 8)  # ... but the last, where a point within max/8 is left out
+    # the longer context: four points whose token counts sum to 98 for max 65
+    assert context_points(65) == [1, 8, 24, 65] and context_points(9) == [1, 9] and context_points(2) == [1, 2]
+    assert set(context_points(200)) <= set(big) and context_points(0) == []
 
 
 def test_interpolated_curve_reproduces_a_piecewise_linear_cost():
@@ -68,8 +80,23 @@ def test_interpolated_curve_keeps_a_measured_jump_and_is_never_decreasing():
     got = interpolate_curve(pts, secs, 12)
     assert got[6] == 4 and got[7] == 7
     assert got[9] == pytest.approx(7.2 + (7.5 - 7.2) / 3)
-    # noise: a later median below an earlier one is lifted to it
-    assert interpolate_curve([1, 2, 4], [1.0, 2.0, 1.5], 4) == [1.0, 2.0, 2.0, 2.0]
+    # noise: a later median below an earlier one and that one meet at their mean (least squares), and
+    # one high outlier does not lift every later point to itself
+    assert interpolate_curve([1, 2, 4], [1.0, 2.0, 1.5], 4) == [1.0, 1.75, 1.75, 1.75]
+    assert interpolate_curve([1, 2, 3, 4, 5], [1.0, 9.0, 3.0, 4.0, 5.0], 5) == pytest.approx([1.0, 5.25, 5.25, 5.25, 5.25])
+    assert monotone_fit([3.0, 1.0, 2.0, 5.0]) == [2.0, 2.0, 2.0, 5.0] and monotone_fit([]) == []
+
+
+def test_a_longer_contexts_curve_is_the_short_one_plus_the_measured_difference():
+    base = [1.0 + 0.5 * (b - 1) for b in range(1, 66)]
+    extra = [0.1 + 0.02 * b for b in range(1, 66)]  # attention over the cached tokens, linear in b
+    pts = context_points(65)
+    got = shifted_curve(base, pts, [base[b - 1] + extra[b - 1] for b in pts])
+    assert got == pytest.approx([x + y for x, y in zip(base, extra)])
+    # a measured time below the short context's (noise) adds nothing rather than lowering the curve
+    assert shifted_curve([1.0, 2.0, 3.0], [1, 3], [0.9, 3.3]) == pytest.approx([1.0, 2.15, 3.3])
+    with pytest.raises(ValueError):
+        shifted_curve([1.0, 2.0], [1, 3], [1.0, 2.0])
     with pytest.raises(ValueError):
         interpolate_curve([1, 3], [1.0], 4)
     with pytest.raises(ValueError):
@@ -138,6 +165,8 @@ def test_calibration_times_only_the_points_and_interpolates_the_rest(clock_model
     assert costs.points == pts
     timed = {b for b, n in m.calls.items() if n >= 2}
     assert timed == set(pts)  # b = 10, 11, 13, ... were never decoded
+    # the long context: only 1, 8, 24 and 65 timed again (the warm-up decodes one token per context)
+    assert {b: m.calls[b] for b in pts} == {b: 4 if b in (8, 24, 65) else 6 if b == 1 else 2 for b in pts}
     for i, c in enumerate((64, 1024)):
         curve = costs.curves[i]
         assert len(curve) == 65
@@ -147,6 +176,7 @@ def test_calibration_times_only_the_points_and_interpolates_the_rest(clock_model
             assert curve[b - 1] == pytest.approx(ClockModel.cost(b, c)), (c, b)
     back = ModelCosts.from_json(costs.to_json())
     assert back.points == pts and back.point_seconds == costs.point_seconds
+    assert back.context_points == costs.context_points == [1, 8, 24, 65] and back.points_at(1) == [1, 8, 24, 65]
 
 
 def test_flash_attn_auto_times_the_losing_setting_at_two_points_only(clock_model):
@@ -154,8 +184,8 @@ def test_flash_attn_auto_times_the_losing_setting_at_two_points_only(clock_model
     costs = calibration.calibrate_model(m, 65, repeats=1, contexts=(64, 1024))
     assert costs.flash_attn is True and m.flash_attn is True  # 10 % faster in this model
     assert costs.points == calibration_points(65)
-    # off: b = 1 and 65 at two contexts; on: the same, then the 14 other points at two contexts
-    assert m.calls[65] == 4 and m.calls[1] >= 4 and m.calls[12] == 2 and 10 not in m.calls
+    # off and on: b = 1 and 65 at the short context; then on: the 14 points there, 4 at the long context
+    assert m.calls[65] == 4 and m.calls[1] >= 4 and m.calls[12] == 1 and m.calls[24] == 2 and 10 not in m.calls
     assert costs.curves[1][11] == pytest.approx(ClockModel.cost(12, 1024, fa=True))
     assert costs.prefill_token_seconds is not None
     assert m.cached_tokens == []  # filler left in the cache would be a wrong prefix

@@ -307,8 +307,9 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 2, contexts: Sequ
     min(what it held, c0) tokens (the engine decodes what is missing on its next call,
     :meth:`LlamaModel.sync`).
 
-    ``progress(label, done, total)`` is called after each repetition at each context
-    (``total`` = contexts x repetitions), so a front-end can show how far it is.
+    ``progress(label, done, total)`` is called after each repetition at each context and after
+    each fill to a longer context (``total`` = contexts x repetitions + contexts - 1), so a
+    front-end can show how far it is.
 
     Returns:
         :class:`ModelCosts` with the medians per timed b and context (seconds) and the
@@ -327,12 +328,15 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 2, contexts: Sequ
     toks = _filler_tokens(model, max_batch, seed=2)
     medians: list[list[float]] = []
     prefill = None
-    tick = _ticker(progress, label or f"measuring decode costs of {_model_name(model)}", len(wanted) * max(1, repeats))
+    steps = len(wanted) * max(1, repeats) + len(wanted) - 1  # the repetitions, and each fill to a longer context
+    tick = _ticker(progress, label or f"measuring decode costs of {_model_name(model)}", steps)
     try:
         for c in wanted:
             n, secs = _fill_to(model, c, seed=1 + len(medians))
-            if medians and n >= 32:
-                prefill = secs / n
+            if medians:
+                tick()
+                if n >= 32:
+                    prefill = secs / n
             medians.append(_time_points(model, toks, c, lpts if medians else pts, repeats, tick))
     finally:
         model.truncate(n0)

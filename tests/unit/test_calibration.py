@@ -72,13 +72,14 @@ class _FakeModel:
 
 
 def test_measure_reports_its_progress_in_steps(tmp_path, monkeypatch):
-    """A front-end sees 0 at once, then one step per repetition per context, ending at the total."""
+    """A front-end sees 0 at once, then one step per repetition per context and one for the fill to the
+    longer context (the longest wait of a calibration), ending at the total."""
     monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF" + b"\0" * 2000)
     seen = []
     measure_decode_costs(_FakeModel(f), 4, repeats=3, contexts=[8, 40], progress=lambda *a: seen.append(a))
-    assert [d for _, d, _ in seen] == list(range(7)) and {t for _, _, t in seen} == {6}
+    assert [d for _, d, _ in seen] == list(range(8)) and {t for _, _, t in seen} == {7}
     assert all("m.gguf" in what for what, _, _ in seen)
 
 

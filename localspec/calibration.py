@@ -565,6 +565,11 @@ class EngineCosts:
         self._n_catchup = 0
         self._refresh()
 
+    @property
+    def disturbed(self) -> bool:
+        """Whether the target's or the draft model's calibration was :attr:`ModelCosts.disturbed`."""
+        return any(c is not None and c.disturbed for c in (self.target, self.draft))
+
     def _w(self, n: int) -> float:
         # the first observations are averaged (weight 1/n), later ones weighted exponentially:
         # a calibration taken on a busy machine is corrected within a few rounds

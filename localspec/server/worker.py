@@ -9,7 +9,9 @@ while it runs, ends after the current round (``Generation.cancel``); the engine 
 consistent with what was committed, so the next request runs as from a fresh start,
 reusing the common prefix of the KV cache (an agent resending a growing conversation
 prefills only the new part). On shutdown (:meth:`EngineWorker.drain`) the waiting jobs are
-answered 503 and the running one gets a bounded grace period to finish.
+answered 503 and the running one gets a bounded grace period to finish. While no request
+comes for a while, a calibration that other processes disturbed is measured again once the
+machine is quiet (:meth:`EngineWorker._remeasure_if_disturbed`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from ..config import (DraftParams, GenerationParams, SamplingParams, Settings, c
 from ..engine import Generation
 from ..errors import BackendError, LocalspecError
 from ..events import RoundStats, TokenEvent
+from ..machine import machine_is_quiet
 from .openai_api import ApiError, GenerationRequest
 from .tools import GRAMMAR_ROOT, call_grammar, prompt_tokens
 
@@ -159,7 +162,6 @@ class EngineWorker:
         self.max_queue = max_queue
         self.default_max_tokens = default_max_tokens
         self.on_finished = on_finished
-        self.max_queue = max_queue
         self._queue: deque[Job] = deque()  # live waiting jobs, in arrival order
         self._lock = threading.Lock()
         self._ready = threading.Condition(self._lock)  # a job arrived, or the worker should stop
@@ -171,6 +173,10 @@ class EngineWorker:
         self._thread: threading.Thread | None = None
         self.current: Job | None = None
         self.mean_seconds = 1.0  #: exponentially weighted seconds per served request
+        #: seconds without a request after which a disturbed calibration may be measured again
+        self.idle_seconds = 30.0
+        self.max_remeasures = 3
+        self._remeasures = 0
 
     @property
     def waiting(self) -> int:
@@ -259,14 +265,15 @@ class EngineWorker:
             except ValueError:
                 pass
 
-    def _next(self, block: bool = True) -> Job | None:
-        """The next live job, now :attr:`current` (None: stop, or none waits and ``block`` is False).
-        A job cancelled while it was being taken is skipped (cancel sets its flag before it asks
-        for the job's withdrawal)."""
+    def _next(self, block: bool = True, timeout: float | None = None) -> Job | None:
+        """The next live job, now :attr:`current` (None: stop, none waits and ``block`` is False, or
+        none came within ``timeout`` seconds). A job cancelled while it was being taken is skipped
+        (cancel sets its flag before it asks for the job's withdrawal)."""
         with self._lock:
             while True:
                 while block and not self._queue and not self._stopping:
-                    self._ready.wait()
+                    if not self._ready.wait(timeout) and not self._queue:
+                        return None
                 if self._stopping or not self._queue:
                     return None
                 job = self._queue.popleft()
@@ -275,9 +282,37 @@ class EngineWorker:
                     self.current = job
                     return job
 
+    def _wait_for_job(self) -> Job | None:
+        """:meth:`_next`, blocking; while no request comes for :attr:`idle_seconds`, the idle
+        server may measure a disturbed calibration again (:meth:`_remeasure_if_disturbed`).
+        None: stop."""
+        while True:
+            job = self._next(timeout=self.idle_seconds)
+            if job is not None or self._stopping:
+                return job
+            self._remeasure_if_disturbed()
+
+    def _remeasure_if_disturbed(self) -> None:
+        """Measure mode auto's costs again when the ones in use were measured while other processes
+        were busy (:attr:`~localspec.calibration.EngineCosts.disturbed`: a curve that can make
+        long drafts look free) and the machine is quiet now; at most :attr:`max_remeasures` times
+        in a server's life. A request that arrives meanwhile waits in the queue."""
+        costs = self.engine.cost_model
+        if costs is None or not costs.disturbed or self._remeasures >= self.max_remeasures or not machine_is_quiet():
+            return
+        self._remeasures += 1
+        log.info("the decode costs in use were measured while other processes were busy; the server is idle and "
+                 "the machine quiet: measuring them again")
+        try:
+            new = self.engine.calibrated_costs(len(costs.verify) - 1, remeasure=True)
+        except LocalspecError as e:
+            log.warning("measuring again failed: %s", e.message)
+            return
+        log.info("measured%s", " (disturbed again)" if new.disturbed else "")
+
     # -- the thread ---------------------------------------------------------------------
     def _loop(self) -> None:
-        job = self._next()
+        job = self._wait_for_job()
         while job is not None:
             job.wait_seconds = time.perf_counter() - job.enqueued_at
             job.served = self._served
@@ -292,7 +327,7 @@ class EngineWorker:
             job.post(last)
             if gen is not None and self.on_finished is not None:
                 self.on_finished(job.request, gen)
-            job = following if following is not None else self._next()
+            job = following if following is not None else self._wait_for_job()
 
     def _serve(self, job: Job) -> tuple[Finished | Failed, Generation | None]:
         """Run ``job``; its last message (not posted yet) and the finished generation (None on failure)."""

@@ -246,3 +246,67 @@ def test_model_retrieve_cors_and_context_wording():
         assert r.headers["access-control-allow-origin"] == "http://localhost:3000"
         r = c.options("/v1/chat/completions", headers={**pre, "Origin": "http://evil.example"})
         assert r.status_code == 400 and "access-control-allow-origin" not in r.headers
+
+
+def test_an_idle_server_measures_a_disturbed_calibration_again_when_the_machine_is_quiet(monkeypatch):
+    """A curve measured while another process held a core is flat (long drafts look free); a
+    server started then would use it for its whole life. Idle and quiet, it measures again, at most
+    max_remeasures times, and never while busy or while the costs in use are clean."""
+    from localspec.calibration import EngineCosts, ModelCosts
+    from localspec.server import worker as worker_mod
+
+    def costs(other_cpu):
+        mc = ModelCosts(seconds=[0.1] * 9, other_cpu=other_cpu)
+        return EngineCosts(verify=list(mc.seconds), draft_token=None, target=mc, draft=None)
+
+    class Measuring(SpeculativeEngine):
+        def __init__(self, *a):
+            super().__init__(*a)
+            self.asked: list[tuple[int, bool]] = []
+            self.next_other = 0.5
+
+        def calibrated_costs(self, draft_max, remeasure=False, progress=None):
+            self.asked.append((draft_max, remeasure))
+            self._costs = costs(self.next_other)
+            return self._costs
+
+    quiet = [False]
+    monkeypatch.setattr(worker_mod, "machine_is_quiet", lambda *a, **k: quiet[0])
+    eng = Measuring(FakeModel(), None)
+    eng._costs = costs(0.5)
+    assert eng.cost_model.disturbed
+    worker = EngineWorker(eng, SETTINGS)
+    worker._remeasure_if_disturbed()
+    assert eng.asked == []  # the machine is busy: measuring now would be disturbed again
+    quiet[0] = True
+    worker._remeasure_if_disturbed()
+    assert eng.asked == [(8, True)] and eng.cost_model.disturbed  # measured again, for the same cap; still busy
+    for _ in range(5):
+        worker._remeasure_if_disturbed()
+    assert len(eng.asked) == worker.max_remeasures == 3  # a bounded number of tries
+    worker._remeasures = 0
+    eng.next_other = 0.01
+    worker._remeasure_if_disturbed()
+    assert len(eng.asked) == 4 and not eng.cost_model.disturbed
+    worker._remeasure_if_disturbed()
+    assert len(eng.asked) == 4  # clean costs are kept
+    # the worker thread does it on its own once no request came for idle_seconds
+    eng._costs, eng.next_other, worker._remeasures = costs(0.5), 0.01, 0
+    worker.idle_seconds = 0.05
+    worker.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(eng.asked) < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(eng.asked) == 5 and not eng.cost_model.disturbed
+        loop = asyncio.new_event_loop()
+        try:  # and it still serves
+            job = make_job(loop)
+            worker.submit(job)
+            while job.out.empty() and time.monotonic() < deadline:
+                loop.run_until_complete(asyncio.sleep(0.01))
+            assert job.out.qsize() >= 1
+        finally:
+            loop.close()
+    finally:
+        worker.stop()

@@ -126,8 +126,8 @@ def repack_choice(mode: str, target: str, threads: int) -> bool:
 
 def calibrate(target: str, draft: str, common: list[str], remeasure: bool) -> dict | None:
     """Run ``localspec calibrate`` with the settings the servers get; its JSON (None on failure)."""
-    # 3 repetitions, as the calibration a server runs at load in mode auto
-    cmd = [sys.executable, "-m", "localspec.cli", "calibrate", "--json", "--repeats", "3", "--target", target,
+    # the default repetitions, as the calibration a server runs at load in mode auto
+    cmd = [sys.executable, "-m", "localspec.cli", "calibrate", "--json", "--target", target,
            "--draft", draft, *common] + (["--remeasure"] if remeasure else [])
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)

@@ -108,8 +108,8 @@ async def test_click_token_opens_its_round_and_keys_step(fake):
         assert insp.index == 0
 
 
-async def test_long_history_drops_oldest_turns(fake):
-    fake.n_ctx = 700  # the fake's tokens are words: a few long turns overflow it
+async def test_long_history_drops_oldest_turns(clock):
+    fake = FakeEngine(clock, n_ctx=700)  # the fake's tokens are words: a few long turns overflow it
     app = build(fake, remember=False, settings=Settings().model_copy(update={
         "generation": Settings().generation.model_copy(update={"max_tokens": 100})}))
     async with app.run_test(size=(120, 40)) as pilot:

@@ -212,7 +212,8 @@ class FakeEngine(SpeculativeEngine):
                  n_ctx: int = 4096, draft_max: int = 64) -> None:
         clock = clock or FakeClock()
         self.script = Script(reply, replies)
-        self.prefill_seconds, self.verify_seconds, self.catchup_seconds = prefill_seconds, verify_seconds, catchup_seconds
+        self.prefill_seconds, self.verify_seconds = prefill_seconds, verify_seconds
+        self.catchup_seconds = catchup_seconds
         target = ScriptedModel(self.script, clock, path="fake-target.gguf", pass_seconds=verify_seconds,
                                batch_seconds=prefill_seconds, n_ctx=n_ctx)
         draft = ScriptedModel(self.script, clock, path="fake-draft.gguf", pass_seconds=draft_seconds,

@@ -201,7 +201,7 @@ class FakeEngine(SpeculativeEngine):
     """The real engine over a scripted target and (``has_draft``) draft model on a :class:`FakeClock`.
 
     Beyond the engine it only records: ``calls`` (every :meth:`generate`, with the chat
-    messages last tokenized), ``closed``; and gives the tests their knobs: ``reply``,
+    messages last tokenized), ``last_messages``, ``last_prompt``, ``closed``; and gives the tests their knobs: ``reply``,
     ``round_delay`` (real seconds each target pass waits), ``started`` (set when a slowed pass
     starts). Its costs (``cost_model``, mode ``auto``) are the fake models' true costs.
     """
@@ -225,7 +225,8 @@ class FakeEngine(SpeculativeEngine):
         super().__init__(target, draft, costs=costs, clock=clock)
         self.round_delay = round_delay
         self.calls: list[dict] = []
-        self.last_messages: list[dict] | None = None
+        self.last_messages: list[dict] | None = None  #: the chat messages last tokenized
+        self.last_prompt: list[int] | None = None  #: their prompt token ids
         self.closed = False
 
     @property
@@ -246,7 +247,8 @@ class FakeEngine(SpeculativeEngine):
 
     def chat_tokens(self, messages, tools=None) -> list[int]:
         self.last_messages = [dict(m) for m in messages]
-        return super().chat_tokens(messages, tools)
+        self.last_prompt = super().chat_tokens(messages, tools)
+        return list(self.last_prompt)
 
     def generate(self, prompt, sampling=None, drafting=None, generation=None, policy=None, prediction=None,
                  constraint=None):

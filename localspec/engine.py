@@ -260,7 +260,7 @@ class Generation:
             self._released = max(self._released, piece_end)
             self._n_released += 1
             if stats.time_to_first_token is None:
-                stats.time_to_first_token = time.perf_counter() - self._t_start
+                stats.time_to_first_token = self.engine.clock() - self._t_start
             stats.add_token(p.kind)
             yield TokenEvent(p.token, piece, p.kind, p.round, p.position)
 
@@ -270,7 +270,7 @@ class Generation:
         prompt = self.prompt
         eng.check_prompt(prompt)
         rng = np.random.default_rng(self.sampling.seed)
-        self._t_start = time.perf_counter()
+        self._t_start = eng.clock()
         committed = self.committed = list(prompt)
         n_prompt = len(prompt)
         assembler = self._assembler = TextAssembler(self.generation.stop)
@@ -298,7 +298,7 @@ class Generation:
                 if end is not None and end is not EndReason.STOP:
                     assembler.finish()
                 yield from self._release(assembler.safe_end(), end is not None)
-                stats.elapsed_seconds = time.perf_counter() - self._t_start
+                stats.elapsed_seconds = eng.clock() - self._t_start
                 yield rs
             if end is EndReason.CONTEXT:
                 assembler.finish()
@@ -328,13 +328,13 @@ class Generation:
             for p in pending[: stats.tokens]:
                 stats.kinds[p.kind.value] = stats.kinds.get(p.kind.value, 0) + 1
             stats.end_reason = end
-            stats.elapsed_seconds = time.perf_counter() - self._t_start
+            stats.elapsed_seconds = eng.clock() - self._t_start
 
 
 class Engine(Protocol):
     """The engine's public surface: all that a front-end (the CLI, the TUI, the server, the
-    benchmarks) may use. :class:`SpeculativeEngine` implements it, and so do the test fakes
-    (``tests/tui/tui_fakes.py``); nothing outside the engine reaches for its models.
+    benchmarks) may use. :class:`SpeculativeEngine` implements it (the TUI tests drive it over
+    scripted fake models, ``tests/tui/tui_fakes.py``); nothing outside the engine reaches for its models.
     """
 
     @property
@@ -398,19 +398,25 @@ class SpeculativeEngine:
             machine's cache when mode ``auto`` is first asked for, or measured by an explicit
             :meth:`calibrated_costs` (:func:`localspec.loader.load_engine` does it, visibly);
             :meth:`generate` never measures.
+        clock: the timing source of every duration the engine reports (prefill, drafting,
+            verification, catch-up, time to first token, elapsed; seconds, monotonic). The
+            default is :func:`time.perf_counter`; tests pass a fake clock that their fake
+            models advance, so the reported timings are exact.
 
     Raises:
         TokenizerMismatchError: the draft's tokenizer differs from the target's.
     """
 
-    def __init__(self, target, draft_model=None, costs: EngineCosts | None = None) -> None:
+    def __init__(self, target, draft_model=None, costs: EngineCosts | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.target = target
+        self.clock = clock
         self.draft_model = draft_model
         self.lookup = PromptLookupDrafter()
         self.drafter: DraftModelDrafter | None = None
         if draft_model is not None:
             n_shared = check_compatible(target.vocab_info(), draft_model.vocab_info())
-            self.drafter = DraftModelDrafter(draft_model, n_propose=min(n_shared, target.n_vocab))
+            self.drafter = DraftModelDrafter(draft_model, n_propose=min(n_shared, target.n_vocab), clock=clock)
         self._costs = costs
         #: sentences the front-end shows the user once after loading (e.g. weight repacking turned
         #: off by the probe, :func:`localspec.loader.load_model`)
@@ -614,11 +620,11 @@ class SpeculativeEngine:
             prompt tokens the target's cache already held.
         """
         def warm(model, progress=None) -> tuple[float, int]:
-            t0 = time.perf_counter()
+            t0 = self.clock()
             n = model.sync(prompt)
             if n < len(prompt) - 1:
                 model.decode(prompt[n : len(prompt) - 1], logits_for=(), **({"progress": progress} if progress else {}))
-            return time.perf_counter() - t0, n
+            return self.clock() - t0, n
 
         t_target, n_cached = warm(self.target, progress)
         model = self.draft_model
@@ -638,16 +644,16 @@ class SpeculativeEngine:
         """
         # 1. draft (a draft model first catches up on tokens its cache lacks: timed apart)
         policy.see_draft_cache(self.draft_catchup_tokens(committed), generated)
-        t0 = time.perf_counter()
+        t0 = self.clock()
         draft, choice, catchup = self.make_draft(policy, committed, limit, sampling, drafting, rng, prediction)
-        t_draft = time.perf_counter() - t0 - catchup[1]
+        t_draft = self.clock() - t0 - catchup[1]
         # 2. verify: one target pass over [x_last, d_1..d_g] gives g + 1 rows of logits
-        t0 = time.perf_counter()
+        t0 = self.clock()
         logits = self.target.decode([committed[-1], *draft.tokens], logits_for="all")
         # 3. accept: the longest accepted prefix d_1..d_k and one target token t
         verdict = verify(draft.tokens, draft.probs, logits, sampling, rng, constraint)
         self.target.truncate(len(committed) + verdict.accepted)  # the rejected draft tokens leave the cache
-        return Speculated(draft, choice, verdict, t_draft, time.perf_counter() - t0, catchup)
+        return Speculated(draft, choice, verdict, t_draft, self.clock() - t0, catchup)
 
     def abort(self) -> None:
         """Stop the decode running now in either model (:meth:`LlamaModel.abort`); thread-safe."""

@@ -8,7 +8,7 @@ and returns those distributions for the ratio test.
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -33,12 +33,14 @@ class DraftModelDrafter:
     Args:
         model: the draft model (same tokenizer as the target; see localspec.tokenizer).
         n_propose: ids at or above this are never proposed (target vocabulary size).
+        clock: times the catch-up (seconds; the engine passes its own, :class:`~localspec.engine.SpeculativeEngine`).
     """
 
     name = DrafterId.DRAFT
 
-    def __init__(self, model, n_propose: int | None = None) -> None:
+    def __init__(self, model, n_propose: int | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
         self.model = model
+        self.clock = clock
         self.n_propose = min(n_propose or model.n_vocab, model.n_vocab)
         #: (tokens, seconds) of the catch-up done by the latest :meth:`draft` call
         self.last_catchup: tuple[int, float] = (0, 0.0)
@@ -85,9 +87,9 @@ class DraftModelDrafter:
         n = model.sync(context)
         if len(context) - n <= STEADY_GAP or len(context) > model.n_ctx:
             return 0, 0.0
-        t0 = time.perf_counter()
+        t0 = self.clock()
         model.decode(context[n:-1], logits_for=())
-        return len(context) - 1 - n, time.perf_counter() - t0
+        return len(context) - 1 - n, self.clock() - t0
 
     def draft(self, context: Sequence[int], draft_len: int, drafting: DraftParams) -> Draft:
         """Propose up to ``draft_len`` ids continuing ``context``, sampled as set by :meth:`begin`.

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from localspec.config import Settings
 
-from tui_helpers import build, idle
+from tui_helpers import build, idle, running, submit, until_started
 from tui_fakes import REPLY, FakeEngine
 
 pytestmark = pytest.mark.asyncio
@@ -23,8 +21,7 @@ async def ask(pilot, app, text):
 
 async def test_send_prompt_streams_coloured_text(fake):
     app = build(fake)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await idle(pilot)
+    async with running(app) as pilot:
         await ask(pilot, app, "reverse a string in python")
         from tui.screens import AssistantMessage
 
@@ -45,8 +42,7 @@ async def test_send_prompt_streams_coloured_text(fake):
 
 async def test_mode_cycle_switches_drafter(fake):
     app = build(fake, remember=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await idle(pilot)
+    async with running(app) as pilot:
         assert app.settings.drafting.mode == "draft"
         await pilot.press("f5")
         assert app.settings.drafting.mode == "lookup"
@@ -67,12 +63,9 @@ async def test_mode_cycle_switches_drafter(fake):
 async def test_escape_stops_generation_cleanly(clock):
     slow = FakeEngine(clock, reply="word " * 400, round_delay=0.01)
     app = build(slow)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await idle(pilot)
-        prompt = app.screen.query_one("#prompt")
-        prompt.value = "talk"
-        await prompt.action_submit()  # (pilot.press would wait for the whole answer)
-        await asyncio.to_thread(slow.started.wait, 5)
+    async with running(app) as pilot:
+        await submit(pilot, "talk", wait=False)  # (pilot.press would wait for the whole answer)
+        await until_started(pilot, slow)
         await pilot.pause(0.05)
         await pilot.press("escape")
         await idle(pilot)
@@ -90,8 +83,7 @@ async def test_escape_stops_generation_cleanly(clock):
 
 async def test_click_token_opens_its_round_and_keys_step(fake):
     app = build(fake, remember=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await idle(pilot)
+    async with running(app) as pilot:
         await ask(pilot, app, "reverse a string")
         from tui.screens import AssistantMessage
         from tui.widgets import RoundInspector, TokenStream
@@ -108,12 +100,11 @@ async def test_click_token_opens_its_round_and_keys_step(fake):
         assert insp.index == 0
 
 
-async def test_long_history_drops_oldest_turns(fake):
-    fake.n_ctx = 700  # the fake's tokens are words: a few long turns overflow it
+async def test_long_history_drops_oldest_turns(clock):
+    fake = FakeEngine(clock, n_ctx=700)  # the fake's tokens are words: a few long turns overflow it
     app = build(fake, remember=False, settings=Settings().model_copy(update={
         "generation": Settings().generation.model_copy(update={"max_tokens": 100})}))
-    async with app.run_test(size=(120, 40)) as pilot:
-        await idle(pilot)
+    async with running(app) as pilot:
         for i in range(6):
             await ask(pilot, app, f"question {i} " + "blah " * 60)
         sent = fake.calls[-1]["messages"]

@@ -7,21 +7,12 @@ import pytest
 
 from tui.dialogs import Choose, Confirm
 from tui.screens import EditScreen
-from tui_fakes import FakeEngine
-from tui_helpers import build, idle
+from tui_helpers import edit_app, idle, running, submit, until_started
 
 pytestmark = pytest.mark.asyncio
-SIZE = (120, 40)
 
 README = "# Title\n\nBuild it with:\n\n```sh\nmake all\n```\n\nThen run `./app`.\n"
 README_NEW = README.replace("# Title", "# Project")
-
-
-async def run_instruction(pilot, text):
-    box = pilot.app.screen.query_one("#edit-instruction")
-    box.value = text
-    await box.action_submit()
-    await idle(pilot)
 
 
 def edit_screen(app):
@@ -34,14 +25,11 @@ def notes(app):
 
 async def test_markdown_with_inner_fence_and_crlf_replaced_whole(clock, tmp_path, monkeypatch):
     """A1 + A2: a CRLF Markdown file holding a ```sh block; the model answers LF in a ``` fence."""
-    monkeypatch.chdir(tmp_path)
     src = tmp_path / "README.md"
-    src.write_bytes(README.replace("\n", "\r\n").encode())
-    eng = FakeEngine(clock, reply="```markdown\n" + README_NEW + "```\n")
-    app = build(eng, edit_file="README.md", remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
-        await run_instruction(pilot, "Change the heading Title to Project.")
+    app, eng = edit_app(tmp_path, monkeypatch, "README.md", README.replace("\n", "\r\n").encode(),
+                        "```markdown\n" + README_NEW + "```\n", clock=clock)
+    async with running(app) as pilot:
+        await submit(pilot, "Change the heading Title to Project.", "#edit-instruction")
         scr = app.screen
         prompt = eng.calls[-1]["messages"][0]["content"]
         assert "````markdown\n" + README + "````" in prompt  # LF, in a fence longer than the file's
@@ -58,17 +46,13 @@ async def test_markdown_with_inner_fence_and_crlf_replaced_whole(clock, tmp_path
 async def test_answer_cut_at_max_tokens_says_why_and_continues(clock, tmp_path, monkeypatch):
     """A4: cut by max_tokens -> the screen says why, refuses to replace, and F9/'c' continues
     the same answer to a whole file."""
-    monkeypatch.chdir(tmp_path)
     original = "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(6))
     new = original.replace("def f0(x)", "def f0(x: int)")
-    (tmp_path / "m.py").write_text(original)
-    eng = FakeEngine(clock, reply="```python\n" + new + "```\n")
     # a budget the answer does not fit in: it needs two parts
     monkeypatch.setattr("tui.screens.edit.edit_max_tokens", lambda n_prompt, max_tokens: 60)
-    app = build(eng, edit_file="m.py", remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
-        await run_instruction(pilot, "add a type hint")
+    app, eng = edit_app(tmp_path, monkeypatch, "m.py", original, "```python\n" + new + "```\n", clock=clock)
+    async with running(app) as pilot:
+        await submit(pilot, "add a type hint", "#edit-instruction")
         scr = edit_screen(app)
         assert scr.result is not None and not scr.result.complete
         assert "ended at max_tokens" in scr.result.incomplete[0]
@@ -99,14 +83,10 @@ async def test_answer_cut_at_max_tokens_says_why_and_continues(clock, tmp_path, 
 
 async def test_incomplete_answer_kept_as_new_file(clock, tmp_path, monkeypatch):
     """A4: no closing fence -> 'keep as new file' writes name.edited.py, the original stays."""
-    monkeypatch.chdir(tmp_path)
     original = "x = 1\ny = 2\n"
-    (tmp_path / "a.py").write_text(original)
-    eng = FakeEngine(clock, reply="```python\nx = 10\ny = 2\n")
-    app = build(eng, edit_file="a.py", remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
-        await run_instruction(pilot, "x is ten")
+    app, eng = edit_app(tmp_path, monkeypatch, "a.py", original, "```python\nx = 10\ny = 2\n", clock=clock)
+    async with running(app) as pilot:
+        await submit(pilot, "x is ten", "#edit-instruction")
         dialog = app.screen
         assert isinstance(dialog, Choose) and "no closing fence" in dialog.question
         assert [c[0] for c in dialog.choices] == ["new", "close"]  # nothing to continue: it ended itself
@@ -118,13 +98,10 @@ async def test_incomplete_answer_kept_as_new_file(clock, tmp_path, monkeypatch):
 
 async def test_python_regression_is_named_before_replacing(clock, tmp_path, monkeypatch):
     """A4: the original parses, the result does not: the confirmation says so."""
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "a.py").write_text("def f(x):\n    return x\n")
-    eng = FakeEngine(clock, reply="```python\ndef f(x:\n    return x\n```")
-    app = build(eng, edit_file="a.py", remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
-        await run_instruction(pilot, "hint")
+    app, eng = edit_app(tmp_path, monkeypatch, "a.py", "def f(x):\n    return x\n",
+                        "```python\ndef f(x:\n    return x\n```", clock=clock)
+    async with running(app) as pilot:
+        await submit(pilot, "hint", "#edit-instruction")
         await pilot.press("ctrl+r")
         await pilot.pause()
         assert isinstance(app.screen, Confirm)
@@ -136,14 +113,11 @@ async def test_python_regression_is_named_before_replacing(clock, tmp_path, monk
 
 async def test_much_shorter_answer_is_asked_about_at_once(clock, tmp_path, monkeypatch):
     """A4: an answer that ended by itself but drops most of the file: the screen asks first."""
-    monkeypatch.chdir(tmp_path)
     original = "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(12))
-    (tmp_path / "m.py").write_text(original)
-    eng = FakeEngine(clock, reply="```python\ndef g0(x):\n    return x\n\n# ... rest of the file unchanged\n```")
-    app = build(eng, edit_file="m.py", remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
-        await run_instruction(pilot, "rename f0 to g0")
+    reply = "```python\ndef g0(x):\n    return x\n\n# ... rest of the file unchanged\n```"
+    app, eng = edit_app(tmp_path, monkeypatch, "m.py", original, reply, clock=clock)
+    async with running(app) as pilot:
+        await submit(pilot, "rename f0 to g0", "#edit-instruction")
         dialog = app.screen
         assert isinstance(dialog, Choose) and "may not be the whole file" in dialog.question
         assert "much shorter than the original" in dialog.question and "placeholder" in dialog.question
@@ -160,15 +134,11 @@ async def test_much_shorter_answer_is_asked_about_at_once(clock, tmp_path, monke
 async def test_dropped_variable_is_named_before_replacing(clock, tmp_path, monkeypatch):
     """Issue 23 item 8: the result still parses, but uses a name the model dropped: the
     notification and the confirmation name it (pyflakes, only what is new)."""
-    monkeypatch.chdir(tmp_path)
     original = "import os\n\nLIMIT = 3\n\n\ndef f(x):\n    return min(x, LIMIT) + missing_before\n"
     new = "import os\n\n\ndef f(x: int) -> int:\n    return min(x, LIMIT) + missing_before\n"
-    (tmp_path / "a.py").write_text(original)
-    eng = FakeEngine(clock, reply="```python\n" + new + "```")
-    app = build(eng, edit_file="a.py", remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
-        await run_instruction(pilot, "type hints")
+    app, eng = edit_app(tmp_path, monkeypatch, "a.py", original, "```python\n" + new + "```", clock=clock)
+    async with running(app) as pilot:
+        await submit(pilot, "type hints", "#edit-instruction")
         scr = edit_screen(app)
         assert scr.result.warnings == ("the result uses names it no longer defines: LIMIT (line 5)",)
         assert any("LIMIT (line 5)" in m for m in notes(app))
@@ -185,19 +155,10 @@ async def test_dropped_variable_is_named_before_replacing(clock, tmp_path, monke
 async def test_stop_before_any_token_offers_nothing_to_keep(tmp_path, monkeypatch):
     """Issue 23 item 4: Esc before the first token: no all-deleted diff, no 'keep as new
     file' of an empty file; the screen says there is nothing to keep."""
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "a.py").write_text("x = 1\n")
-    eng = FakeEngine(reply="```python\nx = 2\n```", round_delay=0.3)
-    app = build(eng, edit_file="a.py", remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
-        box = app.screen.query_one("#edit-instruction")
-        box.value = "x is two"
-        await box.action_submit()
-        for _ in range(250):
-            await pilot.pause(0.02)
-            if eng.started.is_set():
-                break
+    app, eng = edit_app(tmp_path, monkeypatch, "a.py", "x = 1\n", "```python\nx = 2\n```", round_delay=0.3)
+    async with running(app) as pilot:
+        await submit(pilot, "x is two", "#edit-instruction", wait=False)
+        await until_started(pilot, eng)
         await pilot.press("escape")
         await idle(pilot)
         scr = edit_screen(app)
@@ -213,15 +174,11 @@ async def test_stop_before_any_token_offers_nothing_to_keep(tmp_path, monkeypatc
 async def test_replace_updates_the_header_and_a_second_replace_writes_nothing(clock, tmp_path, monkeypatch):
     """Issue 23 item 7: after Ctrl+R the header counts the new file's lines; a second
     Ctrl+R says the file already holds the result and adds no backup."""
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "a.py").write_text("x = 1\n")
-    eng = FakeEngine(clock, reply="```python\nx = 1\ny = 2\nz = 3\n```")
-    app = build(eng, edit_file="a.py", remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
+    app, eng = edit_app(tmp_path, monkeypatch, "a.py", "x = 1\n", "```python\nx = 1\ny = 2\nz = 3\n```", clock=clock)
+    async with running(app) as pilot:
         header = app.screen.query_one("#edit-file")
         assert str(header.render()).endswith("(1 line)")
-        await run_instruction(pilot, "add y and z")
+        await submit(pilot, "add y and z", "#edit-instruction")
         await pilot.press("ctrl+r")
         await pilot.pause()
         await pilot.press("y")
@@ -237,13 +194,9 @@ async def test_replace_updates_the_header_and_a_second_replace_writes_nothing(cl
 async def test_ctrl_d_toggles_the_diff_from_the_instruction_box(clock, tmp_path, monkeypatch):
     """Issue 23 item 13: Ctrl+D works while the instruction box has focus (the default),
     the footer shows it there, and the command palette offers it."""
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "a.py").write_text("x = 1\n")
-    eng = FakeEngine(clock, reply="```python\nx = 2\n```")
-    app = build(eng, edit_file="a.py", remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
-        await run_instruction(pilot, "x is two")
+    app, eng = edit_app(tmp_path, monkeypatch, "a.py", "x = 1\n", "```python\nx = 2\n```", clock=clock)
+    async with running(app) as pilot:
+        await submit(pilot, "x is two", "#edit-instruction")
         scr = edit_screen(app)
         assert app.focused is scr.query_one("#edit-instruction")
         switcher = scr.query_one("#edit-switcher")

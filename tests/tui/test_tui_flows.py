@@ -11,17 +11,9 @@ from localspec.config import Settings
 from localspec.errors import ModelError
 from localspec.userconfig import config_path, load_settings
 from tui_fakes import REPLY, FakeClock, FakeEngine
-from tui_helpers import build, idle
+from tui_helpers import SIZE, build, edit_app, idle, running, submit, until_started
 
 pytestmark = pytest.mark.asyncio
-SIZE = (120, 40)
-
-
-async def submit(pilot, selector, text):
-    box = pilot.app.screen.query_one(selector)
-    box.value = text
-    await box.action_submit()
-    await idle(pilot)
 
 
 def messages(app):
@@ -30,8 +22,7 @@ def messages(app):
 
 async def test_change_setting_is_applied_and_remembered(fake):
     app = build(fake)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
+    async with running(app) as pilot:
         await pilot.press("f4")
         scr = app.screen
         scr.query_one("#f-drafting-draft_max").value = "5"
@@ -42,7 +33,7 @@ async def test_change_setting_is_applied_and_remembered(fake):
         await pilot.pause()
         assert app.settings.drafting.draft_max == 5
         assert app.settings.sampling.temperature == 0.7 and app.settings.sampling.seed == 42
-        await submit(pilot, "#prompt", "hello")
+        await submit(pilot, "hello")
         call = fake.calls[-1]
         assert call["drafting"].draft_max == 5 and call["sampling"].seed == 42
     # remembered between runs, in the file LOCALSPEC_CONFIG points at
@@ -54,8 +45,7 @@ async def test_change_setting_is_applied_and_remembered(fake):
 async def test_invalid_setting_refused_in_place(fake):
     app = build(fake)
     before = app.settings
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
+    async with running(app) as pilot:
         await pilot.press("f4")
         scr = app.screen
         scr.query_one("#f-drafting-draft_max").value = "100"
@@ -76,8 +66,7 @@ async def test_invalid_setting_refused_in_place(fake):
 async def test_model_change_reloads_engine(clock):
     first, second = FakeEngine(clock), FakeEngine(clock)
     app = build(first, engines=(second,), remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
+    async with running(app) as pilot:
         await pilot.press("f4")
         app.screen.query_one("#f-target-model").value = "smollm2-135m"
         await pilot.pause()
@@ -91,11 +80,10 @@ async def test_load_failure_is_a_notification(clock):
     app = build(FakeEngine(clock), remember=False)
     app.engine_factory = lambda s, p=None, st=None: (_ for _ in ()).throw(
         ModelError("model file not found: /nope.gguf", "check the path"))
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
+    async with running(app) as pilot:
         assert app.engine_state == "failed"
         assert any("model file not found" in m and "check the path" in m for m in messages(app))
-        await submit(pilot, "#prompt", "hello?")  # refused, no crash
+        await submit(pilot, "hello?")  # refused, no crash
         assert any("no model is loaded" in m for m in messages(app))
 
 
@@ -140,9 +128,8 @@ async def test_save_and_reopen_conversation(fake, tmp_path):
     app = build(fake, remember=False)
     json_path = tmp_path / "conv.json"
     md_path = tmp_path / "conv.md"
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
-        await submit(pilot, "#prompt", "reverse a string")
+    async with running(app) as pilot:
+        await submit(pilot, "reverse a string")
         for path in (json_path, md_path):
             await pilot.press("ctrl+s")
             await pilot.pause()
@@ -168,7 +155,7 @@ async def test_save_and_reopen_conversation(fake, tmp_path):
         assert {k for _t, k, _r in ans.stream.pieces} >= {"accepted", "resampled", "bonus"}
         assert ans.rounds and ans.rounds[0].draft_texts  # the inspector works without a model
         # the reopened history is sent with the next question
-        await submit(pilot, "#prompt", "thanks")
+        await submit(pilot, "thanks")
         assert [m["role"] for m in fake.calls[-1]["messages"]] == ["user", "assistant", "user"]
         # Markdown reopens as plain text
         await pilot.press("ctrl+o")
@@ -180,15 +167,12 @@ async def test_save_and_reopen_conversation(fake, tmp_path):
 
 
 async def test_code_edit_save_new_and_replace(clock, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
     src = tmp_path / "mod.py"
     original = "def f(x):\n    return x+1\n"
-    src.write_text(original)
-    eng = FakeEngine(clock, reply="Sure:\n```python\ndef f(x: int) -> int:\n    return x + 1\n```\nDone.")
-    app = build(eng, edit_file="mod.py", remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
-        await submit(pilot, "#edit-instruction", "add type hints")
+    reply = "Sure:\n```python\ndef f(x: int) -> int:\n    return x + 1\n```\nDone."
+    app, eng = edit_app(tmp_path, monkeypatch, "mod.py", original, reply, clock=clock)
+    async with running(app) as pilot:
+        await submit(pilot, "add type hints", "#edit-instruction")
         call = eng.calls[-1]
         assert call["drafting"].mode == "lookup" and call["drafting"].draft_max >= 16
         prompt = call["messages"][0]["content"]
@@ -217,8 +201,7 @@ async def test_code_edit_refuses_binary(clock, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "blob.bin").write_bytes(b"\x00\x01\x02garbage")
     app = build(FakeEngine(clock), edit_file="blob.bin", remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
+    async with running(app):
         assert app.screen.path is None
         assert any("binary" in m for m in messages(app))
 
@@ -226,9 +209,8 @@ async def test_code_edit_refuses_binary(clock, tmp_path, monkeypatch):
 async def test_race_reports_speedup_and_feeds_chat_stats(clock):
     spec, only = FakeEngine(clock), FakeEngine(clock)
     app = build(spec, engines=(only,), race=True, remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
-        await submit(pilot, "#race-prompt", "reverse a string")
+    async with running(app) as pilot:
+        await submit(pilot, "reverse a string", "#race-prompt")
         assert only.calls[-1]["drafting"].mode == "none"
         assert spec.calls[-1]["drafting"].mode == "draft"
         assert app.last_speedup is not None and app.last_speedup > 1
@@ -248,8 +230,7 @@ async def test_race_reports_speedup_and_feeds_chat_stats(clock):
 
 async def test_command_palette_lists_actions(fake):
     app = build(fake, remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
+    async with running(app):
         titles = [c.title for c in app.get_system_commands(app.screen)]
         for want in ("Race mode", "Code-edit mode", "Settings", "Save conversation", "Open conversation",
                      "Stop the answer"):
@@ -257,17 +238,12 @@ async def test_command_palette_lists_actions(fake):
 
 
 async def test_model_change_during_answer_reloads_after_it(clock):
-    import asyncio
-
     first = FakeEngine(clock, reply="word " * 200, round_delay=0.01)
     second = FakeEngine(clock)
     app = build(first, engines=(second,), remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
-        box = app.screen.query_one("#prompt")
-        box.value = "talk"
-        await box.action_submit()
-        await asyncio.to_thread(first.started.wait, 5)
+    async with running(app) as pilot:
+        await submit(pilot, "talk", wait=False)
+        await until_started(pilot, first)
         new = app.settings.model_copy(update={"target": app.settings.target.model_copy(update={"model": "other"})})
         app.apply_settings(new)
         assert app.engine is first and not first.closed  # never swapped under a running answer
@@ -287,8 +263,7 @@ async def test_corrupt_user_config_is_reported_in_the_app(fake):
     settings = load_settings()  # what the CLI does before run_app
     assert settings == Settings()
     app = build(fake, settings=settings, remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
+    async with running(app):
         assert any("corrupt-" in m and "default settings" in m for m in messages(app))
 
 
@@ -297,9 +272,8 @@ async def test_race_too_short_for_a_figure_says_so_here_and_in_chat(clock):
     the race screen and the chat panel say why instead."""
     spec, only = FakeEngine(clock, reply="Hi there."), FakeEngine(clock, reply="Hi there.")
     app = build(spec, engines=(only,), race=True, remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
-        await submit(pilot, "#race-prompt", "say hi")
+    async with running(app) as pilot:
+        await submit(pilot, "say hi", "#race-prompt")
         result = str(app.screen.query_one("#race-result").render())
         assert "no speedup figure" in result and "too few" in result and "x " not in result
         assert app.last_speedup is None
@@ -316,8 +290,7 @@ async def test_notices_of_the_engine_are_shown_once_loaded(clock):
     fake = FakeEngine(clock)
     fake.notices = ["weight repacking is off: the probe [crashed] on this CPU"]
     app = build(fake, remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
+    async with running(app):
         assert fake.notices[0] in messages(app)
 
 
@@ -326,9 +299,8 @@ async def test_function_keys_work_while_a_prompt_has_focus(clock):
     race again), F7 and F8 (rounds) still act while a prompt has focus."""
     spec, only = FakeEngine(clock), FakeEngine(clock)
     app = build(spec, engines=(only,), race=True, remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
-        await submit(pilot, "#race-prompt", "reverse a string")
+    async with running(app) as pilot:
+        await submit(pilot, "reverse a string", "#race-prompt")
         assert app.focused is app.screen.query_one("#race-prompt")
         n = len(spec.calls)
         await pilot.press("f6")
@@ -336,7 +308,7 @@ async def test_function_keys_work_while_a_prompt_has_focus(clock):
         assert len(spec.calls) == n + 1
         await pilot.press("f1")
         await pilot.pause()
-        await submit(pilot, "#prompt", "hi")
+        await submit(pilot, "hi")
         assert app.focused is app.screen.query_one("#prompt")
         n = len(spec.calls)
         await pilot.press("f6")  # retry

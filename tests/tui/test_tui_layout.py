@@ -10,7 +10,7 @@ from tui.dialogs import Confirm, PathPrompt
 from tui.prompt import PromptArea
 from tui.widgets import MiniStats
 from tui_fakes import FakeEngine
-from tui_helpers import build, idle
+from tui_helpers import build, running, submit
 
 pytestmark = pytest.mark.asyncio
 NARROW, WIDE = (80, 24), (160, 45)
@@ -31,18 +31,10 @@ def footer_fits(app) -> list[str]:
     return labels
 
 
-async def ask(pilot, text="hi"):
-    prompt = pilot.app.screen.query_one("#prompt")
-    prompt.value = text
-    await prompt.action_submit()
-    await idle(pilot)
-
-
 async def test_chat_at_80x24_folds_the_panel_and_f10_shows_it(fake):
     app = build(fake, remember=False)
-    async with app.run_test(size=NARROW) as pilot:
-        await idle(pilot)
-        await ask(pilot)
+    async with running(app, NARROW) as pilot:
+        await submit(pilot, "hi")
         scr = app.screen
         side, main = scr.query_one("#side"), scr.query_one("#main")
         assert not side.display or side.region.width == 0
@@ -60,9 +52,8 @@ async def test_chat_at_80x24_folds_the_panel_and_f10_shows_it(fake):
 
 async def test_chat_at_160x45_keeps_the_panel_beside_it(fake):
     app = build(fake, remember=False)
-    async with app.run_test(size=WIDE) as pilot:
-        await idle(pilot)
-        await ask(pilot)
+    async with running(app, WIDE) as pilot:
+        await submit(pilot, "hi")
         scr = app.screen
         assert scr.query_one("#side").region.width == 46
         assert scr.query_one(MiniStats).region.height == 0
@@ -81,8 +72,7 @@ async def test_other_screens_fit_80x24(clock, tmp_path, monkeypatch, mode):
     spec, only = FakeEngine(clock), FakeEngine(clock)
     app = build(spec, engines=(only,), remember=False, edit_file="a.py" if mode == "edit" else None,
                 race=mode == "race")
-    async with app.run_test(size=NARROW) as pilot:
-        await idle(pilot)
+    async with running(app, NARROW):
         assert "Quit" in footer_fits(app)  # every key whole, checked inside
         box = app.screen.query_one("#edit-instruction" if mode == "edit" else "#race-prompt")
         assert box.region.width >= 60 and box.region.bottom <= 23
@@ -90,8 +80,7 @@ async def test_other_screens_fit_80x24(clock, tmp_path, monkeypatch, mode):
 
 async def test_settings_buttons_are_on_an_80x24_screen(fake):
     app = build(fake, remember=False)
-    async with app.run_test(size=NARROW) as pilot:
-        await idle(pilot)
+    async with running(app, NARROW) as pilot:
         await pilot.press("f4")
         await pilot.pause()
         for button in app.screen.query(Button):
@@ -104,9 +93,8 @@ async def test_settings_buttons_are_on_an_80x24_screen(fake):
 
 async def test_ctrl_n_asks_before_clearing_an_unsaved_chat(fake, tmp_path):
     app = build(fake, remember=False)
-    async with app.run_test(size=WIDE) as pilot:
-        await idle(pilot)
-        await ask(pilot)
+    async with running(app, WIDE) as pilot:
+        await submit(pilot, "hi")
         await pilot.press("ctrl+n")
         await pilot.pause()
         assert isinstance(app.screen, Confirm) and "not been saved" in app.screen.question
@@ -131,8 +119,7 @@ async def test_ctrl_n_asks_before_clearing_an_unsaved_chat(fake, tmp_path):
 
 async def test_escape_closes_the_keys_panel(fake):
     app = build(fake, remember=False)
-    async with app.run_test(size=WIDE) as pilot:
-        await idle(pilot)
+    async with running(app, WIDE) as pilot:
         app.action_show_help_panel()
         await pilot.pause()
         assert app.screen.query(HelpPanel)
@@ -149,6 +136,5 @@ async def test_footer_fits_at_every_width(clock, tmp_path, monkeypatch, mode, wi
     spec, only = FakeEngine(clock), FakeEngine(clock)
     app = build(spec, engines=(only,), remember=False, edit_file="a.py" if mode == "edit" else None,
                 race=mode == "race")
-    async with app.run_test(size=(width, 30)) as pilot:
-        await idle(pilot)
+    async with running(app, (width, 30)):
         assert "Quit" in footer_fits(app)  # every key whole, checked inside

@@ -20,7 +20,7 @@ from localspec.conversation import load_conversation, save_conversation
 from tui.screens.base import AssistantMessage, UserMessage
 from tui.widgets import RoundInspector, show_token
 from tui_fakes import FakeClock, FakeEngine
-from tui_helpers import build, idle
+from tui_helpers import build, idle, running, submit
 
 #: markup's own characters, often, and anything else printable
 TEXT = st.text(st.one_of(st.sampled_from(list("[]/=@:#\\ \nbold$'\"")),
@@ -48,12 +48,8 @@ def toasts(app) -> list[str]:
 async def _chat(user: str, reply: str) -> list[str]:
     eng = FakeEngine(FakeClock(), reply=reply)
     app = build(eng, remember=False)
-    async with app.run_test(size=(120, 40), notifications=True) as pilot:
-        await idle(pilot)
-        prompt = app.screen.query_one("#prompt")
-        prompt.value = user
-        await prompt.action_submit()
-        await idle(pilot)
+    async with running(app, notifications=True) as pilot:
+        await submit(pilot, user)
         assert eng.calls[-1]["messages"][-1]["content"] == user.strip()  # the model got the right text
         assert shown(app.screen.query_one(UserMessage)) == user.strip()  # and the transcript shows it
         answer = app.screen.query(AssistantMessage).last()
@@ -99,8 +95,7 @@ async def _edit(name: str, body: str) -> str:
         path.write_text("x = 1\n")
         reply = f"```\n{body}\n```"
         app = build(FakeEngine(FakeClock(), reply=reply), edit_file=str(path), remember=False)
-        async with app.run_test(size=(120, 40), notifications=True) as pilot:
-            await idle(pilot)
+        async with running(app, notifications=True) as pilot:
             screen = app.screen
             assert shown(screen.query_one("#edit-file")).startswith(str(path))
             box = screen.query_one("#edit-instruction")

@@ -13,10 +13,9 @@ from tui.prompt import PromptArea
 from tui.screens import AssistantMessage
 from tui.widgets import TokenStream
 from tui_fakes import FakeEngine
-from tui_helpers import build, idle
+from tui_helpers import build, edit_app, idle, running, submit
 
 pytestmark = pytest.mark.asyncio
-SIZE = (120, 40)
 PASTED = "first line\r\nsecond line [b]\r\n\r\n    indented third\rfourth"
 SENT = "first line\nsecond line [b]\n\n    indented third\nfourth"
 
@@ -28,8 +27,7 @@ async def paste(pilot, widget, text):
 
 async def test_chat_paste_and_ctrl_j_send_every_line(fake):
     app = build(fake, remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
+    async with running(app) as pilot:
         prompt = app.screen.query_one("#prompt", PromptArea)
         assert app.focused is prompt
         await paste(pilot, prompt, PASTED)
@@ -46,12 +44,8 @@ async def test_chat_paste_and_ctrl_j_send_every_line(fake):
 
 
 async def test_edit_instruction_paste_keeps_every_line(clock, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "a.py").write_text("x = 1\n")
-    eng = FakeEngine(clock, reply="```python\nx = 2\n```")
-    app = build(eng, edit_file="a.py", remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
+    app, eng = edit_app(tmp_path, monkeypatch, "a.py", "x = 1\n", "```python\nx = 2\n```", clock=clock)
+    async with running(app) as pilot:
         box = app.screen.query_one("#edit-instruction", PromptArea)
         assert app.focused is box
         await paste(pilot, box, PASTED)
@@ -63,8 +57,7 @@ async def test_edit_instruction_paste_keeps_every_line(clock, tmp_path, monkeypa
 async def test_race_prompt_paste_keeps_every_line(clock):
     spec, only = FakeEngine(clock), FakeEngine(clock)
     app = build(spec, engines=(only,), race=True, remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
+    async with running(app) as pilot:
         await paste(pilot, app.screen.query_one("#race-prompt", PromptArea), PASTED)
         await pilot.press("enter")
         await idle(pilot)
@@ -79,12 +72,8 @@ async def test_copying_a_selection_of_an_answer_gives_its_text(clock):
     """Selecting over wrapped rows and a tab copies the text as generated (no wrap breaks)."""
     eng = FakeEngine(clock, reply=LONG)
     app = build(eng, remember=False)
-    async with app.run_test(size=(80, 30)) as pilot:
-        await idle(pilot)
-        prompt = app.screen.query_one("#prompt")
-        prompt.value = "hi"
-        await prompt.action_submit()
-        await idle(pilot)
+    async with running(app, (80, 30)) as pilot:
+        await submit(pilot, "hi")
         stream = app.screen.query(AssistantMessage).last().stream
         rows = stream._rows
         assert len(rows) >= 3  # the first line wrapped
@@ -104,12 +93,8 @@ async def test_copying_a_selection_of_an_answer_gives_its_text(clock):
 async def test_mouse_drag_over_an_answer_copies_its_words(clock):
     eng = FakeEngine(clock, reply="alpha beta gamma delta")
     app = build(eng, remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
-        prompt = app.screen.query_one("#prompt")
-        prompt.value = "hi"
-        await prompt.action_submit()
-        await idle(pilot)
+    async with running(app) as pilot:
+        await submit(pilot, "hi")
         stream = app.screen.query(AssistantMessage).last().stream
         await pilot.mouse_down(stream, offset=(6, 0))
         await pilot.hover(stream, offset=(15, 0))  # the last "a" of gamma (Textual's end is inclusive)
@@ -120,14 +105,10 @@ async def test_mouse_drag_over_an_answer_copies_its_words(clock):
 
 async def test_typing_after_a_token_click_goes_to_the_prompt(fake):
     app = build(fake, remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
-        prompt = app.screen.query_one("#prompt")
-        prompt.value = "hi"
-        await prompt.action_submit()
-        await idle(pilot)
+    async with running(app) as pilot:
+        await submit(pilot, "hi")
         await pilot.click(TokenStream, offset=(1, 0))
         await pilot.pause()
         assert app.screen.query_one("#inspector").index == 0  # the click opened round 1
         await pilot.press("n", "e", "x", "t")
-        assert prompt.value == "next"
+        assert app.screen.query_one("#prompt").value == "next"

@@ -7,12 +7,16 @@ import pytest
 from localspec.config import DraftParams, GenerationParams, SamplingParams
 from tui.driver import RaceSide, drive, race, warm_up
 from tui.stats import LiveStats, RoundView, median_spread, race_speedup
-from tui_fakes import REPLY, FakeClock, FakeEngine
+from tui_fakes import DRAFT_P_MIN, REPLY, FakeClock, FakeEngine
 
 
-def _gen(eng, mode="draft", max_tokens=512):
-    eng.chat_tokens([{"role": "user", "content": "q"}])
-    return eng.generate([1, 2, 3], SamplingParams(), DraftParams(mode=mode), GenerationParams(max_tokens=max_tokens))
+def _prompt(eng):
+    return eng.chat_tokens([{"role": "user", "content": "q"}])
+
+
+def _gen(eng, mode="draft", max_tokens=512, prompt=None):
+    return eng.generate(prompt or _prompt(eng), SamplingParams(), DraftParams(mode=mode, draft_p_min=DRAFT_P_MIN),
+                        GenerationParams(max_tokens=max_tokens))
 
 
 def test_drive_batches_and_final_stats():
@@ -41,10 +45,13 @@ def test_race_times_each_side_over_its_own_rounds():
     results = race(sides, lambda *x: None, clock)
     t, s = results["target"], results["spec"]
     assert t.tokens == s.tokens == len(sides[0].gen.token_ids) > 0
-    # the fake's fixed costs: target-only pays prefill + one verify per token; the prefill
-    # is excluded from the decode time
-    assert abs(t.elapsed_seconds - (a.prefill_seconds + t.tokens * a.verify_seconds)) < 1e-9
-    assert abs(t.decode_seconds - t.tokens * a.verify_seconds) < 1e-9
+    # the fake models' fixed costs: target-only pays the prefill and one pass per round (a
+    # token each, and a last one that gave the end of generation); the prefill is excluded
+    # from the decode time
+    passes = len(sides[0].gen.rounds)
+    assert passes == t.tokens + 1
+    assert abs(t.elapsed_seconds - (a.prefill_seconds + passes * a.verify_seconds)) < 1e-9
+    assert abs(t.decode_seconds - passes * a.verify_seconds) < 1e-9
     assert s.decode_seconds < t.decode_seconds
     assert race_speedup(t, s) > 1
 
@@ -61,24 +68,29 @@ def test_race_speedup_is_the_decode_ratio_with_one_cache_warm_and_one_cold():
     clock = FakeClock()
     only = FakeEngine(clock, prefill_seconds=2.0)
     spec = FakeEngine(clock, prefill_seconds=2.0)
-    prompt = [1, 2, 3]
+    prompt = _prompt(spec)
+    assert _prompt(only) == prompt
     spec.prefill(prompt)  # warm from the chat screen
-    assert spec.cached_prompt == prompt and only.cached_prompt is None
+    assert spec.target.cached_tokens == prompt[:-1] and only.target.cached_tokens == []
     warm = {"target": warm_up(only, prompt), "spec": warm_up(spec, prompt)}
-    assert warm == {"target": 2.0, "spec": 0.0}  # the cold side's prefill, shown and untimed
-    sides = [RaceSide("target", _gen(only, "none"), only, warm["target"]),
-             RaceSide("spec", _gen(spec, "draft"), spec, warm["spec"])]
+    # the cold side's prefill (target, and the draft model's catch-up), shown and untimed
+    assert warm == {"target": pytest.approx(2.0 + only.catchup_seconds), "spec": 0.0}
+    sides = [RaceSide("target", _gen(only, "none", prompt=prompt), only, warm["target"]),
+             RaceSide("spec", _gen(spec, "draft", prompt=prompt), spec, warm["spec"])]
     results = race(sides, lambda *x: None, clock)
     t, s = results["target"], results["spec"]
     expect = (s.tokens / _decode_seconds(sides[1].gen)) / (t.tokens / _decode_seconds(sides[0].gen))
     assert race_speedup(t, s) == pytest.approx(expect, rel=1e-9)
-    assert t.warmup_seconds == 2.0 and s.warmup_seconds == 0.0
+    assert t.warmup_seconds == pytest.approx(2.0 + only.catchup_seconds) and s.warmup_seconds == 0.0
     # without the warm-up the cold side would have paid 2 s inside its timed rounds: the
     # generation's own prefill is excluded too, so the ratio is still the decode ratio
     clock2 = FakeClock()
     only2, spec2 = FakeEngine(clock2, prefill_seconds=2.0), FakeEngine(clock2, prefill_seconds=2.0)
+    for eng in (only2, spec2):
+        _prompt(eng)
     spec2.prefill(prompt)
-    sides2 = [RaceSide("target", _gen(only2, "none"), only2), RaceSide("spec", _gen(spec2, "draft"), spec2)]
+    sides2 = [RaceSide("target", _gen(only2, "none", prompt=prompt), only2),
+              RaceSide("spec", _gen(spec2, "draft", prompt=prompt), spec2)]
     r2 = race(sides2, lambda *x: None, clock2)
     assert r2["target"].elapsed_seconds == pytest.approx(2.0 + _decode_seconds(sides2[0].gen))
     assert race_speedup(r2["target"], r2["spec"]) == pytest.approx(expect, rel=1e-9)
@@ -145,11 +157,16 @@ def test_the_fake_engine_implements_the_engines_public_surface():
     """The TUI is tested against a fake: it must offer exactly what the real engine promises."""
     import inspect
 
-    from localspec.engine import Engine, SpeculativeEngine
+    from localspec.engine import Engine, Generation, SpeculativeEngine
 
     members = [n for n in vars(Engine) if not n.startswith("_")]
     assert {"n_ctx", "has_draft_model", "token_text", "chat_tokens", "generate", "prefill"} <= set(members)
     fake = FakeEngine()
+    # the real engine over fake models: it may only record what it was asked, never generate itself
+    assert isinstance(fake, SpeculativeEngine)
+    own = {n for n, v in vars(FakeEngine).items() if callable(v) and not n.startswith("__")}
+    assert own <= {"chat_tokens", "generate", "close"}, own
+    assert type(_gen(fake)) is Generation
     for name in members:
         assert hasattr(fake, name), name
         assert hasattr(SpeculativeEngine, name), name

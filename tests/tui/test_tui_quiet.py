@@ -12,7 +12,7 @@ from textual.widgets import ProgressBar
 from tui.prompt import PromptArea
 
 from tui_fakes import FakeClock, FakeEngine
-from tui_helpers import build, idle
+from tui_helpers import build, idle, running, submit, until_started
 
 pytestmark = pytest.mark.asyncio
 
@@ -20,19 +20,14 @@ pytestmark = pytest.mark.asyncio
 async def test_no_blink_and_no_hidden_animation_while_streaming():
     fake = FakeEngine(FakeClock(), round_delay=0.2)
     app = build(fake)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await idle(pilot)
+    async with running(app) as pilot:
         box = app.screen.query_one("#prompt", PromptArea)
         box.cursor_blink = True  # the tests' conftest turns blinking off for stable snapshots
         before = sys.getswitchinterval()
         # loaded: the hidden load bar is determinate, so its 15-per-second animation is off
         assert all(bar.percentage is not None for bar in app.screen.query(ProgressBar))
-        box.value = "hello"
-        await box.action_submit()
-        for _ in range(250):
-            await pilot.pause(0.02)
-            if fake.started.is_set():
-                break
+        await submit(pilot, "hello", wait=False)
+        await until_started(pilot, fake)
         assert app.busy is not None
         assert box.cursor_blink is False
         from tui.app import STREAM_SWITCH_INTERVAL
@@ -58,12 +53,8 @@ async def test_paced_stream_shows_every_token_by_the_end(monkeypatch):
     monkeypatch.setattr(base, "RedrawPacer", slow_pacer)
     fake = FakeEngine(FakeClock(), round_delay=0.05)
     app = build(fake)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await idle(pilot)
-        box = app.screen.query_one("#prompt", PromptArea)
-        box.value = "hello"
-        await box.action_submit()
-        await idle(pilot)
+    async with running(app) as pilot:
+        await submit(pilot, "hello")
         from tui.screens import AssistantMessage
         answer = app.screen.query(AssistantMessage).last()
         assert paced and paced[0].cost is not None  # the pacer ran

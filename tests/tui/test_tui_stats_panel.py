@@ -11,10 +11,9 @@ from textual.widgets import Sparkline, Static
 from localspec.events import EndReason
 from tui.stats import LiveStats
 from tui.widgets import STAT_LABELS, StatsPanel
-from tui_helpers import build, idle
+from tui_helpers import build, running, submit
 
 pytestmark = pytest.mark.asyncio
-SIZE = (120, 40)
 
 
 def printed(static: Static) -> list[str]:
@@ -40,8 +39,7 @@ def rows(panel: StatsPanel) -> dict[str, str]:
 async def test_a_row_that_wraps_is_not_cut(fake):
     """A value that wraps adds a line; the panel grows with it (the `cancelled` was lost)."""
     app = build(fake, remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
+    async with running(app) as pilot:
         panel = app.screen.query_one(StatsPanel)
         table = panel.query_one("#stats-table", Static)
         panel.show(LiveStats(tokens=3, rounds=2, end_reason=EndReason.EOG, final=True))
@@ -56,8 +54,7 @@ async def test_a_row_that_wraps_is_not_cut(fake):
 
 async def test_rows_say_what_the_figures_are(fake):
     app = build(fake, remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
+    async with running(app) as pilot:
         panel = app.screen.query_one(StatsPanel)
         # a prompt mostly in the KV cache; a target-only answer; a lookup round that found nothing
         panel.show(LiveStats(prompt_tokens=129, cached_prompt_tokens=128, tokens=1, rounds=1, target_passes=1,
@@ -77,29 +74,22 @@ async def test_rows_say_what_the_figures_are(fake):
 
 async def test_mode_row_belongs_to_the_figures_after_a_mode_change(fake):
     app = build(fake, remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
-        prompt = app.screen.query_one("#prompt")
-        prompt.value = "hi"
-        await prompt.action_submit()
-        await idle(pilot)
+    async with running(app) as pilot:
+        await submit(pilot, "hi")
         panel = app.screen.query_one(StatsPanel)
         assert rows(panel)["mode"] == "draft, draft length 8" and "next answer" not in rows(panel)
         await pilot.press("f5")  # draft -> lookup
         await pilot.pause()
         r = rows(panel)
         assert r["mode"] == "draft, draft length 8" and r["next answer"] == "lookup, draft length 8"
-        prompt.value = "again"
-        await prompt.action_submit()
-        await idle(pilot)
+        await submit(pilot, "again")
         r = rows(panel)
         assert r["mode"] == "lookup, draft length 8" and "next answer" not in r
 
 
 async def test_sparkline_of_equal_rounds_is_not_flat_at_the_bottom(fake):
     app = build(fake, remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await idle(pilot)
+    async with running(app) as pilot:
         panel = app.screen.query_one(StatsPanel)
         panel.show(LiveStats(tokens=12, rounds=3, drafted=9, accepted=9, accepted_lengths=[3, 3, 3], final=True))
         await pilot.pause()

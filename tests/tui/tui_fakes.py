@@ -1,8 +1,21 @@
-"""A scripted fake of the engine's small surface, with fixed timings on a fake clock.
+"""The TUI tests' engine: the real :class:`localspec.engine.SpeculativeEngine` over scripted fake models.
 
-Each round drafts min(draft_max, 4) tokens; the number accepted cycles through
-ACCEPT_PATTERN, so every token kind appears: accepted, resampled (a rejection), bonus
-(all accepted), and target (mode "none"). Deterministic, so snapshots are stable.
+:class:`FakeEngine` *is* the engine (its ``Generation`` loop, drafters, acceptance rule,
+policies and statistics); only its two models are fakes (:class:`ScriptedModel`, the
+``tests/fakes.py`` :class:`FakeModel` with a word tokenizer and a script):
+
+* the target model answers every chat prompt with a scripted reply (:data:`REPLY`, or one
+  of ``replies`` chosen by a word of the last message), then an end-of-generation token;
+* the draft model follows the same script but, by position in the reply
+  (:data:`DRAFT_PATTERN`), is sure and right, sure and wrong, or unsure (its top-1
+  probability under :data:`DRAFT_P_MIN`, so a draft stops there). With
+  ``draft_p_min = DRAFT_P_MIN`` (``tui_helpers.build`` sets it) every token kind appears
+  in mode ``draft``: accepted, resampled (a rejection), bonus (all accepted) and target (a
+  round that drafted nothing); mode ``none`` gives target tokens only;
+* every decode advances the shared :class:`FakeClock` by a fixed cost (``prefill_seconds``
+  for a batch without logits, ``verify_seconds`` plus ``TOKEN_SECONDS`` per extra token for a
+  target pass, ...), and the engine times everything on that clock (its ``clock``
+  argument): the timings it reports, and the snapshots that show them, are exact and stable.
 """
 
 from __future__ import annotations
@@ -11,18 +24,33 @@ import re
 import threading
 import time
 
+import numpy as np
+
+from fakes import FakeModel
+from localspec.backend import VocabInfo
 from localspec.calibration import EngineCosts, ModelCosts
-from localspec.config import DraftParams, GenerationParams, SamplingParams
-from localspec.engine import Prefill
-from localspec.events import EndReason, GenerationStats, RoundStats, TokenEvent, TokenKind
+from localspec.engine import SpeculativeEngine
+from localspec.errors import DecodeAborted
 
 REPLY = ("Here is a function that reverses a string:\n\n```python\ndef reverse(s: str) -> str:\n"
          "    return s[::-1]\n```\n\nSlicing with a step of -1 walks the string backwards.")
-ACCEPT_PATTERN = (2, 4, 0, None, 3, 1, 4)  # None: nothing drafted (a target-only round)
+#: what the draft model does at each position of a reply (cyclic): r sure and right, w sure and
+#: wrong (a rejection), u unsure (a draft stops before it; a round starting there drafts nothing).
+#: With draft length 8 the rounds go: 2 accepted + resampled, 4 + resampled, 0 + resampled, target
+#: only, 8 + bonus, 3 + bonus (stopped at a "u"), 1 + resampled.
+DRAFT_PATTERN = "rrwrrrrwwu" "rrrrrrrrr" "rrru" "rw"
+#: the draft p-min under which the draft model's unsure rows fall (and its sure rows do not)
+DRAFT_P_MIN = 0.5
 WRONG = ["foo", " bar", " baz", "qux", " spam", " eggs"]
+N_VOCAB = 2048
+EOG = 0  #: token 0 is the end-of-generation token (no text)
+SURE, UNSURE = 30.0, 6.0  #: the top logit of a sure row, of an unsure one (softmax max ~0.16 of 2048 ids)
+TOKEN_SECONDS = 0.002  #: a pass's cost per token after the first
 
 
 class FakeClock:
+    """A clock that only the fake models move (seconds)."""
+
     def __init__(self) -> None:
         self.t = 1000.0
         self._lock = threading.Lock()
@@ -36,192 +64,201 @@ class FakeClock:
 
 
 def split_tokens(text: str) -> list[str]:
+    """The fake tokenizer: words with their leading space, single digits and punctuation."""
     return re.findall(r"\s*[A-Za-z_]+|\s*\d|\s*[^\sA-Za-z_\d]|\s+", text)
 
 
-class FakeGeneration:
-    def __init__(self, engine: "FakeEngine", prompt, sampling, drafting, generation) -> None:
-        self.engine = engine
-        self.prompt = list(prompt)
-        self.sampling, self.drafting, self.generation = sampling, drafting, generation
-        self.stats = GenerationStats(prompt_tokens=len(prompt))
-        self.text = ""
-        self.token_ids: list[int] = []
-        self.rounds: list[RoundStats] = []
-        self._cancel = False
-        self._it = self._run()
+class Script:
+    """What the target and the draft model share: the word vocabulary and the replies.
 
-    def __iter__(self):
-        return self
+    ``expect(prompt, reply)`` (called by :meth:`ScriptedModel.tokenize_chat`) registers the
+    answer to a chat prompt; a model then continues any sequence that starts with a
+    registered prompt (the longest one) from the same position in that reply, so a
+    continuation (prompt + the answer so far) goes on where the answer stopped.
+    """
 
-    def __next__(self):
-        return next(self._it)
-
-    def cancel(self) -> None:
-        self._cancel = True
-
-    def close(self) -> None:
-        self._it.close()
-
-    def _run(self):
-        eng = self.engine
-        clock = eng.clock
-        reply = eng.reply_for(self.prompt, self.drafting)
-        words = split_tokens(reply)
-        chat = getattr(eng, "last_prompt", None)
-        if chat and len(self.prompt) > len(chat) and self.prompt[:len(chat)] == chat:
-            words = words[len(self.prompt) - len(chat):]  # a continuation: the answer so far is in the prompt
-        limit = min(len(words), self.generation.max_tokens)
-        mode = self.drafting.mode
-        t0 = clock()
-        self.stats.prefill_seconds = eng.prefill(self.prompt, draft=False)[0]
-        pos, rnd = 0, 0
-        end = None
-        try:
-            while pos < limit:
-                if self._cancel:
-                    end = EndReason.CANCELLED
-                    break
-                if eng.round_delay:
-                    eng.started.set()
-                    time.sleep(eng.round_delay)
-                    if self._cancel:  # stopped during the pass (llama.cpp's abort callback): nothing committed
-                        end = EndReason.CANCELLED
-                        break
-                planned = ACCEPT_PATTERN[rnd % len(ACCEPT_PATTERN)]
-                if mode == "none" or planned is None:
-                    g, k = 0, 0
-                else:
-                    g = min(self.drafting.cap, 4, max(limit - pos - 1, 0))
-                    k = min(planned, g)
-                n_commit = min(k + 1, limit - pos)
-                good = [eng.token_id(w) for w in words[pos:pos + g + 1]]
-                draft = good[:k] + [eng.token_id(WRONG[(rnd + i) % len(WRONG)]) for i in range(g - k)]
-                target = good[:n_commit]
-                kinds = [TokenKind.ACCEPTED] * k + [TokenKind.TARGET if g == 0 else
-                                                    (TokenKind.BONUS if k == g else TokenKind.RESAMPLED)]
-                d_s = 0.01 * g
-                v_s = eng.verify_seconds + 0.002 * g
-                clock.advance(d_s + v_s)
-                for i in range(n_commit):
-                    w = words[pos]
-                    if self.stats.time_to_first_token is None:
-                        self.stats.time_to_first_token = clock() - t0
-                    self.token_ids.append(target[i])
-                    self.text += w
-                    self.stats.add_token(kinds[i])
-                    yield TokenEvent(target[i], w, kinds[i], rnd, pos)
-                    pos += 1
-                catch = eng.catchup if rnd == 0 and g else (0, 0.0)
-                clock.advance(catch[1])
-                rs = RoundStats(rnd, "none" if g == 0 else mode, tuple(draft), tuple(target), g, k, n_commit,
-                                d_s, v_s, g, eng.reason, *catch)
-                self.rounds.append(rs)
-                self.stats.add_round(rs)
-                self.stats.elapsed_seconds = clock() - t0
-                rnd += 1
-                yield rs
-            if end is None:
-                end = EndReason.EOG if limit == len(words) else EndReason.MAX_TOKENS
-        finally:
-            self.stats.end_reason = end or EndReason.CANCELLED
-            self.stats.tokens = len(self.token_ids)
-            self.stats.elapsed_seconds = clock() - t0
-
-
-class FakeEngine:
-    """The engine's public surface (:class:`localspec.engine.Engine`), scripted; records what it was asked."""
-
-    def __init__(self, clock: FakeClock | None = None, reply: str = REPLY, *, has_draft: bool = True,
-                 round_delay: float = 0.0, prefill_seconds: float = 0.05, verify_seconds: float = 0.05,
-                 replies: dict[str, str] | None = None, reason: str = "fixed",
-                 catchup: tuple[int, float] = (0, 0.0)) -> None:
-        self.clock = clock or FakeClock()
+    def __init__(self, reply: str, replies: dict[str, str] | None = None) -> None:
         self.reply = reply
-        self.replies = replies or {}
-        self.has_draft_model = has_draft
-        self.cost_model = None
-        self.round_delay = round_delay
-        self.prefill_seconds = prefill_seconds
-        self.verify_seconds = verify_seconds
-        self.reason = reason  #: the policy reason every round reports
-        self.catchup = catchup  #: (tokens, seconds) of a draft-model catch-up in round 0
-        self.n_ctx = 4096
-        self.vocab: dict[str, int] = {}
-        self.texts: list[str] = []
-        self.calls: list[dict] = []
-        self.closed = False
-        self.started = threading.Event()
-        self.cached_prompt: list[int] | None = None  #: the prompt whose prefill is in the "KV cache"
-        self.notices: list[str] = []  #: what the loader would tell the user once
+        self.replies = dict(replies or {})  #: a word of the last message -> the reply to it
+        self.texts = [""]  # id 0: end of generation
+        self.ids: dict[str, int] = {}
+        self.expected: dict[tuple[int, ...], tuple[int, ...]] = {}
 
     def token_id(self, text: str) -> int:
-        if text not in self.vocab:
-            self.vocab[text] = len(self.texts)
+        if text not in self.ids:
+            if len(self.texts) >= N_VOCAB:
+                raise AssertionError(f"the fake vocabulary is full ({N_VOCAB} words)")
+            self.ids[text] = len(self.texts)
             self.texts.append(text)
-        return self.vocab[text]
+        return self.ids[text]
 
-    def token_text(self, token_id: int) -> str:
-        return self.texts[token_id]
-
-    def tokenize(self, text: str, *, special: bool = True) -> list[int]:
+    def tokenize(self, text: str) -> list[int]:
         return [self.token_id(w) for w in split_tokens(text)]
 
-    def chat_template(self) -> str | None:
-        return None  # no tool support, like SmolLM2's template
+    def reply_for(self, messages) -> str:
+        last = messages[-1]["content"] if messages else ""
+        return next((r for key, r in self.replies.items() if key in last), self.reply)
+
+    def expect(self, prompt, reply: str) -> None:
+        self.expected[tuple(prompt)] = tuple(self.tokenize(reply))
+
+    def position(self, seq) -> tuple[tuple[int, ...], int] | None:
+        """(the reply, how far into it ``seq`` is), after the longest registered prompt ``seq`` starts with."""
+        best = None
+        for prompt in self.expected:
+            if len(prompt) <= len(seq) and (best is None or len(prompt) > len(best)) \
+                    and tuple(seq[: len(prompt)]) == prompt:
+                best = prompt
+        return None if best is None else (self.expected[best], len(seq) - len(best))
+
+    def wrong(self, i: int, right: int) -> int:
+        """A word that is not ``right`` (what the draft model proposes at a "w" position)."""
+        tok = self.token_id(WRONG[i % len(WRONG)])
+        return tok if tok != right else self.token_id(WRONG[(i + 1) % len(WRONG)])
+
+
+class ScriptedModel(FakeModel):
+    """A :class:`FakeModel` that says its script's replies, costs fixed seconds on a fake clock,
+    and can be slowed down (real seconds, ``delay`` per decode) and aborted like LlamaModel.
+
+    Args:
+        script: the vocabulary and the replies (shared with the other model).
+        clock: advanced by every decode: ``batch_seconds`` for a batch without logits (a
+            prefill, a catch-up), else ``pass_seconds`` + :data:`TOKEN_SECONDS` per extra token.
+        pattern: None for the target (always sure and right); the draft model's :data:`DRAFT_PATTERN`.
+    """
+
+    def __init__(self, script: Script, clock: FakeClock, *, path: str, pass_seconds: float,
+                 batch_seconds: float, pattern: str | None = None, n_ctx: int = 4096) -> None:
+        super().__init__(n_ctx=n_ctx, n_batch=512)
+        self.n_vocab = N_VOCAB
+        self.eog_tokens = frozenset({EOG})
+        self.script, self.clock, self.pattern, self.path = script, clock, pattern, path
+        self.pass_seconds, self.batch_seconds = pass_seconds, batch_seconds
+        self.decode_seconds = 0.0  #: on the fake clock, as LlamaModel counts it (engine.model_seconds)
+        self.delay = 0.0  #: real seconds every decode waits (a slow model, to stop it mid-answer)
+        self.started = threading.Event()  #: set when a slowed decode starts
+        self._abort = False
+
+    def logits_after(self, seq) -> np.ndarray:
+        logits = np.zeros(N_VOCAB, dtype=np.float32)
+        found = self.script.position(seq)
+        reply, i = found if found is not None else ((), 0)
+        tok, top = (reply[i], SURE) if i < len(reply) else (EOG, SURE)
+        step = self.pattern[i % len(self.pattern)] if self.pattern and i < len(reply) else "r"
+        if step == "w":
+            tok = self.script.wrong(i, tok)
+        logits[tok] = UNSURE if step == "u" else top
+        return logits
+
+    def decode(self, tokens, logits_for="last", progress=None):
+        self._wait()
+        out = super().decode(tokens, logits_for, progress)
+        batch = not isinstance(logits_for, str) and len(logits_for) == 0
+        seconds = self.batch_seconds if batch else self.pass_seconds + TOKEN_SECONDS * (len(tokens) - 1)
+        self.decode_seconds += seconds
+        self.clock.advance(seconds)
+        return out
+
+    def _wait(self) -> None:
+        if self.delay:
+            self.started.set()
+            end = time.monotonic() + self.delay
+            while time.monotonic() < end and not self._abort:
+                time.sleep(min(0.005, self.delay))
+        if self._abort:
+            raise DecodeAborted("decode aborted")
+
+    def abort(self) -> None:
+        self._abort = True
+
+    def clear_abort(self) -> None:
+        self._abort = False
+
+    def token_bytes(self, t: int, special: bool = False) -> bytes:
+        return self.script.texts[t].encode() if t < len(self.script.texts) else b""
+
+    def tokenize(self, text: str, **kw) -> list[int]:
+        return self.script.tokenize(text)
+
+    def tokenize_chat(self, messages, **kw) -> list[int]:
+        """``<role>content`` per message; registers the scripted reply to this prompt."""
+        prompt = self.script.tokenize("".join(f"<{m['role']}>{m['content']}" for m in messages))
+        self.script.expect(prompt, self.script.reply_for(messages))
+        return prompt
+
+    def vocab_info(self) -> VocabInfo:
+        texts = tuple(t.encode() for t in self.script.texts) + (b"",) * (N_VOCAB - len(self.script.texts))
+        return VocabInfo(0, N_VOCAB, -1, EOG, False, texts, (4,) * N_VOCAB)
+
+
+def model_costs(pass_seconds: float, n: int) -> ModelCosts:
+    """What a calibration of a :class:`ScriptedModel` finds: ``seconds[b-1]`` of a pass over b tokens."""
+    return ModelCosts(seconds=[pass_seconds + TOKEN_SECONDS * b for b in range(n)])
+
+
+class FakeEngine(SpeculativeEngine):
+    """The real engine over a scripted target and (``has_draft``) draft model on a :class:`FakeClock`.
+
+    Beyond the engine it only records: ``calls`` (every :meth:`generate`, with the chat
+    messages last tokenized), ``last_messages``, ``last_prompt``, ``closed``; and gives the tests their knobs: ``reply``,
+    ``round_delay`` (real seconds each target pass waits), ``started`` (set when a slowed pass
+    starts). Its costs (``cost_model``, mode ``auto``) are the fake models' true costs.
+    """
+
+    def __init__(self, clock: FakeClock | None = None, reply: str = REPLY, *, replies: dict[str, str] | None = None,
+                 has_draft: bool = True, round_delay: float = 0.0, prefill_seconds: float = 0.05,
+                 verify_seconds: float = 0.05, draft_seconds: float = 0.01, catchup_seconds: float = 0.1,
+                 n_ctx: int = 4096, draft_max: int = 64) -> None:
+        clock = clock or FakeClock()
+        self.script = Script(reply, replies)
+        self.prefill_seconds, self.verify_seconds = prefill_seconds, verify_seconds
+        self.catchup_seconds = catchup_seconds
+        target = ScriptedModel(self.script, clock, path="fake-target.gguf", pass_seconds=verify_seconds,
+                               batch_seconds=prefill_seconds, n_ctx=n_ctx)
+        draft = ScriptedModel(self.script, clock, path="fake-draft.gguf", pass_seconds=draft_seconds,
+                              batch_seconds=catchup_seconds, pattern=DRAFT_PATTERN, n_ctx=n_ctx) if has_draft else None
+        target_costs = model_costs(verify_seconds, draft_max + 1)
+        draft_costs = model_costs(draft_seconds, 2) if has_draft else None
+        costs = EngineCosts(verify=list(target_costs.seconds), draft_token=draft_seconds if has_draft else None,
+                            target=target_costs, draft=draft_costs)
+        super().__init__(target, draft, costs=costs, clock=clock)
+        self.round_delay = round_delay
+        self.calls: list[dict] = []
+        self.last_messages: list[dict] | None = None  #: the chat messages last tokenized
+        self.last_prompt: list[int] | None = None  #: their prompt token ids
+        self.closed = False
+
+    @property
+    def reply(self) -> str:
+        return self.script.reply
+
+    @property
+    def round_delay(self) -> float:
+        return self.target.delay
+
+    @round_delay.setter
+    def round_delay(self, seconds: float) -> None:
+        self.target.delay = seconds
+
+    @property
+    def started(self) -> threading.Event:
+        return self.target.started
 
     def chat_tokens(self, messages, tools=None) -> list[int]:
         self.last_messages = [dict(m) for m in messages]
-        self.last_prompt = self.tokenize("".join(f"<{m['role']}>{m['content']}" for m in messages))
+        self.last_prompt = super().chat_tokens(messages, tools)
         return list(self.last_prompt)
-
-    def reply_for(self, prompt, drafting) -> str:
-        last = self.last_messages[-1]["content"] if getattr(self, "last_messages", None) else ""
-        for key, reply in self.replies.items():
-            if key in last:
-                return reply
-        return self.reply
-
-    def prefill(self, prompt, draft: bool = True, progress=None) -> Prefill:
-        """Like the engine's: costs ``prefill_seconds`` on the clock unless the prompt is cached."""
-        if list(prompt) == self.cached_prompt:
-            return Prefill(0.0, 0.0, len(prompt) - 1)
-        self.cached_prompt = list(prompt)
-        self.clock.advance(self.prefill_seconds)
-        return Prefill(self.prefill_seconds, 0.0, 0)
-
-    def calibrated_costs(self, draft_max: int, remeasure: bool = False, progress=None) -> EngineCosts:
-        """A flat cost curve: every verification pass costs ``verify_seconds``."""
-        curve = [self.verify_seconds] * (draft_max + 1)
-        self.cost_model = EngineCosts(verify=list(curve), draft_token=None, target=ModelCosts(seconds=curve), draft=None)
-        return self.cost_model
-
-    def has_costs(self, draft_max: int) -> bool:
-        return True  # nothing to measure: calibrated_costs makes a flat curve at once
-
-    def loaded_models(self) -> dict:
-        from localspec.engine import LoadedModel
-
-        return {"target": LoadedModel("fake.gguf", False, None, 0)}
-
-    def model_seconds(self) -> float:
-        return 0.0
-
-    def next_token_logits(self, tokens):
-        raise NotImplementedError("the TUI never asks for logits")
-
-    def grammar(self, gbnf: str, root: str = "root"):
-        raise NotImplementedError("the TUI never constrains the output")
 
     def generate(self, prompt, sampling=None, drafting=None, generation=None, policy=None, prediction=None,
                  constraint=None):
-        drafting = drafting or DraftParams()
         self.calls.append({"prompt": list(prompt), "sampling": sampling, "drafting": drafting,
-                           "generation": generation, "messages": getattr(self, "last_messages", None)})
-        return FakeGeneration(self, prompt, sampling or SamplingParams(), drafting, generation or GenerationParams())
+                           "generation": generation, "messages": self.last_messages})
+        return super().generate(prompt, sampling, drafting, generation, policy, prediction, constraint)
 
     def close(self) -> None:
         self.closed = True
+        super().close()
 
 
 def factory_for(*engines: FakeEngine, fail: Exception | None = None):

@@ -397,3 +397,35 @@ def test_mode_auto_never_measures_inside_generate(monkeypatch):
     assert len(measured) == 1 and eng.has_costs(8) and not eng.has_costs(16)
     gen, _ = run(eng, mode="auto", draft_max=8)
     assert gen.token_ids == greedy_reference(PROMPT, 30) and len(measured) == 1
+
+
+class TimedModel(FakeModel):
+    """A FakeModel whose decodes cost 0.5 s plus 0.25 s a token on a fake clock (a list of one float)."""
+
+    def __init__(self, now: list[float], **kw) -> None:
+        super().__init__(**kw)
+        self.now = now
+
+    def decode(self, tokens, logits_for="last", progress=None):
+        self.now[0] += 0.5 + 0.25 * len(tokens)
+        return super().decode(tokens, logits_for, progress)
+
+
+def test_every_duration_is_read_from_the_engines_clock():
+    """The engine's clock argument times the prefill, drafting, verification, catch-up and the totals."""
+    now = [100.0]
+    eng = SpeculativeEngine(TimedModel(now), TimedModel(now), clock=lambda: now[0])
+    prompt = list(range(1, 10))
+    gen, events = run(eng, prompt=prompt, mode="draft", draft_max=4, max_tokens=12)
+    rounds = [e for e in events if isinstance(e, RoundStats)]
+    s = gen.stats
+    assert s.prefill_seconds == 0.5 + 0.25 * (len(prompt) - 1)  # one batch of the prompt but its newest token
+    assert rounds[0].catchup_seconds == 0.5 + 0.25 * (len(prompt) - 1)  # the draft model's cold cache
+    for r in rounds:  # drafting: g one-token decodes after the first (two tokens); verification: one pass
+        assert r.verify_seconds == 0.5 + 0.25 * (r.drafted + 1)
+        assert r.draft_seconds == (0.5 + 0.25 * (2 if r.round else 1)) + 0.75 * (r.drafted - 1)
+    assert s.elapsed_seconds == now[0] - 100.0
+    assert s.elapsed_seconds == s.prefill_seconds + sum(r.draft_seconds + r.verify_seconds + r.catchup_seconds
+                                                        for r in rounds)
+    assert s.time_to_first_token == s.prefill_seconds + rounds[0].catchup_seconds + rounds[0].draft_seconds \
+        + rounds[0].verify_seconds

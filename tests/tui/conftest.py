@@ -2,9 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from localspec.config import Settings
-
-from tui_fakes import FakeClock, FakeEngine, factory_for
+from tui_fakes import FakeClock, FakeEngine
 
 
 @pytest.fixture(autouse=True)

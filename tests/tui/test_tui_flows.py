@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from localspec.config import Settings
 from localspec.errors import ModelError
 from localspec.userconfig import config_path, load_settings
-from tui_fakes import REPLY, FakeClock, FakeEngine
+from tui_fakes import REPLY, FakeEngine
 from tui_helpers import SIZE, build, edit_app, idle, running, submit, until_started
 
 pytestmark = pytest.mark.asyncio

@@ -374,7 +374,9 @@ def compare_flash_attn(model, max_batch: int, repeats: int = 2, context: int = S
 
     The settings take turns, ``repeats`` visits each (off, on, on, off, ...), and each keeps the
     fastest of its samples: another process can only add time, so a burst of it during one
-    visit does not decide the choice. Switching recreates the llama.cpp context (the KV cache is
+    visit does not decide the choice. One visit each is enough when no other process used the
+    CPUs meanwhile and the two differ clearly (:func:`_decided`). The model is left on the chosen
+    setting, its cache holding ``context`` filler tokens when that setting was timed last. Switching recreates the llama.cpp context (the KV cache is
     then empty), so the comparison is made at the short context, where refilling costs little. On
     stays chosen only when its score beats off's by more than :data:`FLASH_ATTN_MARGIN`
     (off is llama-cpp-python's default). A setting whose context cannot be created is skipped.
@@ -390,7 +392,10 @@ def compare_flash_attn(model, max_batch: int, repeats: int = 2, context: int = S
     times: dict[str, list[float]] = {}
     failed: set[str] = set()
     tick = _ticker(progress, f"comparing flash attention off and on for {_model_name(model)}", 2 * max(1, repeats))
+    meter = CpuMeter()
     for r in range(max(1, repeats)):
+        if r == 1 and _decided(times, meter):
+            break
         for name in (("off", "on") if r % 2 == 0 else ("on", "off")):
             try:
                 if name not in failed:
@@ -408,9 +413,19 @@ def compare_flash_attn(model, max_batch: int, repeats: int = 2, context: int = S
                            "check n_ctx and the free memory")
     scores = flash_attn_scores(times)
     on = "on" in scores and ("off" not in scores or scores["on"] * (1.0 + FLASH_ATTN_MARGIN) < scores["off"])
-    model.set_flash_attn(on)
-    model.truncate(0)
+    model.set_flash_attn(on)  # unchanged (the cache keeps the filled context) when it was timed last
     return scores
+
+
+def _decided(times: dict[str, list[float]], meter: CpuMeter) -> bool:
+    """Whether one visit per setting settles the flash-attention choice: both were timed, other
+    processes used under a third of :data:`BUSY_THRESHOLD` of the CPUs meanwhile (none can have
+    slowed one visit), and the scores differ by more than twice :data:`FLASH_ATTN_MARGIN`."""
+    other = meter.other_fraction()
+    if len(times) < 2 or other is None or other >= BUSY_THRESHOLD / 3:
+        return False
+    scores = flash_attn_scores(times)
+    return abs(scores["on"] - scores["off"]) > 2 * FLASH_ATTN_MARGIN
 
 
 def calibrate_model(model, max_batch: int, repeats: int = 2, contexts: Sequence[int] | None = None,
@@ -431,6 +446,7 @@ def calibrate_model(model, max_batch: int, repeats: int = 2, contexts: Sequence[
     setting = "on" if model.flash_attn else "off"
     costs = measure_decode_costs(model, max_batch, repeats, contexts, progress,
                                  f"measuring decode costs of {model_name}, flash attention {setting}")
+    model.truncate(0)  # filler, not a prefix of anything the engine will decode
     costs.flash_attn, costs.flash_attn_scores = bool(model.flash_attn), scores
     costs.key = model_cost_key(model)
     costs.calibration_seconds = time.perf_counter() - t0

@@ -208,7 +208,7 @@ def print_table(runs: list[dict], names: list[str], servers: list[str], cpu: str
               + f" at {t['contexts'][0]} tokens; ceiling of a free drafter {best[0]:.2f}x at g={best[1]}; "
               f"measured in {t.get('calibration_seconds', 0):.0f} s (target)"
               + (f" + {cal['draft'].get('calibration_seconds', 0):.0f} s (draft)" if "draft" in cal else ""))
-    print(f"\n| task | server | e2e s (median) | decode tok/s | tokens | e2e vs {reference} | decode vs {reference} "
+    print(f"\n| task | server | e2e s (median) | decode tok/s | tokens (each rep) | e2e vs {reference} | decode vs {reference} "
           "| drafted / accepted | same as plain |")
     print("|---|---|---|---|---|---|---|---|---|")
     summary: dict[str, dict[str, float]] = {}
@@ -229,7 +229,7 @@ def print_table(runs: list[dict], names: list[str], servers: list[str], cpu: str
             if e2e:
                 summary.setdefault(task, {})[server] = statistics.median(e2e)
             print(f"| {task} | {server} | {statistics.median(r['latency'] for r in rs):.2f} | "
-                  f"{statistics.median(r['decode_tps'] for r in rs):.1f} | {rs[0]['tokens']} | {ratio_stats(e2e)} | "
+                  f"{statistics.median(r['decode_tps'] for r in rs):.1f} | {'/'.join(str(r['tokens']) for r in rs)} | {ratio_stats(e2e)} | "
                   f"{ratio_stats(dec)} | {da} | {sum(same)}/{len(same)} |")
     edits = [t for t in names if t != "chat"]
     lines = []

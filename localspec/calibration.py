@@ -374,9 +374,10 @@ def compare_flash_attn(model, max_batch: int, repeats: int = 2, context: int = S
 
     The settings take turns, ``repeats`` visits each (off, on, on, off, ...), and each keeps the
     fastest of its samples: another process can only add time, so a burst of it during one
-    visit does not decide the choice. One visit each is enough when no other process used the
-    CPUs meanwhile and the two differ clearly (:func:`_decided`). The model is left on the chosen
-    setting, its cache holding ``context`` filler tokens when that setting was timed last. Switching recreates the llama.cpp context (the KV cache is
+    visit does not decide the choice (one visit each is not enough even on a quiet machine: on
+    the 2-vCPU Xeon of 2026-12-02 consecutive one-token decodes varied by 15 %, and one visit each
+    once scored off 25 % slower where taking turns found the two equal). The model is left on the
+    chosen setting, its cache holding ``context`` filler tokens when that setting was timed last. Switching recreates the llama.cpp context (the KV cache is
     then empty), so the comparison is made at the short context, where refilling costs little. On
     stays chosen only when its score beats off's by more than :data:`FLASH_ATTN_MARGIN`
     (off is llama-cpp-python's default). A setting whose context cannot be created is skipped.
@@ -392,10 +393,7 @@ def compare_flash_attn(model, max_batch: int, repeats: int = 2, context: int = S
     times: dict[str, list[float]] = {}
     failed: set[str] = set()
     tick = _ticker(progress, f"comparing flash attention off and on for {_model_name(model)}", 2 * max(1, repeats))
-    meter = CpuMeter()
     for r in range(max(1, repeats)):
-        if r == 1 and _decided(times, meter):
-            break
         for name in (("off", "on") if r % 2 == 0 else ("on", "off")):
             try:
                 if name not in failed:
@@ -415,17 +413,6 @@ def compare_flash_attn(model, max_batch: int, repeats: int = 2, context: int = S
     on = "on" in scores and ("off" not in scores or scores["on"] * (1.0 + FLASH_ATTN_MARGIN) < scores["off"])
     model.set_flash_attn(on)  # unchanged (the cache keeps the filled context) when it was timed last
     return scores
-
-
-def _decided(times: dict[str, list[float]], meter: CpuMeter) -> bool:
-    """Whether one visit per setting settles the flash-attention choice: both were timed, other
-    processes used under a third of :data:`BUSY_THRESHOLD` of the CPUs meanwhile (none can have
-    slowed one visit), and the scores differ by more than twice :data:`FLASH_ATTN_MARGIN`."""
-    other = meter.other_fraction()
-    if len(times) < 2 or other is None or other >= BUSY_THRESHOLD / 3:
-        return False
-    scores = flash_attn_scores(times)
-    return abs(scores["on"] - scores["off"]) > 2 * FLASH_ATTN_MARGIN
 
 
 def calibrate_model(model, max_batch: int, repeats: int = 2, contexts: Sequence[int] | None = None,

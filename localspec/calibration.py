@@ -704,8 +704,9 @@ def describe_costs(costs: ModelCosts) -> str:
     parts = []
     if costs.flash_attn_scores:
         sc = ", ".join(f"{k} {v:.3f}" for k, v in sorted(costs.flash_attn_scores.items()))
-        parts.append(f"flash attention {'on' if costs.flash_attn else 'off'} (measured faster: time of T(1) and "
-                     f"T(max) at each context relative to the faster setting, mean: {sc})")
+        parts.append(f"flash attention {'on' if costs.flash_attn else 'off'} (compared at {costs.contexts[0]} tokens "
+                     f"of context: the fastest T(1) and T(max) of each, mean relative to the faster setting: {sc}; "
+                     f"on is chosen only when over {FLASH_ATTN_MARGIN:.0%} faster)")
     elif costs.flash_attn is not None:
         parts.append(f"flash attention {'on' if costs.flash_attn else 'off'} (as asked)")
     if costs.prefill_token_seconds:

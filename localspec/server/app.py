@@ -333,6 +333,28 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
     return app
 
 
+def log_to_stderr(level: str = "info") -> None:
+    """Send the server's own log records (logger ``localspec``: a request that failed, a calibration
+    measured while serving) to stderr at ``level``, formatted like uvicorn's lines (``INFO:     ...``).
+
+    uvicorn configures only its own loggers; without this the ``localspec`` records under WARNING
+    went nowhere. Idempotent: a second call only sets the level.
+    """
+    logger = logging.getLogger("localspec")
+    if not any(getattr(h, "_localspec", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelprefix)s %(message)s"))
+        handler.addFilter(_level_prefix)
+        handler._localspec = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.setLevel(level.upper())
+
+
+def _level_prefix(record: logging.LogRecord) -> bool:
+    record.levelprefix = f"{record.levelname + ':':<9}"
+    return True
+
+
 def serve(engine, settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, api_key: str | None = None,
           max_queue: int = 8, max_body: int = 8 << 20, default_max_tokens: int | None = None,
           log_level: str = "info", shutdown_grace: float = 5.0, cors_origins: list[str] | None = None) -> None:
@@ -345,6 +367,7 @@ def serve(engine, settings: Settings, *, host: str = "127.0.0.1", port: int = 80
     """
     import uvicorn
 
+    log_to_stderr(log_level)
     if host not in LOOPBACK and not api_key:
         print(f"warning: serving on {host} without --api-key: anyone who can reach this port can use the model",
               file=sys.stderr)

@@ -310,3 +310,24 @@ def test_an_idle_server_measures_a_disturbed_calibration_again_when_the_machine_
             loop.close()
     finally:
         worker.stop()
+
+
+def test_the_servers_own_log_lines_reach_stderr(capsys):
+    """uvicorn configures only its own loggers: the worker's INFO lines (a calibration measured while
+    serving) went nowhere until serve() gave the ``localspec`` logger a handler."""
+    import logging
+
+    from localspec.server.app import log_to_stderr
+
+    logger = logging.getLogger("localspec")
+    before = (list(logger.handlers), logger.level)
+    try:
+        log_to_stderr("info")
+        log_to_stderr("info")  # idempotent: one handler, one line per record
+        logging.getLogger("localspec.server").info("measuring again")
+        logging.getLogger("localspec.server").debug("not at info")
+        err = capsys.readouterr().err
+        assert err.count("measuring again") == 1 and err.startswith("INFO:     measuring again")
+        assert "not at info" not in err
+    finally:
+        logger.handlers[:], _ = before[0], logger.setLevel(before[1])

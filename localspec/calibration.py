@@ -2,14 +2,16 @@
 
 Measures, on the running machine with the loaded models and settings, the time of a
 target decode of b tokens for b = 1..8 and a few longer batches up to draft_max+1
-(:func:`~localspec.costmodel.calibration_points`: 12, 16, 24, 32, 48, 65; joined by
+(:func:`~localspec.costmodel.calibration_points`: 12, 16, 32, 65; joined by
 :func:`~localspec.costmodel.interpolate_curve`, and refined per b from the real rounds by
-:class:`EngineCosts`) at a short context (64 cached tokens), and at a long one (1,024) what
+:class:`EngineCosts`) at a short context (16 cached tokens), and at a long one (512) what
 the context adds at four of them (:func:`~localspec.costmodel.context_points`; the curves
-are interpolated by the current position), the draft model's time per token and per
-catch-up (prefill) token, with flash attention off and on compared first (keeping the
-faster, unless ``--flash-attn`` says which). Two samples per point, a third where they
-disagree: the default pair's first calibration takes about half a minute on a 2-core CPU.
+are interpolated by the current position, extrapolated linearly beyond 512), the draft
+model's time per token and per catch-up (prefill) token, with flash attention off and on
+compared first (keeping the faster, unless ``--flash-attn`` says which; the chosen
+setting's samples count for its curve). Two samples per point, a third where they disagree
+by over 20 %: the default pair's first calibration measures for about half a minute on a
+2-core CPU (31-33 s on the 2-vCPU Xeon of 2026-12-02, against 50 s before).
 It caches the result as JSON under ``$LOCALSPEC_CACHE/costs/``
 (default ``~/.cache/localspec``), keyed by model file (path, size, mtime), context
 settings (n_ctx, n_batch, n_ubatch, n_threads, n_gpu_layers, flash attention), the
@@ -42,9 +44,11 @@ DEFAULT_TARGET_RATIOS = {1: 1.0, 2: 1.68, 3: 2.26, 4: 2.57, 5: 3.21, 8: 5.95, 16
 COST_FORMAT = 3  #: 3: the longer contexts timed at a few points (context_points)
 #: (what is measured, steps done, steps in all) -> None: calibration progress for a front-end
 StepFn = Callable[[str, int, int], None]
-#: cache lengths (tokens) at which calibration times the verify curve (see calibration_contexts)
-SHORT_CONTEXT = 64
-LONG_CONTEXT = 1024
+#: cache lengths (tokens) at which calibration times the verify curve (see calibration_contexts):
+#: the long one's fill is a timed prefill (the catch-up cost) and the largest single cost of a first
+#: calibration (~5 s per model on a 2-core CPU at 512; 1,024 took twice that)
+SHORT_CONTEXT = 16
+LONG_CONTEXT = 512
 
 
 def cache_root() -> Path:
@@ -226,22 +230,27 @@ def _filler_tokens(model, n: int, seed: int = 0) -> list[int]:
     return [t if not model.is_eog(t) else 1 for t in toks]
 
 
-#: a batch size whose first samples differ by more than this fraction is timed once more (median of 3)
-SPREAD = 0.10
+#: a batch size whose first samples differ by more than this fraction is timed once more (median of 3):
+#: for a disturbed sample, not this VM's minute-to-minute variation of ~15 % (at 10 %, half the points
+#: of a quiet calibration were timed a third time)
+SPREAD = 0.20
 
 
 def _time_points(model, toks: Sequence[int], base: int, points: Sequence[int], repeats: int,
-                 tick: Callable[[], None] | None = None) -> list[float]:
+                 tick: Callable[[], None] | None = None, given: dict[int, list[float]] | None = None) -> list[float]:
     """Median seconds of a decode of b tokens (logits for all) with ``base`` cached, for each b in
     ``points`` (each <= len(toks)); ``tick`` is called after each repetition.
 
     ``repeats`` repetitions, alternating forwards and backwards over the points; then each point
     whose samples differ by more than :data:`SPREAD` is timed once more, so that one disturbed
-    sample does not decide a median of two.
+    sample does not decide a median of two. ``given[b]``: samples of b already timed the same
+    way (same model, settings and ``base``; :func:`compare_flash_attn`'s); each counts as one of
+    b's repetitions.
     """
-    samples: list[list[float]] = [[] for _ in points]
-    model.decode(toks[:1], logits_for="all")  # warm up
-    model.truncate(base)
+    samples: list[list[float]] = [list((given or {}).get(b, ())) for b in points]
+    if any(len(s) < max(1, repeats) for s in samples):
+        model.decode(toks[:1], logits_for="all")  # warm up
+        model.truncate(base)
 
     def once(j: int) -> None:
         t0 = time.perf_counter()
@@ -251,7 +260,8 @@ def _time_points(model, toks: Sequence[int], base: int, points: Sequence[int], r
 
     for r in range(max(1, repeats)):
         for j in (range(len(points)) if r % 2 == 0 else range(len(points) - 1, -1, -1)):
-            once(j)
+            if len(samples[j]) <= r:
+                once(j)
         if tick:
             tick()
     for j, s in enumerate(samples):
@@ -289,23 +299,24 @@ def _batch_sizes(points: Sequence[int], max_batch: int) -> list[int]:
 
 def measure_decode_costs(model, max_batch: int, repeats: int = 2, contexts: Sequence[int] | None = None,
                          progress: StepFn | None = None, label: str = "", points: Sequence[int] | None = None,
-                         long_points: Sequence[int] | None = None) -> ModelCosts:
-    """Time decodes of b tokens at a few batch sizes and contexts, and interpolate the curve for
-    b = 1..max_batch at each context.
+                         long_points: Sequence[int] | None = None,
+                         given: dict[int, list[float]] | None = None) -> ModelCosts:
+    """Time decodes of b tokens at a few batch sizes and contexts; interpolate the curve for b = 1..max_batch.
 
     Decodes filler tokens until the first (shortest) context c0 is cached (default
-    :func:`calibration_contexts`: 64 and 1,024 tokens), times a decode of b tokens with logits
+    :func:`calibration_contexts`: 16 and 512 tokens), times a decode of b tokens with logits
     for all of them (as the engine's verification pass does, truncating back after each) for
     each b in ``points`` (default :func:`~localspec.costmodel.calibration_points`: every b up
-    to 8, then 12, 16, 24, 32, 48, ... and max_batch), ``repeats`` times in alternating order
+    to 8, then 12, 16, 32, 64, ... and max_batch), ``repeats`` times in alternating order
     (plus a third sample where two disagree, :func:`_time_points`), and joins the medians into a
     curve (:func:`~localspec.costmodel.interpolate_curve`). Then for each longer context it fills
     the cache to it (timed: a batched prefill, what a catch-up costs per token) and times only
     ``long_points`` (default :func:`~localspec.costmodel.context_points`: 1, 8, about a third
     of max_batch, max_batch); that context's curve is the first one plus the measured difference
-    (:func:`~localspec.costmodel.shifted_curve`). The model's KV cache is left cut to
-    min(what it held, c0) tokens (the engine decodes what is missing on its next call,
-    :meth:`LlamaModel.sync`).
+    (:func:`~localspec.costmodel.shifted_curve`). ``given[b]``: samples of b timed at the first
+    context with these settings (:func:`compare_flash_attn`'s), counted as repetitions. The KV
+    cache is left cut to min(what it held, c0) tokens (the engine decodes what is missing on its
+    next call, :meth:`LlamaModel.sync`).
 
     ``progress(label, done, total)`` is called after each repetition at each context and after
     each fill to a longer context (``total`` = contexts x repetitions + contexts - 1), so a
@@ -337,7 +348,8 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 2, contexts: Sequ
                 tick()
                 if n >= 32:
                     prefill = secs / n
-            medians.append(_time_points(model, toks, c, lpts if medians else pts, repeats, tick))
+            medians.append(_time_points(model, toks, c, lpts if medians else pts, repeats, tick,
+                                        None if medians else given))
     finally:
         model.truncate(n0)
     curves = [interpolate_curve(pts, medians[0], max_batch)]
@@ -368,7 +380,7 @@ FLASH_ATTN_MARGIN = 0.03
 
 
 def compare_flash_attn(model, max_batch: int, repeats: int = 2, context: int = SHORT_CONTEXT,
-                       progress: StepFn | None = None) -> dict[str, float]:
+                       progress: StepFn | None = None) -> tuple[dict[str, float], dict[int, list[float]]]:
     """Time a decode of 1 and of ``max_batch`` tokens with ``context`` tokens cached, with flash
     attention off and on, and leave the model on the faster setting.
 
@@ -377,13 +389,16 @@ def compare_flash_attn(model, max_batch: int, repeats: int = 2, context: int = S
     visit does not decide the choice (one visit each is not enough even on a quiet machine: on
     the 2-vCPU Xeon of 2026-12-02 consecutive one-token decodes varied by 15 %, and one visit each
     once scored off 25 % slower where taking turns found the two equal). The model is left on the
-    chosen setting, its cache holding ``context`` filler tokens when that setting was timed last. Switching recreates the llama.cpp context (the KV cache is
-    then empty), so the comparison is made at the short context, where refilling costs little. On
+    chosen setting, its cache holding ``context`` filler tokens when that setting was timed last.
+    Switching recreates the llama.cpp context (the KV cache is then empty), so the comparison is
+    made at the short context, where refilling costs little. On
     stays chosen only when its score beats off's by more than :data:`FLASH_ATTN_MARGIN`
     (off is llama-cpp-python's default). A setting whose context cannot be created is skipped.
 
     Returns:
-        :func:`flash_attn_scores` of the settings timed.
+        (:func:`flash_attn_scores` of the settings timed, the chosen setting's samples: b -> seconds of
+        each visit's decode of b tokens with ``context`` cached, which :func:`measure_decode_costs`
+        counts as repetitions of those points instead of timing them again).
 
     Raises:
         BackendError: neither setting could be created.
@@ -391,6 +406,7 @@ def compare_flash_attn(model, max_batch: int, repeats: int = 2, context: int = S
     toks = _filler_tokens(model, max_batch, seed=2)
     pts = sorted({1, max_batch})
     times: dict[str, list[float]] = {}
+    samples: dict[str, dict[int, list[float]]] = {}
     failed: set[str] = set()
     tick = _ticker(progress, f"comparing flash attention off and on for {_model_name(model)}", 2 * max(1, repeats))
     for r in range(max(1, repeats)):
@@ -405,6 +421,8 @@ def compare_flash_attn(model, max_batch: int, repeats: int = 2, context: int = S
             _fill_to(model, context, seed=1)
             got = _time_points(model, toks, context, pts, 1)
             times[name] = [min(x) for x in zip(times.get(name, got), got)]
+            for b, sec in zip(pts, got):
+                samples.setdefault(name, {}).setdefault(b, []).append(sec)
             tick()
     if not times:
         raise BackendError(f"{_model_name(model)}: no llama.cpp context could be created with flash attention off or on",
@@ -412,7 +430,7 @@ def compare_flash_attn(model, max_batch: int, repeats: int = 2, context: int = S
     scores = flash_attn_scores(times)
     on = "on" in scores and ("off" not in scores or scores["on"] * (1.0 + FLASH_ATTN_MARGIN) < scores["off"])
     model.set_flash_attn(on)  # unchanged (the cache keeps the filled context) when it was timed last
-    return scores
+    return scores, samples["on" if on else "off"]
 
 
 def calibrate_model(model, max_batch: int, repeats: int = 2, contexts: Sequence[int] | None = None,
@@ -429,10 +447,10 @@ def calibrate_model(model, max_batch: int, repeats: int = 2, contexts: Sequence[
                                     f"measuring decode costs of {model_name}")
     t0, meter = time.perf_counter(), CpuMeter()
     short = min(contexts) if contexts else SHORT_CONTEXT
-    scores = compare_flash_attn(model, max_batch, repeats, short, progress)
+    scores, timed = compare_flash_attn(model, max_batch, repeats, short, progress)
     setting = "on" if model.flash_attn else "off"
     costs = measure_decode_costs(model, max_batch, repeats, contexts, progress,
-                                 f"measuring decode costs of {model_name}, flash attention {setting}")
+                                 f"measuring decode costs of {model_name}, flash attention {setting}", given=timed)
     model.truncate(0)  # filler, not a prefix of anything the engine will decode
     costs.flash_attn, costs.flash_attn_scores = bool(model.flash_attn), scores
     costs.key = model_cost_key(model)
@@ -651,7 +669,7 @@ def engine_costs(target, draft_model, draft_max: int, *, existing: EngineCosts |
     target_costs = get_costs(target, draft_max + 1, remeasure=remeasure, repeats=repeats, progress=progress)
     draft = None
     if draft_model is not None:
-        draft = get_costs(draft_model, 2, remeasure=remeasure, repeats=max(repeats, 3), progress=progress)
+        draft = get_costs(draft_model, 2, remeasure=remeasure, repeats=repeats, progress=progress)
     return _engine_costs(target_costs, draft, draft_max)
 
 

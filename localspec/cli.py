@@ -316,8 +316,8 @@ def cmd_models(ns: argparse.Namespace) -> int:
 
 
 CALIBRATE_DESCRIPTION = (
-    "Measure the target's verify cost for b = 1..draft_max+1 tokens (every b up to 8, then 12, 16, 24, 32, "
-    "48, ... and draft_max+1, interpolated between) at a short context, and what a long context adds at four of "
+    "Measure the target's verify cost for b = 1..draft_max+1 tokens (every b up to 8, then 12, 16, 32, "
+    "64, ... and draft_max+1, interpolated between) at a short context, and what a long context adds at four of "
     "them, after comparing flash attention off and on (keeping the faster), and the draft model's cost per "
     "token and per catch-up token on this machine; cached per model, settings, llama.cpp build and machine "
     "(not when other processes disturbed it: measured again next time).")
@@ -417,7 +417,7 @@ def cmd_calibrate(ns: argparse.Namespace) -> int:
         huge["draft"] = draft.huge_page_bytes
         repack["draft"] = (draft.repack, draft.repack_verdict)
         try:
-            out["draft"] = get_costs(draft, 2, remeasure=ns.remeasure, repeats=max(ns.repeats, 3),
+            out["draft"] = get_costs(draft, 2, remeasure=ns.remeasure, repeats=ns.repeats,
                                      contexts=calibration_contexts(draft, 2, ns.long_context), progress=steps)
         finally:
             draft.close()
@@ -428,9 +428,9 @@ def cmd_calibrate(ns: argparse.Namespace) -> int:
     for notice in notices:
         Console(stderr=True).print("note: " + notice, style="yellow", markup=False, highlight=False)
     tc = out["target"]
-    if tc.load > 0.5 * (os.cpu_count() or 1) and time.time() - tc.created < 120:
-        print(f"warning: load average {tc.load:.2f} on {os.cpu_count()} CPUs while measuring; other processes "
-              "distort these numbers (rerun with --remeasure on an idle machine)", file=sys.stderr)
+    if any(c.disturbed and time.time() - c.created < 120 for c in out.values()):  # others' CPU share, not the load
+        print("warning: other processes used the CPUs while measuring: these numbers are distorted and not saved "
+              "(rerun on an idle machine)", file=sys.stderr)
     src = "measured now" if time.time() - tc.created < 120 else "cached " + time.strftime(
         "%Y-%m-%d %H:%M", time.localtime(tc.created))
     print(describe())

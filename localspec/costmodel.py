@@ -81,13 +81,15 @@ DENSE_POINTS = 8
 def calibration_points(max_batch: int, dense: int = DENSE_POINTS) -> list[int]:
     """The batch sizes calibration times to cover a verification pass of 1..``max_batch`` tokens.
 
-    Every b in 1..``dense``, then the powers of two and their halfway points 3 x 2^k above it
-    (12, 16, 24, 32, 48, 64, 96, ...: each 1.33-1.5 times the previous) below ``max_batch``, and
-    ``max_batch`` itself; a point closer to ``max_batch`` than an eighth of it is left out (64
-    next to 65 adds a long pass and nothing the line from 48 to 65 does not give). So the first
-    run of a long cap times a few points instead of every length (``max_batch`` = 65: 14
-    points whose token counts sum to 233, against 2,145 for all 65); the rest of the curve is
-    :func:`interpolate_curve`.
+    Every b in 1..``dense``, then 1.5 and 2 times it (12, 16), then doubling (32, 64, 128, ...)
+    below ``max_batch``, and ``max_batch`` itself; a point above ``dense`` closer to
+    ``max_batch`` than an eighth of it is left out (64 next to 65 adds a long pass and nothing
+    the line from 32 to 65 does not give). The long passes are the costly ones to time and, on
+    the CPUs measured, their cost grows smoothly with b (the 2-vCPU Xeon of 2026-12-02: T(48)
+    measured 878 ms, the line from 32 to 65 gives 891 ms), so they are spaced widest; the curve
+    between the points is :func:`interpolate_curve`, and the engine refines each length it uses
+    from real rounds (:class:`~localspec.calibration.EngineCosts`). ``max_batch`` = 65: 12
+    points whose token counts sum to 161, against 2,145 for every length.
 
     Returns:
         ascending, distinct, within 1..max_batch; ``[]`` for ``max_batch`` < 1.
@@ -95,10 +97,10 @@ def calibration_points(max_batch: int, dense: int = DENSE_POINTS) -> list[int]:
     if max_batch < 1:
         return []
     pts = set(range(1, min(dense, max_batch) + 1))
-    k = 2
-    while 2 ** k < max_batch:
-        pts.update(b for b in (2 ** k, 3 * 2 ** (k - 1)) if dense < b < max_batch - max_batch / 8)
-        k += 1
+    sparse = [dense + dense // 2, 2 * dense]
+    while sparse[-1] < max_batch:
+        sparse.append(2 * sparse[-1])
+    pts.update(b for b in sparse if b < max_batch - max_batch / 8)
     pts.add(max_batch)
     return sorted(pts)
 
@@ -111,7 +113,7 @@ def context_points(max_batch: int, dense: int = DENSE_POINTS) -> list[int]:
     about linear in b (each new token reads every cached one); so the longer context's curve is
     the short one plus that difference, measured at these points and interpolated linearly
     between them (:func:`shifted_curve`), at a fraction of the time of timing every point again
-    (``max_batch`` = 65: 1, 8, 24, 65).
+    (``max_batch`` = 65: 1, 8, 16, 65).
 
     Returns:
         ascending, distinct, a subset of :func:`calibration_points`; ``[]`` for ``max_batch`` < 1.

@@ -183,10 +183,11 @@ def choice_json(loaded_with_repack: bool, verdict: RepackVerdict | None) -> dict
 
 
 # -- the child --------------------------------------------------------------------------
-def probe_command(path: str | os.PathLike, repack: bool, n_threads: int, n_gpu_layers: int) -> list[str]:
-    """The command line of one probe child (this module's ``main``)."""
+def probe_command(path: str | os.PathLike, repack: bool, n_threads: int, n_gpu_layers: int,
+                  repeats: int = PROBE_REPEATS) -> list[str]:
+    """The command line of one probe child (this module's ``main``), timing ``repeats`` decodes of each size."""
     return [sys.executable, "-m", "localspec.repack", str(path), "--repack", "on" if repack else "off",
-            "--n-threads", str(int(n_threads)), "--n-gpu-layers", str(int(n_gpu_layers))]
+            "--n-threads", str(int(n_threads)), "--n-gpu-layers", str(int(n_gpu_layers)), "--repeats", str(int(repeats))]
 
 
 def _signal_name(n: int) -> str:
@@ -236,6 +237,7 @@ def _child_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--repack", choices=["on", "off"], required=True)
     ap.add_argument("--n-threads", type=int, default=0)
     ap.add_argument("--n-gpu-layers", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=PROBE_REPEATS)
     a = ap.parse_args(argv)
     model = LlamaModel(a.model, n_ctx=256, n_batch=64, n_threads=a.n_threads or None, n_gpu_layers=a.n_gpu_layers,
                        huge_pages=False, repack=a.repack == "on")
@@ -244,7 +246,7 @@ def _child_main(argv: Sequence[str] | None = None) -> int:
     model.decode(filler[: 2 * n], logits_for="all")  # the batched decode that crashes AMX kernels
     base = model.n_cached
     t1s, tbs = [], []
-    for _ in range(PROBE_REPEATS):
+    for _ in range(max(1, a.repeats)):
         t0 = time.perf_counter()
         model.decode(filler[2 * n : 2 * n + 1])
         t1s.append(time.perf_counter() - t0)
@@ -315,7 +317,9 @@ def decide_repack(path: str | os.PathLike, mode: RepackMode, *, n_threads: int, 
             stage(f"checking llama.cpp's weight repacking for {name} on this CPU (a test decode in a child process; "
                   "once per machine and model)")
         with_r = run(command(path, True, n_threads, n_gpu_layers), probe_timeout())
-        without_r = run(command(path, False, n_threads, n_gpu_layers), probe_timeout())
+        # with the repacked layout out of the race, the standard one needs only to decode safely: one timing
+        without_r = run(command(path, False, n_threads, n_gpu_layers, repeats=PROBE_REPEATS if with_r.ok else 1),
+                        probe_timeout())
         use, ratio, reason = choose(with_r, without_r, cpu_model())
         verdict = RepackVerdict(use=use, with_repack=with_r, without_repack=without_r, reason=reason,
                                 speed_ratio=ratio, key=key, created=time.time(),

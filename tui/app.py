@@ -202,7 +202,8 @@ class LocalspecApp(App):
         what = words.get(msg.stage, msg.stage)
         if msg.total and msg.unit == "steps":
             self.load_fraction = min(1.0, msg.done / msg.total)
-            self.load_text = f"{what} (once for this machine): {msg.done}/{msg.total}"
+            # kept for later starts on this machine, unless other programs disturbed it (calibration.get_costs)
+            self.load_text = f"{what} (kept for later starts unless other programs disturb it): {msg.done}/{msg.total}"
         elif msg.total:
             self.load_fraction = min(1.0, msg.done / msg.total)
             self.load_text = f"{what}: {msg.done / 1e6:.0f} / {msg.total / 1e6:.0f} MB"

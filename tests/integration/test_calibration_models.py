@@ -91,8 +91,8 @@ def test_auto_on_tiny_calibrates_the_draft_catch_up_and_stays_exact(tiny_path, t
         assert auto.token_ids == ref.token_ids
         ec = engine.cost_model
         # the long context as long as the window allows; the short one exactly, although the cache held the prompt
-        assert ec.target.contexts == [64, 512 - 9]
-        assert ec.draft.contexts == [64, 512 - 2]
+        assert ec.target.contexts == [calibration.SHORT_CONTEXT, 512 - 9]
+        assert ec.draft.contexts == [calibration.SHORT_CONTEXT, 512 - 2]
         assert ec.draft.prefill_token_seconds > 0
         if not any(r.catchup_tokens for r in auto.rounds):
             # no catch-up observed (auto did not switch to the draft model): still the calibrated value
@@ -111,12 +111,12 @@ def test_calibrate_command_prints_both_contexts_and_the_ceiling(tmp_path, monkey
     assert cli.main(["calibrate", *args]) == 0
     out = capsys.readouterr().out
     assert out.startswith("CPU ")
-    assert "ms @64" in out and "ms @192" in out
+    assert "ms @16" in out and "ms @192" in out
     assert "flash attention off (as asked)" in out and "prefill (catch-up)" in out
     hp = next(line for line in out.splitlines() if line.startswith("weights in 2 MiB huge pages: target "))
     mib = [int(x) for _, x in re.findall(r"(target|draft) (\d+) MiB", hp)]
     assert len(mib) == 2 and (max(mib) == 0) == ("not available" in hp)
-    assert "calibrated ceiling at 64 tokens of context" in out and "calibrated ceiling at 192 tokens" in out
+    assert "calibrated ceiling at 16 tokens of context" in out and "calibrated ceiling at 192 tokens" in out
     assert cli.main(["calibrate", *args[:-6], "--long-context", "0"]) != 0
     assert "error: --repeats and --long-context must be >= 1" in capsys.readouterr().err
 

@@ -7,7 +7,6 @@ These test the UI engineer's localspec/fileio.py, userconfig.py and conversation
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest

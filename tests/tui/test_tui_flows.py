@@ -12,6 +12,8 @@ from localspec.userconfig import config_path, load_settings
 from tui_fakes import REPLY, FakeEngine
 from tui_helpers import SIZE, build, edit_app, idle, running, submit, until_started
 
+from tui.messages import LoadProgress
+
 pytestmark = pytest.mark.asyncio
 
 
@@ -112,6 +114,11 @@ async def test_load_progress_bar_while_ui_stays_usable(clock):
         assert bar.display and app.engine_state == "loading"
         assert app.screen.query_one(ProgressBar).percentage == pytest.approx(0.5)
         assert "assembling the offline mirror: 550 / 1100 MB" in app.load_text
+        # a calibration's steps: what is measured, and that it is kept only when undisturbed (get_costs)
+        app.post_message(LoadProgress("measuring decode costs of m.gguf", 2, 5, "steps"))
+        await pilot.pause()
+        assert app.load_text == ("measuring decode costs of m.gguf (kept for later starts unless other programs "
+                                 "disturb it): 2/5") and app.load_fraction == pytest.approx(0.4)
         # the UI answers while loading: typing works, sending is refused politely
         await pilot.press("h", "i")
         assert app.screen.query_one("#prompt").value == "hi"

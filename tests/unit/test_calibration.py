@@ -172,7 +172,7 @@ def test_engine_costs_learn_a_ratio_at_any_position():
 
 
 class _FlashFakeModel(_FakeModel):
-    """A fake whose decode advances a fake clock: 1 ms per token, plus per cached token 1 us (off) or 0.5 us (on)."""
+    """A fake whose decode advances a fake clock: 1 ms per token, plus per cached token 50 us (off) or 25 us (on)."""
 
     clock = [0.0]
     n_ctx = 4096
@@ -190,7 +190,7 @@ class _FlashFakeModel(_FakeModel):
         self.flash_attn = on
 
     def decode(self, tokens, logits_for="last", progress=None):
-        per_cached = 0.5e-6 if self.flash_attn else 1e-6
+        per_cached = 25e-6 if self.flash_attn else 50e-6
         self.clock[0] += len(tokens) * (1e-3 + per_cached * len(self.cached_tokens))
         self.cached_tokens.extend(tokens)
 
@@ -203,13 +203,27 @@ def test_calibration_measures_two_contexts_and_keeps_the_faster_flash_attn(tmp_p
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF" + b"\0" * 2000)
     m = _FlashFakeModel(f)
+    timed = []  # (flash attention, tokens cached, tokens decoded) of each decode with logits for all
+    decode = m.decode
+
+    def logged(tokens, logits_for="last", progress=None):
+        if logits_for == "all":
+            timed.append((m.flash_attn, len(m.cached_tokens), len(tokens)))
+        decode(tokens, logits_for, progress)
+
+    m.decode = logged
     costs = calibration.get_costs(m, 5, repeats=1)
-    assert costs.contexts == [64, 1024]
+    short, long_ = calibration.SHORT_CONTEXT, calibration.LONG_CONTEXT
+    assert costs.contexts == [short, long_] == [16, 512]
     assert m.flash_attn is True and costs.flash_attn is True
     assert costs.flash_attn_scores["on"] == 1.0 < costs.flash_attn_scores["off"]
-    assert costs.curves[0][0] == pytest.approx(1e-3 + 0.5e-6 * 64)
-    assert costs.curves[1][4] == pytest.approx(5 * (1e-3 + 0.5e-6 * 1024))
-    assert costs.prefill_token_seconds == pytest.approx(1e-3 + 0.5e-6 * 64, rel=1e-6)
+    assert costs.curves[0][0] == pytest.approx(1e-3 + 25e-6 * short)
+    assert costs.curves[1][4] == pytest.approx(5 * (1e-3 + 25e-6 * long_))
+    assert costs.prefill_token_seconds == pytest.approx(1e-3 + 25e-6 * short, rel=1e-6)
+    # b = 1 and 5 at the short context were timed once per setting while comparing, and those of the
+    # chosen setting (on) count for the curve: the curve's own pass times only 2, 3 and 4 there
+    at_short_on = [b for fa, c, b in timed if fa and c == short]
+    assert at_short_on == [1, 1, 5, 1, 2, 3, 4]  # (warm-up, 1, 5) comparing, then (warm-up, 2, 3, 4)
     assert costs.key["flash_attn"] == "auto"
     # a new model object of the same file and settings: the cached choice is applied without measuring
     m2 = _FlashFakeModel(f)
@@ -256,10 +270,12 @@ def test_flash_attn_comparison_takes_turns_and_a_burst_of_load_does_not_decide(t
             self.cached_tokens.extend(tokens)
 
     m = Bursty(f, 1.02)
-    scores = calibration.compare_flash_attn(m, 9, repeats=2)
+    scores, samples = calibration.compare_flash_attn(m, 9, repeats=2)
     assert m.visits[:4] == [False, True, True, False]  # off, on, on, off: turns
     assert scores["off"] == pytest.approx(1.0) and scores["on"] == pytest.approx(1.02)
     assert m.flash_attn is False
+    # the chosen setting's samples, every visit's (the burst too: the curve's median and third sample judge them)
+    assert samples[1] == pytest.approx([3e-3, 1e-3]) and samples[9] == pytest.approx([27e-3, 9e-3])
     m = Bursty(f, 1 / 1.02)  # on 2 % faster: within the margin, off (the default) stays
     calibration.compare_flash_attn(m, 9, repeats=2)
     assert m.flash_attn is False
@@ -271,4 +287,4 @@ def test_flash_attn_comparison_takes_turns_and_a_burst_of_load_does_not_decide(t
     m = Bursty(f, 1.0, burst=1.0)
     calibration.compare_flash_attn(m, 9, repeats=2)
     assert m.visits == [False, True, True, False, False] and m.flash_attn is False
-    assert len(m.cached_tokens) == 64  # off was timed last: its filled context stays for the curves that follow
+    assert len(m.cached_tokens) == calibration.SHORT_CONTEXT  # off was timed last: its filled context stays for the curves that follow

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import signal
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -39,10 +38,12 @@ def _commands(with_repack: str, without: str):
     """A ``command`` for decide_repack whose children run the given code, and a log of the calls."""
     calls = []
 
-    def command(path, repack, n_threads, n_gpu_layers):
+    def command(path, repack, n_threads, n_gpu_layers, repeats=rp.PROBE_REPEATS):
         calls.append(repack)
+        command.repeats.append(repeats)
         return _child(with_repack if repack else without)
 
+    command.repeats = []
     return command, calls
 
 
@@ -74,6 +75,8 @@ def test_crash_with_repacking_turns_it_off_and_says_why(gguf):
     assert v.with_repack.outcome == "crashed" and v.without_repack.ok
     assert "SIGSEGV" in v.reason and "not repacked" in v.reason
     assert calls == [True, False] and len(stages) == 1 and "child process" in stages[0]
+    # the standard layout, alone in the race, is only checked: one timing instead of PROBE_REPEATS
+    assert command.repeats == [rp.PROBE_REPEATS, 1]
 
 
 def test_a_hang_with_repacking_turns_it_off(gguf):
@@ -91,6 +94,7 @@ def test_safe_and_faster_keeps_repacking_safe_and_slower_drops_it(gguf, tmp_path
     command, _ = _commands(OK_FAST, OK_SLOW)
     v = rp.decide_repack(gguf, "auto", n_threads=2, command=command, use_cache=False)
     assert v.use is True and v.speed_ratio == pytest.approx(10 / 12)
+    assert command.repeats == [rp.PROBE_REPEATS, rp.PROBE_REPEATS]  # both layouts decode: both timed in full
     command, _ = _commands(OK_SLOW, OK_FAST)
     v = rp.decide_repack(gguf, "auto", n_threads=2, command=command, use_cache=False)
     assert v.use is False and v.speed_ratio == pytest.approx(1.2) and "slower" in v.reason

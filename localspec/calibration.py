@@ -504,7 +504,8 @@ def save_costs(costs: ModelCosts) -> Path | None:
 
 
 def get_costs(model, max_batch: int, remeasure: bool = False, repeats: int = 2,
-              contexts: Sequence[int] | None = None, progress: StepFn | None = None) -> ModelCosts:
+              contexts: Sequence[int] | None = None, progress: StepFn | None = None,
+              keep_longer: bool = False) -> ModelCosts:
     """Cached costs (the model switched to their flash-attention setting), or a fresh calibration
     (:func:`calibrate_model`, saved to the cache).
 
@@ -513,6 +514,10 @@ def get_costs(model, max_batch: int, remeasure: bool = False, repeats: int = 2,
     about the same, a flat curve that makes the longest draft look free) is returned for this
     run, where the engine's observed times correct its scale (:class:`EngineCosts`), but never
     saved: the next load measures again, and a good measurement already cached stays.
+
+    ``keep_longer`` (the draft model's two lengths): a good cached curve covering more lengths is
+    not replaced. A target and a draft model that are one file with the same settings share a
+    cache entry, and re-measuring the draft's b = 1, 2 used to drop the target's 65-point curve.
     """
     if not remeasure:
         cached = load_costs(model, max_batch)
@@ -521,7 +526,7 @@ def get_costs(model, max_batch: int, remeasure: bool = False, repeats: int = 2,
                 model.set_flash_attn(bool(cached.flash_attn))
             return cached
     costs = calibrate_model(model, max_batch, repeats=repeats, contexts=contexts, progress=progress)
-    if not costs.disturbed:
+    if not costs.disturbed and not (keep_longer and load_costs(model, len(costs.seconds) + 1) is not None):
         save_costs(costs)
     return costs
 
@@ -669,7 +674,7 @@ def engine_costs(target, draft_model, draft_max: int, *, existing: EngineCosts |
     target_costs = get_costs(target, draft_max + 1, remeasure=remeasure, repeats=repeats, progress=progress)
     draft = None
     if draft_model is not None:
-        draft = get_costs(draft_model, 2, remeasure=remeasure, repeats=repeats, progress=progress)
+        draft = get_costs(draft_model, 2, remeasure=remeasure, repeats=repeats, progress=progress, keep_longer=True)
     return _engine_costs(target_costs, draft, draft_max)
 
 

@@ -417,8 +417,8 @@ def cmd_calibrate(ns: argparse.Namespace) -> int:
         huge["draft"] = draft.huge_page_bytes
         repack["draft"] = (draft.repack, draft.repack_verdict)
         try:
-            out["draft"] = get_costs(draft, 2, remeasure=ns.remeasure, repeats=ns.repeats,
-                                     contexts=calibration_contexts(draft, 2, ns.long_context), progress=steps)
+            out["draft"] = get_costs(draft, 2, remeasure=ns.remeasure, repeats=ns.repeats, progress=steps,
+                                     contexts=calibration_contexts(draft, 2, ns.long_context), keep_longer=True)
         finally:
             draft.close()
     if ns.json:

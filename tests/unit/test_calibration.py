@@ -138,6 +138,31 @@ def test_a_calibration_under_load_is_used_once_and_never_saved(tmp_path, monkeyp
     assert load_costs(m, 4) is None
 
 
+def test_the_draft_models_short_curve_never_replaces_a_longer_cached_one(tmp_path, monkeypatch):
+    # a target and a draft model that are one file with the same settings share one cache entry:
+    # re-measuring the draft's b = 1, 2 used to overwrite the target's curve, measured again next load
+    import localspec.calibration as cal
+
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF" + b"\0" * 2000)
+    m = _FakeModel(f)
+
+    def fake_calibrate(model, max_batch, repeats=2, contexts=None, progress=None):
+        return ModelCosts(seconds=[0.1 * (b + 1) for b in range(max_batch)], key=cal.model_cost_key(model),
+                          measured=True, other_cpu=0.0)
+
+    monkeypatch.setattr(cal, "calibrate_model", fake_calibrate)
+    assert len(cal.get_costs(m, 9).seconds) == 9  # the target's
+    draft = cal.get_costs(m, 2, remeasure=True, keep_longer=True)
+    assert len(draft.seconds) == 2  # measured and used...
+    assert len(load_costs(m, 9).seconds) == 9  # ... but the target's longer curve stays on disk
+    cal.get_costs(m, 2, remeasure=True)  # without keep_longer (the target re-measured at a lower cap): replaced
+    assert load_costs(m, 9) is None and len(load_costs(m, 2).seconds) == 2
+    ec = cal.engine_costs(m, m, 8, remeasure=True)  # the engine: target 9, then the draft's 2 keep the 9
+    assert len(ec.verify) == 9 and len(load_costs(m, 9).seconds) == 9
+
+
 def test_measure_records_other_processes_cpu(tmp_path, monkeypatch):
     monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
     f = tmp_path / "m.gguf"

@@ -20,6 +20,10 @@ from .repack import decide_repack
 
 #: stage callback: (message) -> None, e.g. "loading target qwen2.5-coder-1.5b"
 StageFn = Callable[[str], None]
+#: told once when the calibration at load was disturbed (calibration.get_costs does not save it)
+DISTURBED_NOTICE = ("other programs used the CPUs while this machine's decode costs were measured: the figures are "
+                    "used for this run only (observed rounds correct them) and measured again at the next start "
+                    "(a server: once it is idle and the machine quiet)")
 
 
 def load_model(ms: ModelSettings, progress: ProgressFn | None = None, stage: StageFn | None = None,
@@ -82,8 +86,10 @@ def load_engine(settings: Settings, progress: ProgressFn | None = None, stage: S
         engine.notices = notices
         if settings.drafting.mode == "auto" and costs is None and calibrate:
             if stage:
-                stage("measuring this machine's decode costs once (cached; localspec calibrate shows them)")
-            engine.calibrated_costs(settings.drafting.cap, progress=steps)
+                stage("measuring this machine's decode costs (kept for later starts unless other programs disturb "
+                      "it; localspec calibrate shows them)")
+            if engine.calibrated_costs(settings.drafting.cap, progress=steps).disturbed:
+                notices.append(DISTURBED_NOTICE)
         return engine
     except BaseException:
         target.close()

@@ -143,3 +143,30 @@ def test_auto_drafts_past_the_old_cap_of_8_with_a_long_prediction_and_stays_exac
         assert max(r.accepted for r in auto.rounds) > 8
     finally:
         engine.close()
+
+
+def test_a_disturbed_calibration_at_load_is_said_once_and_not_saved(tiny_path, tmp_path, monkeypatch):
+    """The front-ends' load (server, TUI) said "once (cached)" even when other programs disturbed the
+    measurement, which is then used for this run only; now the engine carries one notice saying so."""
+    from localspec.config import Settings
+    from localspec.loader import DISTURBED_NOTICE, load_engine
+
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    ms = ModelSettings(model=str(tiny_path), n_ctx=512, n_batch=128, n_threads=1, flash_attn="off", repack="off")
+    settings = Settings(target=ms, draft=ms, drafting=DraftParams(mode="auto", draft_max=4))
+    stages = []
+    monkeypatch.setattr(calibration, "BUSY_THRESHOLD", -1.0)  # any share of the CPUs by others counts as disturbed
+    eng = load_engine(settings, stage=stages.append)
+    try:
+        assert eng.notices.count(DISTURBED_NOTICE) == 1 and eng.cost_model.disturbed
+        assert "unless other programs disturb it" in stages[-1]
+        assert not list(tmp_path.glob("costs/*.json"))  # used for this run, not saved
+    finally:
+        eng.close()
+    monkeypatch.setattr(calibration, "BUSY_THRESHOLD", 1.01)  # quiet
+    eng = load_engine(settings)
+    try:
+        assert DISTURBED_NOTICE not in eng.notices and not eng.cost_model.disturbed
+        assert list(tmp_path.glob("costs/*.json"))
+    finally:
+        eng.close()

@@ -340,19 +340,15 @@ def log_to_stderr(level: str = "info") -> None:
     uvicorn configures only its own loggers; without this the ``localspec`` records under WARNING
     went nowhere. Idempotent: a second call only sets the level.
     """
+    from uvicorn.logging import DefaultFormatter
+
     logger = logging.getLogger("localspec")
     if not any(getattr(h, "_localspec", False) for h in logger.handlers):
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(levelprefix)s %(message)s"))
-        handler.addFilter(_level_prefix)
+        handler.setFormatter(DefaultFormatter("%(levelprefix)s %(message)s", use_colors=False))  # uvicorn's own
         handler._localspec = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
     logger.setLevel(level.upper())
-
-
-def _level_prefix(record: logging.LogRecord) -> bool:
-    record.levelprefix = f"{record.levelname + ':':<9}"
-    return True
 
 
 def serve(engine, settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, api_key: str | None = None,

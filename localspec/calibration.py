@@ -405,8 +405,7 @@ def compare_flash_attn(model, max_batch: int, repeats: int = 2, context: int = S
     """
     toks = _filler_tokens(model, max_batch, seed=2)
     pts = sorted({1, max_batch})
-    times: dict[str, list[float]] = {}
-    samples: dict[str, dict[int, list[float]]] = {}
+    samples: dict[str, dict[int, list[float]]] = {}  # setting -> b -> seconds, one per visit
     failed: set[str] = set()
     tick = _ticker(progress, f"comparing flash attention off and on for {_model_name(model)}", 2 * max(1, repeats))
     for r in range(max(1, repeats)):
@@ -419,15 +418,13 @@ def compare_flash_attn(model, max_batch: int, repeats: int = 2, context: int = S
             if name in failed:
                 continue
             _fill_to(model, context, seed=1)
-            got = _time_points(model, toks, context, pts, 1)
-            times[name] = [min(x) for x in zip(times.get(name, got), got)]
-            for b, sec in zip(pts, got):
+            for b, sec in zip(pts, _time_points(model, toks, context, pts, 1)):
                 samples.setdefault(name, {}).setdefault(b, []).append(sec)
             tick()
-    if not times:
+    if not samples:
         raise BackendError(f"{_model_name(model)}: no llama.cpp context could be created with flash attention off or on",
                            "check n_ctx and the free memory")
-    scores = flash_attn_scores(times)
+    scores = flash_attn_scores({name: [min(by_b[b]) for b in pts] for name, by_b in samples.items()})
     on = "on" in scores and ("off" not in scores or scores["on"] * (1.0 + FLASH_ATTN_MARGIN) < scores["off"])
     model.set_flash_attn(on)  # unchanged (the cache keeps the filled context) when it was timed last
     return scores, samples["on" if on else "off"]

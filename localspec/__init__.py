@@ -1,7 +1,14 @@
 """localspec: local speculative decoding on GGUF models.
 
-Data flows one way: CLI/TUI -> engine -> drafters / verify / backend, and events
-flow back. Only :mod:`localspec.backend` imports llama_cpp.
+The packages are the layers, each importing only from those below it (docs/architecture.md):
+
+- front-ends: :mod:`localspec.cli`, :mod:`localspec.bench`, :mod:`localspec.tui`, :mod:`localspec.server`
+- :mod:`localspec.app`: what the front-ends share (catalog, loader, flags, settings file, jobs)
+- :mod:`localspec.backend`: llama.cpp (only :mod:`localspec.backend.llama` imports llama_cpp) and this machine
+- :mod:`localspec.core`: the speculative loop (drafting, acceptance, sampling, cost model, rounds)
+- :mod:`localspec.config`, :mod:`localspec.errors`: settings models and the error types
+
+Data flows down (front-end -> app -> engine -> drafters / acceptance / backend); events flow back.
 """
 
 __version__ = "0.1.0"

@@ -12,11 +12,11 @@ import os
 import sys
 import time
 
-from .calibration import LONG_CONTEXT
-from .errors import ConfigError, LocalspecError
-from .events import TokenKind
-from .fileio import expand_path
-from .options import add_generation_arguments, add_option, add_model_arguments, settings_from_args
+from localspec.backend.calibration import LONG_CONTEXT
+from localspec.errors import ConfigError, LocalspecError
+from localspec.core.events import TokenKind
+from localspec.app.fileio import expand_path
+from localspec.app.flags import add_generation_arguments, add_option, add_model_arguments, settings_from_args
 
 #: terminal colour of each colour role of TokenKind.colour (the TUI takes its theme's)
 TERMINAL_COLOURS = {"success": "green", "error": "red", "warning": "yellow"}
@@ -42,7 +42,7 @@ def _progress_printer(stream):
 
 
 def _stage_printer(stream):
-    """``stage(message)`` for :func:`localspec.loader.load_engine`: one line per stage on ``stream``."""
+    """``stage(message)`` for :func:`localspec.app.loader.load_engine`: one line per stage on ``stream``."""
     def stage(message: str) -> None:
         print(f"{message}…", file=stream, flush=True)
 
@@ -114,8 +114,8 @@ def _format_stats(stats) -> list[tuple[str, str]]:
 
 def _read_file_text(name: str) -> str:
     """A text file for the prompt (``--file``, ``--prediction``), any size
-    (:func:`localspec.fileio.read_text_file`). Raises ConfigError (exit code 2)."""
-    from .fileio import FileError, read_text_file
+    (:func:`localspec.app.fileio.read_text_file`). Raises ConfigError (exit code 2)."""
+    from localspec.app.fileio import FileError, read_text_file
 
     try:
         return read_text_file(name, max_bytes=None)
@@ -168,7 +168,7 @@ def _read_prompt(ns: argparse.Namespace) -> tuple[str | None, list[dict] | None]
     if ns.file:
         if text is None:
             raise ConfigError("--file needs a prompt to go with it", 'localspec generate --file F "what to do with it"')
-        from .codeedit import file_form, longest_fence
+        from localspec.app.codeedit import file_form, longest_fence
 
         body = file_form(_read_file_text(ns.file)).text
         fence = "`" * max(3, longest_fence(body) + 1)
@@ -183,13 +183,13 @@ def cmd_generate(ns: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.text import Text
 
-    from .events import RoundStats, TokenEvent, TokenKind
-    from .loader import load_engine
+    from localspec.core.events import RoundStats, TokenEvent, TokenKind
+    from localspec.app.loader import load_engine
 
     settings = settings_from_args(ns)
     raw, messages = _read_prompt(ns)
     if ns.prediction:
-        from .codeedit import file_form
+        from localspec.app.codeedit import file_form
 
         predicted_text = file_form(_read_file_text(ns.prediction)).text  # as the model sees a file: LF, no BOM
     else:
@@ -212,8 +212,8 @@ def cmd_generate(ns: argparse.Namespace) -> int:
             gen = engine.generate(prompt, settings.sampling, settings.drafting, settings.generation,
                                   prediction=prediction)
         else:
-            # chat: the oldest turns are dropped to fit the context (localspec.chat)
-            from .chat import ChatSession
+            # chat: the oldest turns are dropped to fit the context (localspec.app.chat)
+            from localspec.app.chat import ChatSession
 
             session = ChatSession(engine, settings, messages=messages)
             gen = session.answer(prediction).generation
@@ -258,7 +258,7 @@ def cmd_generate(ns: argparse.Namespace) -> int:
 
 
 def cmd_serve(ns: argparse.Namespace) -> int:
-    from .loader import load_engine
+    from localspec.app.loader import load_engine
 
     settings = settings_from_args(ns)
     if not 0 <= ns.port <= 65535:
@@ -269,7 +269,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         raise ConfigError(f"--shutdown-grace must be 0..3600 seconds (got {ns.shutdown_grace:g})",
                           "e.g. --shutdown-grace 5")
     try:
-        from .server import serve
+        from localspec.server import serve
     except ImportError as e:
         raise ConfigError(f"the server's dependencies are missing: {e}", "pip install -e . (installs fastapi, "
                           "uvicorn, sse-starlette, prometheus-client)") from e
@@ -292,7 +292,7 @@ def cmd_models(ns: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .models import cache_dir, load_catalog, locate, weights_dir
+    from localspec.app.catalog import cache_dir, load_catalog, locate, weights_dir
 
     catalog = load_catalog()
     table = Table(title="localspec models", title_justify="left")
@@ -385,10 +385,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_calibrate(ns: argparse.Namespace) -> int:
     """``localspec calibrate``: measure (or show the cached) cost curve of the loaded models."""
-    from .calibration import calibration_contexts, cost_cache_path, describe_costs, format_curve, get_costs
-    from .costmodel import ceiling, expected_tokens
-    from .loader import load_model
-    from .machine import describe
+    from localspec.backend.calibration import calibration_contexts, cost_cache_path, describe_costs, format_curve, get_costs
+    from localspec.core.costmodel import ceiling, expected_tokens
+    from localspec.app.loader import load_model
+    from localspec.backend.machine import describe
 
     if ns.repeats < 1 or ns.long_context < 1:
         raise ConfigError("--repeats and --long-context must be >= 1")
@@ -396,7 +396,7 @@ def cmd_calibrate(ns: argparse.Namespace) -> int:
     draft_max = settings.drafting.cap
     from rich.console import Console
 
-    from .repack import choice_json, describe_choice
+    from localspec.backend.repack import choice_json, describe_choice
 
     out: dict = {}
     huge: dict[str, int] = {}  # bytes of each model's weights in huge pages
@@ -460,15 +460,15 @@ def cmd_calibrate(ns: argparse.Namespace) -> int:
 
 def _run_tui(ns: argparse.Namespace) -> int:
     try:
-        from tui.app import run_app
+        from localspec.tui.app import run_app
     except ImportError as e:
         raise LocalspecError(f"the terminal UI is not available: {e}", "use localspec generate") from e
-    from .userconfig import load_settings
+    from localspec.app.settings_file import load_settings
 
     settings = settings_from_args(ns, base=load_settings())
     edit_file = getattr(ns, "file", None)
     if edit_file is not None:  # a missing or binary file fails here, with error:/hint:, not in the UI
-        from .fileio import read_text_file
+        from localspec.app.fileio import read_text_file
 
         read_text_file(edit_file)
     run_app(settings, edit_file=edit_file, race=ns.command == "race")
@@ -479,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] == "bench":
-            from .bench import cli_bench
+            from localspec.bench import cli_bench
 
             return cli_bench(argv[1:])
         if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help"):

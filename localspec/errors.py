@@ -61,7 +61,7 @@ class CacheRollbackError(BackendError):
 
 
 class DecodeAborted(BackendError):
-    """A decode was stopped by :meth:`localspec.backend.LlamaModel.abort` (a cancel), not by a fault.
+    """A decode was stopped by :meth:`localspec.backend.llama.LlamaModel.abort` (a cancel), not by a fault.
 
     The KV cache is rolled back to where it was before the call; the engine ends the
     generation with end reason ``cancelled``.

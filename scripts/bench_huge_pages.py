@@ -35,9 +35,11 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args()
 
-    from localspec import backend, hugepages
-    from localspec.machine import describe
-    from localspec.models import resolve_model
+    from localspec.backend import llama as backend
+
+    from localspec.backend import hugepages
+    from localspec.backend.machine import describe
+    from localspec.app.catalog import resolve_model
 
     path = resolve_model(args.model)
     print(f"CPU: {describe()}")

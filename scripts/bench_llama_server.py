@@ -18,7 +18,7 @@ task of the repetition, stopped):
   ``--draft-max 8``, the cap mode auto had before it drafted up to 64 tokens.
 
 Same GGUF files, threads and context size; the same weight-repacking choice on both sides
-(``--repack auto`` asks localspec's probe, :func:`localspec.repack.decide_repack`: where it
+(``--repack auto`` asks localspec's probe, :func:`localspec.backend.repack.decide_repack`: where it
 turned repacking off, llama-server gets ``--no-repack`` and localspec ``--repack off``);
 each side's own flash-attention default. The prompts are identical for every server: each
 repetition opens every message with the same nonce (so no server reuses a cached prompt of
@@ -63,7 +63,7 @@ from pathlib import Path
 import openai
 
 from localspec.bench import _EDIT_FILE, BUILTIN_TASKS
-from localspec.models import resolve_model
+from localspec.app.catalog import resolve_model
 from localspec.server.process import ServerProcess
 
 HERE = Path(__file__).resolve().parent
@@ -116,7 +116,7 @@ def repack_choice(mode: str, target: str, threads: int) -> bool:
     """Whether both sides load the weights repacked: ``on``/``off`` as asked; ``auto`` = localspec's probe."""
     if mode != "auto":
         return mode == "on"
-    from localspec.repack import decide_repack
+    from localspec.backend.repack import decide_repack
 
     verdict = decide_repack(target, "auto", n_threads=threads, stage=lambda m: print(m, flush=True))
     if verdict is not None:

@@ -9,7 +9,7 @@ The same code-edit requests, greedy, through the ``openai`` client, streamed, to
 * ``c``:        ``localspec serve`` (mode auto), with the original file as ``prediction``;
 
 same model file, threads, context size and weight-repacking choice (localspec's probe,
-``localspec.repack``, decides it once; the peer's server loads with it too), greedy everywhere (the peer is sent ``repeat_penalty``
+``localspec.backend.repack``, decides it once; the peer's server loads with it too), greedy everywhere (the peer is sent ``repeat_penalty``
 1.0: its default 1.1 changes the answer); the order of the servers alternates (forwards,
 backwards) between repetitions; medians. Per request: end-to-end latency (request sent to
 last chunk, seconds) and decode tokens/s ((tokens - 1) / (last chunk - first chunk)).
@@ -42,8 +42,8 @@ from pathlib import Path
 import openai
 
 from localspec.bench import _EDIT_FILE, BUILTIN_TASKS
-from localspec.models import resolve_model
-from localspec.repack import decide_repack, describe_choice
+from localspec.app.catalog import resolve_model
+from localspec.backend.repack import decide_repack, describe_choice
 from localspec.server.process import ServerProcess
 
 HERE = Path(__file__).resolve().parent
@@ -145,7 +145,7 @@ def main(argv: list[str]) -> int:
     repack = bool(verdict and verdict.use)
     print(f"target {describe_choice(repack, verdict)}; llama-cpp-python's server loads it the same way",
           file=sys.stderr)
-    peer_main = ("import runpy, llama_cpp\nfrom localspec.backend import peer_extra_bufts\n"
+    peer_main = ("import runpy, llama_cpp\nfrom localspec.backend.llama import peer_extra_bufts\n"
                  f"with peer_extra_bufts(llama_cpp, {repack}):\n"
                  "    runpy.run_module('llama_cpp.server', run_name='__main__', alter_sys=True)")
     peer = [sys.executable, "-c", peer_main, "--model", target, "--host", "127.0.0.1", "--port", "{port}", *common]

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import openai
 
-from localspec.models import resolve_model
+from localspec.app.catalog import resolve_model
 from localspec.server.process import ServerProcess
 
 LENGTHS = (1, 2, 4, 8, 16, 32, 64, 128)

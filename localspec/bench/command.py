@@ -9,12 +9,12 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..machine import load_average
-from ..options import add_model_arguments, add_option, settings_from_args
-from .report import format_table, plot
-from .runner import build_modes, run_bench
-from .suite import BUILTIN_TASKS, QUICK_TASKS, Task, load_user_prompts
+from localspec.errors import ConfigError
+from localspec.backend.machine import load_average
+from localspec.app.flags import add_model_arguments, add_option, settings_from_args
+from localspec.bench.report import format_table, plot
+from localspec.bench.runner import build_modes, run_bench
+from localspec.bench.suite import BUILTIN_TASKS, QUICK_TASKS, Task, load_user_prompts
 
 
 def _ints(s: str) -> list[int]:
@@ -81,9 +81,9 @@ def cli_bench(argv: list[str]) -> int:
     if not tasks:
         raise ConfigError("no tasks to run", "pass --prompts FILE, or drop --only-prompts")
 
-    from ..loader import load_engine
-    from ..models import resolve_model
-    from ..repack import choice_json, describe_choice
+    from localspec.app.loader import load_engine
+    from localspec.app.catalog import resolve_model
+    from localspec.backend.repack import choice_json, describe_choice
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

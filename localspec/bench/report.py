@@ -11,12 +11,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from ..costmodel import ceiling, textbook_speedup
-from ..events import GenerationStats
-from ..machine import load_average
+from localspec.core.costmodel import ceiling, textbook_speedup
+from localspec.core.events import GenerationStats
+from localspec.backend.machine import load_average
 
 if TYPE_CHECKING:
-    from .runner import Run
+    from localspec.bench.runner import Run
 
 
 def _median(xs):
@@ -138,7 +138,7 @@ def summarise(tasks, modes, runs, mismatches, verify, draft_token, t1, repeats, 
 
 
 def _machine_info() -> dict:
-    from ..machine import machine_info
+    from localspec.backend.machine import machine_info
 
     try:
         return machine_info()

@@ -10,12 +10,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..config import DraftParams, GenerationParams, SamplingParams
-from ..costmodel import acceptance_by_position, expected_tokens, verify_cost
-from ..events import GenerationStats, drafter_tallies
-from ..machine import BUSY_THRESHOLD, CpuMeter, run_order
-from .report import summarise
-from .suite import Task
+from localspec.config import DraftParams, GenerationParams, SamplingParams
+from localspec.core.costmodel import acceptance_by_position, expected_tokens, verify_cost
+from localspec.core.events import GenerationStats, drafter_tallies
+from localspec.backend.machine import BUSY_THRESHOLD, CpuMeter, run_order
+from localspec.bench.report import summarise
+from localspec.bench.suite import Task
 
 
 # -- modes -------------------------------------------------------------------------------
@@ -117,9 +117,9 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
     than ``busy_threshold`` of the CPUs is run again (at most ``max_retries`` times); the
     share of the CPUs others used is kept with every repetition either way. The llama-cpp-python
     peers load the target with ``repack``, the weight-repacking choice our target was loaded with
-    (:mod:`localspec.repack`), so both sides run the same kernels.
+    (:mod:`localspec.backend.repack`), so both sides run the same kernels.
     """
-    from ..backend import close_llama_cpp_peers, run_llama_cpp_peer
+    from localspec.backend.llama import close_llama_cpp_peers, run_llama_cpp_peer
 
     sampling = SamplingParams(temperature=0.0)
     # auto drafts up to its own default cap (or the longest fixed length), so the oracle is within its reach

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
+from localspec.errors import ConfigError
 
 
 # -- the built-in suite ------------------------------------------------------------------

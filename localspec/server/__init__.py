@@ -8,6 +8,6 @@ The server uses only the engine's public surface (``chat_tokens``, ``tokenize``,
 ``generate``, ``n_ctx``, ``has_draft_model``).
 """
 
-from .app import create_app, serve
+from localspec.server.app import create_app, serve
 
 __all__ = ["create_app", "serve"]

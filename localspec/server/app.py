@@ -36,12 +36,12 @@ from fastapi.responses import JSONResponse, Response
 from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..config import Settings
-from . import tools
-from .metrics import CONTENT_TYPE_LATEST, ServerMetrics
-from .openai_api import (FINISH_REASONS, MAX_JSON_DEPTH, ApiError, ChatCompletionBody, CompletionBody,
+from localspec.config import Settings
+from localspec.server import tools
+from localspec.server.metrics import CONTENT_TYPE_LATEST, ServerMetrics
+from localspec.server.openai_api import (FINISH_REASONS, MAX_JSON_DEPTH, ApiError, ChatCompletionBody, CompletionBody,
                          ResponseShape, check_json, parse_request, speculation, usage)
-from .worker import EngineWorker, Failed, Finished, Job, Started, Tokens, drafting_for, sampling_for
+from localspec.server.worker import EngineWorker, Failed, Finished, Job, Started, Tokens, drafting_for, sampling_for
 
 log = logging.getLogger("localspec.server")
 
@@ -107,7 +107,7 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
     """Build the app around a loaded engine (the app starts and stops its worker thread).
 
     Args:
-        engine: a loaded engine (:class:`~localspec.engine.Engine`, its public surface only).
+        engine: a loaded engine (:class:`~localspec.core.engine.Engine`, its public surface only).
         settings: the models' names, drafting settings and sampling defaults.
         api_key: require ``Authorization: Bearer api_key`` (None: no authentication).
         max_queue: most requests waiting for the engine; beyond, 429 with Retry-After.

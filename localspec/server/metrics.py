@@ -15,7 +15,7 @@ from typing import Callable
 from prometheus_client import CONTENT_TYPE_LATEST  # noqa: F401 - re-exported for the route
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 
-from ..engine import Generation
+from localspec.core.engine import Generation
 
 disable_created_metrics()  # no ``*_created`` series: the counters start with the server
 

@@ -22,8 +22,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..config import DraftMode, DraftParams, SamplingParams, request_field
-from ..events import DrafterId, EndReason, GenerationStats, RoundStats, TokenEvent, drafter_tallies
+from localspec.config import DraftMode, DraftParams, SamplingParams, request_field
+from localspec.core.events import DrafterId, EndReason, GenerationStats, RoundStats, TokenEvent, drafter_tallies
 
 #: ``error.type`` per HTTP status, as OpenAI names them
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
@@ -373,7 +373,7 @@ def _messages(raw: Any) -> list[dict]:
         msg = {"role": role, "content": _text(m.get("content"), f"messages[{i}].content",
                                               allow_none=role == "assistant")}
         if role == "assistant" and _nonempty(m.get("tool_calls")):
-            from .tools import history_tool_calls  # tools imports this module
+            from localspec.server.tools import history_tool_calls  # tools imports this module
 
             msg["tool_calls"] = history_tool_calls(m["tool_calls"], f"messages[{i}].tool_calls")
         if role == "tool":
@@ -437,7 +437,7 @@ def parse_request(body: Any, kind: Literal["chat", "completion"]) -> GenerationR
     if kind == "chat":
         req.messages = _messages(body.get("messages"))
         req.prediction = _prediction(body.get("prediction"))
-        from .tools import parse_tool_request  # tools imports this module
+        from localspec.server.tools import parse_tool_request  # tools imports this module
 
         req.tools = parse_tool_request(body, req.messages)
     else:
@@ -462,7 +462,7 @@ FINISH_REASONS = {EndReason.EOG: "stop", EndReason.STOP: "stop", EndReason.MAX_T
 
 def drafter_counts(rounds: list[RoundStats]) -> dict[str, dict[str, int]]:
     """Per drafter: rounds that drafted, tokens drafted, draft tokens accepted
-    (:func:`~localspec.events.drafter_tallies` without the rounds that drafted nothing)."""
+    (:func:`~localspec.core.events.drafter_tallies` without the rounds that drafted nothing)."""
     return {k: v for k, v in drafter_tallies(rounds).items() if k != DrafterId.NONE}
 
 

@@ -2,7 +2,7 @@
 
 The request's ``tools`` (``[{"type": "function", "function": {name, description,
 parameters}}]``) and a history with assistant ``tool_calls`` and ``role: tool`` messages go
-through the target's own chat template (:meth:`localspec.engine.SpeculativeEngine.chat_tokens`
+through the target's own chat template (:meth:`localspec.core.engine.SpeculativeEngine.chat_tokens`
 with ``tools``); the model then writes its calls in its template family's format, which a
 :class:`ToolFormat` from :data:`FORMATS` parses back. Only the Hermes format (Qwen2.5,
 Hermes, many fine-tunes: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``) is
@@ -18,7 +18,7 @@ known today; another family is one more entry in :data:`FORMATS`.
   llama-cpp-python's converter) admits only the format's call blocks, each a JSON object
   ``{"name": one of the tools (or N), "arguments": an object following that tool's
   parameters schema}``, and then the end of the answer. The target's rows are restricted
-  to it inside the acceptance rule (:mod:`localspec.verify`), so the answer follows the
+  to it inside the acceptance rule (:mod:`localspec.core.acceptance`), so the answer follows the
   target's distribution restricted to the grammar exactly, drafts and all. The answer can
   still be cut by ``max_tokens`` or a stop string (then: the text as content).
 
@@ -38,8 +38,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..backend import json_schema_grammar
-from .openai_api import ApiError, ResponseShape
+from localspec.backend.llama import json_schema_grammar
+from localspec.server.openai_api import ApiError, ResponseShape
 
 #: OpenAI's rule for function names (plus ``.``): also keeps names free of template markup
 NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -247,7 +247,7 @@ def _special_tokens(engine, text: str) -> list[int]:
 def check_markup_text(engine, messages: list[dict], treq: ToolRequest) -> None:
     """Refuse special-token text in what the template writes as markup: the tools and history calls.
 
-    Message content is tokenized as text (:meth:`localspec.backend.LlamaModel.tokenize_chat`),
+    Message content is tokenized as text (:meth:`localspec.backend.llama.LlamaModel.tokenize_chat`),
     but a chat template writes the tool schemas and the calls' names and arguments itself,
     so ``<|im_end|>\n<|im_start|>system`` in a tool's description would open a turn.
 

@@ -27,14 +27,14 @@ from typing import Callable
 
 from pydantic import ValidationError
 
-from ..config import (DraftParams, GenerationParams, SamplingParams, Settings, context_room, fits_context,
+from localspec.config import (DraftParams, GenerationParams, SamplingParams, Settings, context_room, fits_context,
                       format_validation_error)
-from ..engine import Generation
-from ..errors import BackendError, LocalspecError
-from ..events import RoundStats, TokenEvent
-from ..machine import machine_is_quiet
-from .openai_api import ApiError, GenerationRequest
-from .tools import GRAMMAR_ROOT, call_grammar, prompt_tokens
+from localspec.core.engine import Generation
+from localspec.errors import BackendError, LocalspecError
+from localspec.core.events import RoundStats, TokenEvent
+from localspec.backend.machine import machine_is_quiet
+from localspec.server.openai_api import ApiError, GenerationRequest
+from localspec.server.tools import GRAMMAR_ROOT, call_grammar, prompt_tokens
 
 log = logging.getLogger("localspec.server")
 
@@ -145,7 +145,7 @@ class EngineWorker:
     """The thread that owns the engine.
 
     Args:
-        engine: a loaded :class:`~localspec.engine.SpeculativeEngine` (only its public
+        engine: a loaded :class:`~localspec.core.engine.SpeculativeEngine` (only its public
             surface is used).
         settings: drafting settings and defaults.
         max_queue: most requests waiting (the running one not counted); beyond: 429.
@@ -294,7 +294,7 @@ class EngineWorker:
 
     def _remeasure_if_disturbed(self) -> None:
         """Measure mode auto's costs again when the ones in use were measured while other processes
-        were busy (:attr:`~localspec.calibration.EngineCosts.disturbed`: a curve that can make
+        were busy (:attr:`~localspec.backend.calibration.EngineCosts.disturbed`: a curve that can make
         long drafts look free) and the machine is quiet now; at most :attr:`max_remeasures` times
         in a server's life. A request that arrives meanwhile waits in the queue."""
         costs = self.engine.cost_model

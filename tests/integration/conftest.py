@@ -2,8 +2,8 @@
 
 import pytest
 
-from localspec.backend import LlamaModel
-from localspec.engine import SpeculativeEngine
+from localspec.backend.llama import LlamaModel
+from localspec.core.engine import SpeculativeEngine
 
 
 @pytest.fixture(scope="session")

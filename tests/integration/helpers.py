@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from localspec.config import DraftParams, GenerationParams, SamplingParams
-from localspec.events import RoundStats, TokenEvent
+from localspec.core.events import RoundStats, TokenEvent
 
 #: cases.md C1: where batched verification rounds differently from one-token decoding,
 #: a greedy difference is allowed only where the target's top-2 logits are this close.

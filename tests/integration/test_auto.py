@@ -2,9 +2,9 @@
 
 import pytest
 
-from localspec.calibration import EngineCosts
+from localspec.backend.calibration import EngineCosts
 from localspec.config import DraftParams, GenerationParams, SamplingParams
-from localspec.policy import AdaptivePolicy
+from localspec.core.policy import AdaptivePolicy
 
 pytestmark = pytest.mark.pair
 

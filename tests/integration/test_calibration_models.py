@@ -5,12 +5,14 @@ import re
 import numpy as np
 import pytest
 
-from localspec import calibration, cli
-from localspec.backend import LlamaModel
+from localspec import cli
+
+from localspec.backend import calibration
+from localspec.backend.llama import LlamaModel
 from localspec.config import DraftParams, GenerationParams, ModelSettings, SamplingParams
-from localspec.engine import SpeculativeEngine
+from localspec.core.engine import SpeculativeEngine
 from localspec.errors import ConfigError
-from localspec.loader import load_model
+from localspec.app.loader import load_model
 
 pytestmark = pytest.mark.tiny
 
@@ -149,7 +151,7 @@ def test_a_disturbed_calibration_at_load_is_said_once_and_not_saved(tiny_path, t
     """The front-ends' load (server, TUI) said "once (cached)" even when other programs disturbed the
     measurement, which is then used for this run only; now the engine carries one notice saying so."""
     from localspec.config import Settings
-    from localspec.loader import DISTURBED_NOTICE, load_engine
+    from localspec.app.loader import DISTURBED_NOTICE, load_engine
 
     monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
     ms = ModelSettings(model=str(tiny_path), n_ctx=512, n_batch=128, n_threads=1, flash_attn="off", repack="off")

@@ -1,13 +1,13 @@
 """Code edit end to end with the default pair (issue 9, A1-A3): prompt -> engine ->
-localspec.codeedit. (A4 with the tiny model: tests/robustness/test_real_inputs.py.)"""
+localspec.app.codeedit. (A4 with the tiny model: tests/robustness/test_real_inputs.py.)"""
 
 from __future__ import annotations
 
 import pytest
 
-from localspec.codeedit import BOM, apply_answer, edit_max_tokens, edit_prompt, replace_file
+from localspec.app.codeedit import BOM, apply_answer, edit_max_tokens, edit_prompt, replace_file
 from localspec.config import DraftParams, GenerationParams, SamplingParams
-from localspec.events import TokenEvent
+from localspec.core.events import TokenEvent
 
 README = "# Title\n\nBuild it with:\n\n```sh\nmake all\n```\n\nThen run `./app`.\n"
 README_NEW = README.replace("# Title", "# Project")

@@ -1,5 +1,5 @@
 """Item 6: 50 chat turns in one process with the tiny model, in each mode: memory stays
-flat, and the context-overflow policy of :mod:`localspec.chat` keeps every prompt plus
+flat, and the context-overflow policy of :mod:`localspec.app.chat` keeps every prompt plus
 max_tokens within n_ctx (dropping the oldest turns, keeping the system message).
 
 Every turn is also checked for cases.md C8 (the reply ends on an end-of-generation token
@@ -20,11 +20,11 @@ import os
 
 import pytest
 
-from localspec.backend import LlamaModel
-from localspec.chat import ChatSession
+from localspec.backend.llama import LlamaModel
+from localspec.app.chat import ChatSession
 from localspec.config import DraftParams, GenerationParams, SamplingParams, Settings
-from localspec.engine import SpeculativeEngine
-from localspec.events import EndReason
+from localspec.core.engine import SpeculativeEngine
+from localspec.core.events import EndReason
 
 N_TURNS = 50
 WARMUP = 10

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from helpers import PROMPTS, assert_greedy_equal, run
-from localspec.backend import LlamaModel
+from localspec.backend.llama import LlamaModel
 from localspec.config import SamplingParams
-from localspec.engine import SpeculativeEngine
+from localspec.core.engine import SpeculativeEngine
 from localspec.errors import TokenizerMismatchError
-from localspec.events import EndReason
-from localspec.sampling import logits_to_probs
+from localspec.core.events import EndReason
+from localspec.core.sampling import logits_to_probs
 
 pytestmark = pytest.mark.pair
 

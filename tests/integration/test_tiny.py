@@ -3,8 +3,8 @@
 import pytest
 
 from helpers import NEAR_TIE, PROMPTS, assert_greedy_equal, run, top2_gap
-from localspec.drafters import Draft, DraftModelDrafter
-from localspec.events import EndReason, TokenKind
+from localspec.core.drafters import Draft, DraftModelDrafter
+from localspec.core.events import EndReason, TokenKind
 
 
 class PlantingDrafter(DraftModelDrafter):
@@ -57,7 +57,7 @@ def test_greedy_exact_with_planted_wrong_tokens(tiny_engine, prompts, references
 def test_draft_equal_to_target_accepts_everything(tiny_engine, prompts):
     """cases.md C7: a draft equal to the target shows 1 in greedy mode, except where batched
     verification flips a near-tie (C1): every rejection must sit at one."""
-    from localspec.events import RoundStats
+    from localspec.core.events import RoundStats
 
     gen, events = run(tiny_engine, prompts[0], "draft", 64)
     assert 0.85 <= gen.stats.acceptance_rate <= 1.0
@@ -73,8 +73,8 @@ def test_draft_equal_to_target_accepts_everything(tiny_engine, prompts):
 @pytest.mark.parametrize("n", [1, 2, 32])
 def test_short_and_batch_sized_prompts(tiny_path, n):
     """cases.md C2: 1 token, 2 tokens, exactly n_batch tokens."""
-    from localspec.backend import LlamaModel
-    from localspec.engine import SpeculativeEngine
+    from localspec.backend.llama import LlamaModel
+    from localspec.core.engine import SpeculativeEngine
 
     target = LlamaModel(tiny_path, n_ctx=256, n_batch=32)
     draft = LlamaModel(tiny_path, n_ctx=256, n_batch=32)
@@ -136,8 +136,8 @@ def test_huge_pages_change_where_the_weights_sit_not_the_logits(tiny_path):
     """Weights read into huge pages (the default) and mapped from the file give the same logits, bit for bit."""
     import numpy as np
 
-    from localspec import hugepages
-    from localspec.backend import LlamaModel
+    from localspec.backend import hugepages
+    from localspec.backend.llama import LlamaModel
 
     with LlamaModel(tiny_path, n_ctx=256, n_batch=64, n_threads=1, huge_pages=True) as huge, \
             LlamaModel(tiny_path, n_ctx=256, n_batch=64, n_threads=1, huge_pages=False) as mapped:
@@ -165,9 +165,9 @@ def test_the_repack_probe_runs_in_a_child_and_the_load_follows_it(tiny_path, tmp
     crashes (virtualized AMX Xeons) this process survives and loads without it."""
     import os
 
-    from localspec import repack as rp
+    from localspec.backend import repack as rp
     from localspec.config import ModelSettings
-    from localspec.loader import load_model
+    from localspec.app.loader import load_model
 
     monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
     pids = []
@@ -178,7 +178,7 @@ def test_the_repack_probe_runs_in_a_child_and_the_load_follows_it(tiny_path, tmp
         return real_run(command, timeout)
 
     v = rp.decide_repack(tiny_path, "auto", n_threads=2, run=spy)
-    assert len(pids) == 2 and all("localspec.repack" in c for c in pids)  # each ran as its own process
+    assert len(pids) == 2 and all("localspec.backend.repack" in c for c in pids)  # each ran as its own process
     assert v.without_repack.ok, v.without_repack  # the standard layout decodes everywhere we run
     assert v.with_repack.outcome in ("ok", "crashed", "timeout", "failed")
     assert v.use == (v.with_repack.ok and v.speed_ratio is not None and v.speed_ratio <= 1.0)

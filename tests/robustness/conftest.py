@@ -5,8 +5,8 @@ Real-model tests use the tiny SmolLM2-135M; everything else runs on fakes.
 
 import pytest
 
-from localspec.backend import LlamaModel
-from localspec.engine import SpeculativeEngine
+from localspec.backend.llama import LlamaModel
+from localspec.core.engine import SpeculativeEngine
 
 
 @pytest.fixture(scope="module")

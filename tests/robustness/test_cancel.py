@@ -14,8 +14,8 @@ import pytest
 
 from fakes import FakeModel
 from localspec.config import DraftParams, GenerationParams, SamplingParams
-from localspec.engine import SpeculativeEngine
-from localspec.events import EndReason, RoundStats, TokenEvent
+from localspec.core.engine import SpeculativeEngine
+from localspec.core.events import EndReason, RoundStats, TokenEvent
 
 PROMPT = [3, 5, 7, 3, 5]
 
@@ -99,7 +99,7 @@ def chat_prompt(tiny_engine):
 
 
 def test_close_mid_round_real_then_same_seed_equals_fresh(tiny_engine, tiny_path, chat_prompt):
-    from localspec.backend import LlamaModel
+    from localspec.backend.llama import LlamaModel
 
     args = sampled("draft", seed=11, max_tokens=40, draft_max=6, temperature=0.7)
     gen = tiny_engine.generate(chat_prompt, *args)

@@ -10,11 +10,11 @@ import sys
 import pytest
 
 from cli_runner import run_cli
-from localspec import models as models_mod
-from localspec.backend import GGUF_MAGIC, VocabInfo
+from localspec.app import catalog as models_mod
+from localspec.backend.llama import GGUF_MAGIC, VocabInfo
 from localspec.errors import ModelError, TokenizerMismatchError
-from localspec.models import Catalog, ModelPreset, PairPreset, assemble_mirror, resolve_model
-from localspec.tokenizer import check_compatible
+from localspec.app.catalog import Catalog, ModelPreset, PairPreset, assemble_mirror, resolve_model
+from localspec.core.tokenizer import check_compatible
 
 
 

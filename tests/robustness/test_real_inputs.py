@@ -13,12 +13,12 @@ import pytest
 
 from cli_runner import run_cli
 from localspec import cli
-from localspec.codeedit import apply_answer, continuation_prefix, edit_prompt
+from localspec.app.codeedit import apply_answer, continuation_prefix, edit_prompt
 from localspec.config import DraftParams, GenerationParams, SamplingParams, Settings
 from localspec.errors import ModelError
-from localspec.events import EndReason, TokenEvent
-from localspec.models import cache_dir, remove_stale_parts, resolve_model, weights_dir
-from localspec.userconfig import config_path, load_settings, save_settings
+from localspec.core.events import EndReason, TokenEvent
+from localspec.app.catalog import cache_dir, remove_stale_parts, resolve_model, weights_dir
+from localspec.app.settings_file import config_path, load_settings, save_settings
 
 TINY = ["--target", "smollm2-135m", "--draft", "smollm2-135m", "--n-threads", "1"]
 
@@ -282,7 +282,7 @@ def test_only_non_json_is_set_aside(tmp_path, content):
 
 
 def test_json_with_a_bom_is_accepted(tmp_path):
-    from localspec.conversation import Conversation, Message, load_conversation
+    from localspec.app.conversation import Conversation, Message, load_conversation
 
     conv = tmp_path / "c.json"
     conv.write_text(Conversation(messages=[Message(role="user", content="hi")]).model_dump_json(), encoding="utf-8-sig")

@@ -8,12 +8,12 @@ import pytest
 from fakes import FakeModel
 from cli_runner import run_cli
 from localspec import cli
-from localspec.chat import ChatSession
+from localspec.app.chat import ChatSession
 from localspec.config import DraftParams, GenerationParams, SamplingParams, Settings
-from localspec.engine import SpeculativeEngine
+from localspec.core.engine import SpeculativeEngine
 from localspec.errors import ConfigError, ContextOverflowError
-from localspec.events import EndReason, TokenEvent
-from localspec.fileio import FileError, read_text_file
+from localspec.core.events import EndReason, TokenEvent
+from localspec.app.fileio import FileError, read_text_file
 
 TINY = ["--target", "smollm2-135m", "--draft", "smollm2-135m", "--n-threads", "1"]
 
@@ -199,7 +199,7 @@ def test_split_multibyte_characters_stream_without_replacement(mode, stop, expec
 
 def test_small_n_ctx_keeps_n_batch_within_it(tiny_path):
     """llama.cpp clamps n_batch to a small n_ctx; a longer decode call used to abort the process."""
-    from localspec.backend import LlamaModel
+    from localspec.backend.llama import LlamaModel
 
     with LlamaModel(tiny_path, n_ctx=48, n_batch=512, n_threads=1) as m:
         assert m.n_ctx == 48 and m.n_batch <= 48
@@ -212,12 +212,12 @@ def test_small_n_ctx_keeps_n_batch_within_it(tiny_path):
 def test_unexpected_error_is_one_message_not_a_traceback(capsys, isolated_env, monkeypatch):
     """A bug (here: a loader that raises something unexpected) still gives error/hint lines and exit 70;
     LOCALSPEC_DEBUG=1 shows the traceback."""
-    import localspec.loader
+    import localspec.app.loader
 
     def broken(*a, **k):
         raise RuntimeError("something nobody expected")
 
-    monkeypatch.setattr(localspec.loader, "load_engine", broken)
+    monkeypatch.setattr(localspec.app.loader, "load_engine", broken)
     code, _, err = run_cli(capsys, "generate", "--mode", "none", "hi")
     assert code == 70 and "error: unexpected RuntimeError: something nobody expected" in err
     assert "LOCALSPEC_DEBUG=1" in err

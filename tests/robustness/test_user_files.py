@@ -2,7 +2,7 @@
 TUI asks first: tests/tui/test_tui_files.py and test_tui_flows.py); conversation and config
 files are written atomically; a corrupt config file is reported and set aside, not fatal.
 
-These test the UI engineer's localspec/fileio.py, userconfig.py and conversation.py under faults.
+These test the UI engineer's localspec/app/fileio.py, userconfig.py and conversation.py under faults.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import os
 
 import pytest
 
-from localspec import fileio
+from localspec.app import fileio
 from localspec.config import SamplingParams, Settings
-from localspec.conversation import Conversation, Message, load_conversation, save_conversation
-from localspec.fileio import FileError, atomic_write_text, replace_with_backup
-from localspec.userconfig import load_settings, save_settings, take_reports
+from localspec.app.conversation import Conversation, Message, load_conversation, save_conversation
+from localspec.app.fileio import FileError, atomic_write_text, replace_with_backup
+from localspec.app.settings_file import load_settings, save_settings, take_reports
 
 ORIGINAL = "def load(path):\n    return open(path).read()\n"
 

@@ -23,7 +23,7 @@ async def test_send_prompt_streams_coloured_text(fake):
     app = build(fake)
     async with running(app) as pilot:
         await ask(pilot, app, "reverse a string in python")
-        from tui.screens import AssistantMessage
+        from localspec.tui.screens import AssistantMessage
 
         answer = app.screen.query(AssistantMessage).last()
         assert answer.stream.text == REPLY
@@ -52,11 +52,11 @@ async def test_mode_cycle_switches_drafter(fake):
         assert app.settings.drafting.mode == "none"
         await ask(pilot, app, "hi again")
         assert fake.calls[-1]["drafting"].mode == "none"
-        from tui.screens import AssistantMessage
+        from localspec.tui.screens import AssistantMessage
 
         kinds = {k for _t, k, _r in app.screen.query(AssistantMessage).last().stream.pieces}
         assert kinds == {"target"}
-        await pilot.press("f5")  # auto, or draft while localspec.costmodel is missing
+        await pilot.press("f5")  # auto, or draft while localspec.core.costmodel is missing
         assert app.settings.drafting.mode in ("auto", "draft")
 
 
@@ -69,7 +69,7 @@ async def test_escape_stops_generation_cleanly(clock):
         await pilot.pause(0.05)
         await pilot.press("escape")
         await idle(pilot)
-        from tui.screens import AssistantMessage
+        from localspec.tui.screens import AssistantMessage
 
         ans = app.screen.query(AssistantMessage).last()
         assert ans.stats.end_reason == "cancelled"
@@ -85,8 +85,8 @@ async def test_click_token_opens_its_round_and_keys_step(fake):
     app = build(fake, remember=False)
     async with running(app) as pilot:
         await ask(pilot, app, "reverse a string")
-        from tui.screens import AssistantMessage
-        from tui.widgets import RoundInspector, TokenStream
+        from localspec.tui.screens import AssistantMessage
+        from localspec.tui.widgets import RoundInspector, TokenStream
 
         ans = app.screen.query(AssistantMessage).last()
         insp = app.screen.query_one(RoundInspector)

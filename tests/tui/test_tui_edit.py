@@ -1,12 +1,12 @@
 """Pilot tests of the code-edit screen on inputs people really have (issue 9, A1-A4):
-the screen only shows and asks; the logic is localspec.codeedit (tests/unit/test_codeedit.py)."""
+the screen only shows and asks; the logic is localspec.app.codeedit (tests/unit/test_codeedit.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tui.dialogs import Choose, Confirm
-from tui.screens import EditScreen
+from localspec.tui.dialogs import Choose, Confirm
+from localspec.tui.screens import EditScreen
 from tui_helpers import edit_app, idle, running, submit, until_started
 
 pytestmark = pytest.mark.asyncio
@@ -49,7 +49,7 @@ async def test_answer_cut_at_max_tokens_says_why_and_continues(clock, tmp_path, 
     original = "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(6))
     new = original.replace("def f0(x)", "def f0(x: int)")
     # a budget the answer does not fit in: it needs two parts
-    monkeypatch.setattr("tui.screens.edit.edit_max_tokens", lambda n_prompt, max_tokens: 60)
+    monkeypatch.setattr("localspec.tui.screens.edit.edit_max_tokens", lambda n_prompt, max_tokens: 60)
     app, eng = edit_app(tmp_path, monkeypatch, "m.py", original, "```python\n" + new + "```\n", clock=clock)
     async with running(app) as pilot:
         await submit(pilot, "add a type hint", "#edit-instruction")

@@ -8,9 +8,9 @@ import os
 import pytest
 
 from localspec.config import DraftParams, ModelSettings, SamplingParams, Settings
-from localspec.conversation import Conversation, Message, from_markdown, load_conversation, save_conversation, to_markdown
-from localspec.fileio import FileError, atomic_write_text, read_text_file, replace_with_backup
-from localspec.userconfig import config_path, load_settings, save_settings
+from localspec.app.conversation import Conversation, Message, from_markdown, load_conversation, save_conversation, to_markdown
+from localspec.app.fileio import FileError, atomic_write_text, read_text_file, replace_with_backup
+from localspec.app.settings_file import config_path, load_settings, save_settings
 
 
 def test_config_path_env(tmp_path, monkeypatch):
@@ -111,7 +111,7 @@ def test_conversation_bad_file(tmp_path):
 def test_new_files_follow_the_umask(tmp_path, umask):
     """Issue 23 item 6: a saved conversation or name.edited.py gets the mode open() would
     give it, not mkstemp's 0600; an existing file keeps its own mode."""
-    from localspec.codeedit import apply_answer, save_new
+    from localspec.app.codeedit import apply_answer, save_new
 
     old = os.umask(umask)
     try:
@@ -131,12 +131,12 @@ def test_new_files_follow_the_umask(tmp_path, umask):
 def test_edit_of_a_missing_file_fails_at_the_command_line(tmp_path, monkeypatch, capsys):
     """Issue 23 item 15: `localspec edit nope.py` prints error:/hint: and exits nonzero;
     the UI is not opened."""
-    import tui.app
+    from localspec.tui import app as tui_app
     from localspec.cli import main
 
     monkeypatch.chdir(tmp_path)
     opened = []
-    monkeypatch.setattr(tui.app, "run_app", lambda *a, **k: opened.append(a))
+    monkeypatch.setattr(tui_app, "run_app", lambda *a, **k: opened.append(a))
     code = main(["edit", "nope.py"])
     err = capsys.readouterr().err
     assert code != 0 and not opened
@@ -151,7 +151,7 @@ def test_edit_of_a_missing_file_fails_at_the_command_line(tmp_path, monkeypatch,
 def test_new_undefined_names_reports_only_what_is_new():
     """Issue 23 item 8: pyflakes on the original and the result; names already undefined
     in the original are not reported."""
-    from localspec.codeedit import new_undefined_names
+    from localspec.app.codeedit import new_undefined_names
 
     original = "import json\n\ndef f(s):\n    data = json.loads(s)\n    return data, helper\n"
     result = "def f(s):\n    return json.loads(s), helper, data\n"
@@ -163,11 +163,11 @@ def test_new_undefined_names_reports_only_what_is_new():
 
 def test_options_without_a_command_open_the_chat(monkeypatch):
     """`localspec --target X --mode lookup` opens the chat UI, as `localspec` alone does."""
-    import tui.app
+    from localspec.tui import app as tui_app
     from localspec.cli import main
 
     opened = []
-    monkeypatch.setattr(tui.app, "run_app", lambda settings, **k: opened.append((settings, k)))
+    monkeypatch.setattr(tui_app, "run_app", lambda settings, **k: opened.append((settings, k)))
     assert main(["--target", "smollm2-135m", "--mode", "lookup"]) == 0
     (settings, kw), = opened
     assert settings.target.model == "smollm2-135m" and settings.drafting.mode == "lookup"

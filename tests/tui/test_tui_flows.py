@@ -8,11 +8,11 @@ import pytest
 
 from localspec.config import Settings
 from localspec.errors import ModelError
-from localspec.userconfig import config_path, load_settings
+from localspec.app.settings_file import config_path, load_settings
 from tui_fakes import REPLY, FakeEngine
 from tui_helpers import SIZE, build, edit_app, idle, running, submit, until_started
 
-from tui.messages import LoadProgress
+from localspec.tui.messages import LoadProgress
 
 pytestmark = pytest.mark.asyncio
 
@@ -104,7 +104,7 @@ async def test_load_progress_bar_while_ui_stays_usable(clock):
     async with app.run_test(size=SIZE) as pilot:
         from textual.widgets import ProgressBar
 
-        from tui.screens import LoadBar
+        from localspec.tui.screens import LoadBar
 
         for _ in range(100):
             await pilot.pause(0.02)
@@ -153,7 +153,7 @@ async def test_save_and_reopen_conversation(fake, tmp_path):
         app.screen.query_one("#path-input").value = str(json_path)
         await pilot.press("enter")
         await pilot.pause()
-        from tui.screens import AssistantMessage
+        from localspec.tui.screens import AssistantMessage
 
         assert [m["role"] for m in chat.messages] == ["user", "assistant"]
         ans = chat.query(AssistantMessage).last()
@@ -226,7 +226,7 @@ async def test_race_reports_speedup_and_feeds_chat_stats(clock):
         assert s.decode_seconds < t.decode_seconds
         await pilot.press("f1")
         await pilot.pause()
-        from tui.widgets import StatsPanel
+        from localspec.tui.widgets import StatsPanel
 
         assert app.screen.query_one(StatsPanel).speedup == app.last_speedup
     assert only.closed is False  # closed by run_app's close_engines, not by the test harness
@@ -262,7 +262,7 @@ async def test_model_change_during_answer_reloads_after_it(clock):
 
 
 async def test_corrupt_user_config_is_reported_in_the_app(fake):
-    from localspec.userconfig import load_settings
+    from localspec.app.settings_file import load_settings
 
     config_path().parent.mkdir(parents=True, exist_ok=True)
     config_path().write_text("{broken")
@@ -285,7 +285,7 @@ async def test_race_too_short_for_a_figure_says_so_here_and_in_chat(clock):
         assert app.last_speedup is None
         await pilot.press("f1")
         await pilot.pause()
-        from tui.widgets import StatsPanel
+        from localspec.tui.widgets import StatsPanel
 
         panel = app.screen.query_one(StatsPanel)
         assert panel.speedup is None and "no figure" in panel.speedup_note

@@ -6,9 +6,9 @@ import pytest
 from textual.widgets import Button, HelpPanel
 from textual.widgets._footer import FooterKey
 
-from tui.dialogs import Confirm, PathPrompt
-from tui.prompt import PromptArea
-from tui.widgets import MiniStats
+from localspec.tui.dialogs import Confirm, PathPrompt
+from localspec.tui.prompt import PromptArea
+from localspec.tui.widgets import MiniStats
 from tui_fakes import FakeEngine
 from tui_helpers import build, running, submit
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from rich.console import Console
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from localspec.conversation import load_conversation, save_conversation
-from tui.screens.base import AssistantMessage, UserMessage
-from tui.widgets import RoundInspector, show_token
+from localspec.app.conversation import load_conversation, save_conversation
+from localspec.tui.screens.base import AssistantMessage, UserMessage
+from localspec.tui.widgets import RoundInspector, show_token
 from tui_fakes import FakeClock, FakeEngine
 from tui_helpers import build, idle, running, submit
 

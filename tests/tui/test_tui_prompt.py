@@ -9,9 +9,9 @@ from textual import events
 from textual.geometry import Offset
 from textual.selection import Selection
 
-from tui.prompt import PromptArea
-from tui.screens import AssistantMessage
-from tui.widgets import TokenStream
+from localspec.tui.prompt import PromptArea
+from localspec.tui.screens import AssistantMessage
+from localspec.tui.widgets import TokenStream
 from tui_fakes import FakeEngine
 from tui_helpers import build, edit_app, idle, running, submit
 

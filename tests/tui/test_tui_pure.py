@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from localspec.config import DraftParams, GenerationParams, SamplingParams
-from tui.driver import RaceSide, drive, race, warm_up
-from tui.stats import LiveStats, RoundView, median_spread, race_speedup
+from localspec.tui.driver import RaceSide, drive, race, warm_up
+from localspec.tui.stats import LiveStats, RoundView, median_spread, race_speedup
 from tui_fakes import DRAFT_P_MIN, REPLY, FakeClock, FakeEngine
 
 
@@ -134,7 +134,7 @@ def test_wrap_rows_appending_equals_wrapping_everything():
     """TokenStream re-wraps only from its last row: that must give what a full wrap gives."""
     import random
 
-    from tui.widgets import _cells, wrap_rows
+    from localspec.tui.widgets import _cells, wrap_rows
 
     rng = random.Random(0)
     words = ["a", "bb", "word", " ", "  ", "\n", "\t", "x" * 25, "你好", "🙂", "def", "(", "):", "\n\n"]
@@ -157,7 +157,7 @@ def test_the_fake_engine_implements_the_engines_public_surface():
     """The TUI is tested against a fake: it must offer exactly what the real engine promises."""
     import inspect
 
-    from localspec.engine import Engine, Generation, SpeculativeEngine
+    from localspec.core.engine import Engine, Generation, SpeculativeEngine
 
     members = [n for n in vars(Engine) if not n.startswith("_")]
     assert {"n_ctx", "has_draft_model", "token_text", "chat_tokens", "generate", "prefill"} <= set(members)
@@ -179,7 +179,7 @@ def test_the_fake_engine_implements_the_engines_public_surface():
 def test_redraw_pacer_keeps_the_ui_thread_under_its_budget():
     # what a redraw cycle costs decides how often the stream redraws: cheap ones every 0.2 s,
     # a scrolling pane that costs 12 ms of CPU every 12 / 0.025 = 0.48 s, never slower than 1 s
-    from tui.screens.base import RedrawPacer
+    from localspec.tui.screens.base import RedrawPacer
 
     t = {"wall": 100.0, "cpu": 5.0}
     pacer = RedrawPacer(budget=0.025, clock=lambda: t["wall"], cpu=lambda: t["cpu"])
@@ -214,7 +214,7 @@ def _side(tokens, seconds, drafted=0):
 
 def test_race_verdict_gives_no_figure_when_it_means_nothing():
     """Issue 23 item 11: nothing drafted, too few tokens: no speedup figure, and the line says why."""
-    from tui.screens.race import race_verdict
+    from localspec.tui.screens.race import race_verdict
 
     texts = {"target": "x", "spec": "x"}
     sp, line = race_verdict(_side(1, 0.5), _side(1, 0.25, drafted=0), texts)  # the issue's race: 2.00x
@@ -228,6 +228,6 @@ def test_race_verdict_gives_no_figure_when_it_means_nothing():
 
 
 def test_plural():
-    from tui.stats import plural
+    from localspec.tui.stats import plural
 
     assert [plural(n, "token") for n in (0, 1, 2)] == ["0 tokens", "1 token", "2 tokens"]

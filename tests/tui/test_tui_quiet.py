@@ -9,7 +9,7 @@ import sys
 import pytest
 from textual.widgets import ProgressBar
 
-from tui.prompt import PromptArea
+from localspec.tui.prompt import PromptArea
 
 from tui_fakes import FakeClock, FakeEngine
 from tui_helpers import build, idle, running, submit, until_started
@@ -30,18 +30,18 @@ async def test_no_blink_and_no_hidden_animation_while_streaming():
         await until_started(pilot, fake)
         assert app.busy is not None
         assert box.cursor_blink is False
-        from tui.app import STREAM_SWITCH_INTERVAL
+        from localspec.tui.app import STREAM_SWITCH_INTERVAL
         assert sys.getswitchinterval() == pytest.approx(STREAM_SWITCH_INTERVAL) != pytest.approx(before)
         await idle(pilot)
         assert box.cursor_blink is True
         assert sys.getswitchinterval() == pytest.approx(before)
-        from tui.screens import AssistantMessage
+        from localspec.tui.screens import AssistantMessage
         assert app.screen.query(AssistantMessage).last().stream.text  # the answer was shown
 
 
 async def test_paced_stream_shows_every_token_by_the_end(monkeypatch):
     # tokens held back between redraws are all drawn, in order, when the answer ends
-    import tui.screens.base as base
+    import localspec.tui.screens.base as base
 
     paced = []
     pacer_class = base.RedrawPacer
@@ -55,7 +55,7 @@ async def test_paced_stream_shows_every_token_by_the_end(monkeypatch):
     app = build(fake)
     async with running(app) as pilot:
         await submit(pilot, "hello")
-        from tui.screens import AssistantMessage
+        from localspec.tui.screens import AssistantMessage
         answer = app.screen.query(AssistantMessage).last()
         assert paced and paced[0].cost is not None  # the pacer ran
         assert answer.stream.text == fake.reply

@@ -21,7 +21,7 @@ def tiny_settings() -> Settings:
 @pytest.fixture(scope="module")
 def tiny_available():
     from localspec.errors import LocalspecError
-    from localspec.models import resolve_model
+    from localspec.app.catalog import resolve_model
 
     try:
         resolve_model("smollm2-135m")
@@ -30,9 +30,9 @@ def tiny_available():
 
 
 async def test_real_tiny_model_end_to_end(tiny_available):
-    from localspec.loader import load_engine
-    from tui.app import make_app
-    from tui.screens import AssistantMessage
+    from localspec.app.loader import load_engine
+    from localspec.tui.app import make_app
+    from localspec.tui.screens import AssistantMessage
 
     settings = tiny_settings()
     app = make_app(settings, remember=False)
@@ -86,10 +86,10 @@ async def test_panel_shows_the_engines_generation_stats(tiny_available):
     GenerationStats of the same real generation (live copies, then the final one)."""
     import dataclasses
 
-    from localspec.events import GenerationStats
-    from localspec.loader import load_engine
-    from tui.app import make_app
-    from tui.widgets import StatsPanel
+    from localspec.core.events import GenerationStats
+    from localspec.app.loader import load_engine
+    from localspec.tui.app import make_app
+    from localspec.tui.widgets import StatsPanel
 
     gens = []
 
@@ -128,7 +128,7 @@ async def test_panel_shows_the_engines_generation_stats(tiny_available):
             table = panel.query_one("#stats-table").content
             from rich.console import Console
 
-            from tui.stats import plural
+            from localspec.tui.stats import plural
 
             console = Console(width=44, record=True)
             console.print(table)

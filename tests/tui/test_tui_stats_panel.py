@@ -8,9 +8,9 @@ import pytest
 from rich.console import Console
 from textual.widgets import Sparkline, Static
 
-from localspec.events import EndReason
-from tui.stats import LiveStats
-from tui.widgets import STAT_LABELS, StatsPanel
+from localspec.core.events import EndReason
+from localspec.tui.stats import LiveStats
+from localspec.tui.widgets import STAT_LABELS, StatsPanel
 from tui_helpers import build, running, submit
 
 pytestmark = pytest.mark.asyncio

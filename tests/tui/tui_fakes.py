@@ -1,4 +1,4 @@
-"""The TUI tests' engine: the real :class:`localspec.engine.SpeculativeEngine` over scripted fake models.
+"""The TUI tests' engine: the real :class:`localspec.core.engine.SpeculativeEngine` over scripted fake models.
 
 :class:`FakeEngine` *is* the engine (its ``Generation`` loop, drafters, acceptance rule,
 policies and statistics); only its two models are fakes (:class:`ScriptedModel`, the
@@ -27,9 +27,9 @@ import time
 import numpy as np
 
 from fakes import FakeModel
-from localspec.backend import VocabInfo
-from localspec.calibration import EngineCosts, ModelCosts
-from localspec.engine import SpeculativeEngine
+from localspec.backend.llama import VocabInfo
+from localspec.backend.calibration import EngineCosts, ModelCosts
+from localspec.core.engine import SpeculativeEngine
 from localspec.errors import DecodeAborted
 
 REPLY = ("Here is a function that reverses a string:\n\n```python\ndef reverse(s: str) -> str:\n"

@@ -25,7 +25,7 @@ async def idle(pilot, timeout=10.0):
 
 def build(fake=None, *, settings=None, clock=None, engines=(), **kw):
     """make_app with scripted fakes (the test helper every TUI test uses)."""
-    from tui.app import make_app
+    from localspec.tui.app import make_app
 
     fake = fake or FakeEngine(clock or FakeClock())
     factory = factory_for(fake, *engines)

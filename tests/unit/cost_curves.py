@@ -1,6 +1,6 @@
 """Cost curves shared by the cost-model, policy and calibration tests (seconds, measured ratios)."""
 
-from localspec.calibration import EngineCosts, ModelCosts
+from localspec.backend.calibration import EngineCosts, ModelCosts
 
 # models.md: Qwen2.5-Coder-1.5B on 2 cores, 33 ms per token, ratios b=1..5
 T1 = 0.033

@@ -1,4 +1,4 @@
-"""localspec.calibration: measuring and caching this machine's costs (EngineCosts, ModelCosts) on a fake model."""
+"""localspec.backend.calibration: measuring and caching this machine's costs (EngineCosts, ModelCosts) on a fake model."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from localspec.calibration import (
+from localspec.backend.calibration import (
     EngineCosts,
     ModelCosts,
     cost_cache_path,
@@ -23,7 +23,7 @@ from cost_curves import FLAT_CURVE, T1, costs_for
 def quiet_machine(monkeypatch):
     """Every measurement here counts as quiet (these tests run beside others on a shared machine, and
     a disturbed measurement is not cached); the test of disturbed ones sets its own CPU shares."""
-    import localspec.calibration as cal
+    import localspec.backend.calibration as cal
 
     monkeypatch.setattr(cal, "BUSY_THRESHOLD", 1.01)
 
@@ -106,7 +106,7 @@ def test_a_calibration_under_load_is_used_once_and_never_saved(tmp_path, monkeyp
     # poisoned cache (T(1) = 1.13 s measured under load, 12x the quiet value) once stayed valid
     # forever, and later a flat curve measured under contention (every pass ~3.2 s) was reused by
     # servers started while the machine was briefly busy, so chat ran at half speed
-    import localspec.calibration as cal
+    import localspec.backend.calibration as cal
 
     monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
     f = tmp_path / "m.gguf"
@@ -141,7 +141,7 @@ def test_a_calibration_under_load_is_used_once_and_never_saved(tmp_path, monkeyp
 def test_the_draft_models_short_curve_never_replaces_a_longer_cached_one(tmp_path, monkeypatch):
     # a target and a draft model that are one file with the same settings share one cache entry:
     # re-measuring the draft's b = 1, 2 used to overwrite the target's curve, measured again next load
-    import localspec.calibration as cal
+    import localspec.backend.calibration as cal
 
     monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
     f = tmp_path / "m.gguf"
@@ -221,7 +221,7 @@ class _FlashFakeModel(_FakeModel):
 
 
 def test_calibration_measures_two_contexts_and_keeps_the_faster_flash_attn(tmp_path, monkeypatch):
-    from localspec import calibration
+    from localspec.backend import calibration
 
     monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
     monkeypatch.setattr(calibration.time, "perf_counter", lambda: _FlashFakeModel.clock[0])
@@ -258,7 +258,7 @@ def test_calibration_measures_two_contexts_and_keeps_the_faster_flash_attn(tmp_p
 
 
 def test_flash_attn_scores_weigh_decode_and_verification_alike():
-    from localspec.calibration import flash_attn_scores
+    from localspec.backend.calibration import flash_attn_scores
 
     # on: 10 % slower for one token, half the time for a full pass -> on
     sc = flash_attn_scores({"off": [1.0, 10.0], "on": [1.1, 5.0]})
@@ -273,7 +273,7 @@ def test_flash_attn_comparison_takes_turns_and_a_burst_of_load_does_not_decide(t
     """On is 2 % slower; a neighbour triples every pass of off's first visit. The settings take
     turns and keep their fastest sample, so off is kept; and on, 2 % faster, is not worth a switch
     (FLASH_ATTN_MARGIN), while 10 % faster is."""
-    from localspec import calibration
+    from localspec.backend import calibration
 
     monkeypatch.setattr(calibration.time, "perf_counter", lambda: _FlashFakeModel.clock[0])
     f = tmp_path / "m.gguf"

@@ -7,11 +7,11 @@ import pytest
 
 from chat_fakes import SEP, FakeChatModel, user_text
 from fakes import EOG
-from localspec.chat import ChatSession, fit_messages
+from localspec.app.chat import ChatSession, fit_messages
 from localspec.config import DraftParams, GenerationParams, SamplingParams, Settings
-from localspec.engine import SpeculativeEngine
+from localspec.core.engine import SpeculativeEngine
 from localspec.errors import ConfigError, ContextOverflowError
-from localspec.events import EndReason, RoundStats, TokenEvent
+from localspec.core.events import EndReason, RoundStats, TokenEvent
 
 MODES = ["none", "lookup", "draft"]
 

@@ -1,4 +1,4 @@
-"""localspec.codeedit: the outer fenced block, the file's form (line ends, BOM, final
+"""localspec.app.codeedit: the outer fenced block, the file's form (line ends, BOM, final
 newline), completeness checks, saving. Pure functions on the inputs of issue 9."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from localspec.codeedit import (BOM, IncompleteEditError, apply_answer, edit_max_tokens, edit_prompt, edited_path,
+from localspec.app.codeedit import (BOM, IncompleteEditError, apply_answer, edit_max_tokens, edit_prompt, edited_path,
                                 extract_block, file_form, replace_file, restore_form, save_new, split_lines,
                                 unified_diff)
-from localspec.fileio import FileError
+from localspec.app.fileio import FileError
 
 # -- A1: a file that itself holds fenced blocks ------------------------------------------------
 README = "# Title\n\nBuild it with:\n\n```sh\nmake all\n```\n\nThen run `./app`.\n"

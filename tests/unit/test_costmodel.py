@@ -1,11 +1,11 @@
-"""localspec.costmodel: the pure cost math on fixed numbers (expected tokens, round rate, best draft
+"""localspec.core.costmodel: the pure cost math on fixed numbers (expected tokens, round rate, best draft
 length, speedups) and the acceptance estimates (EWAcceptance, MatchAcceptance)."""
 
 from __future__ import annotations
 
 import pytest
 
-from localspec.costmodel import (
+from localspec.core.costmodel import (
     EWAcceptance,
     LOOKUP_CHANCE_TOKENS,
     MatchAcceptance,

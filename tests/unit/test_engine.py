@@ -5,11 +5,11 @@ import pytest
 
 from fakes import EOG, FakeModel, greedy_reference
 from localspec.config import DraftParams, GenerationParams, SamplingParams
-from localspec.drafters import Draft
-from localspec.engine import SpeculativeEngine
+from localspec.core.drafters import Draft
+from localspec.core.engine import SpeculativeEngine
 from localspec.errors import ConfigError, ContextOverflowError
-from localspec.events import DrafterId, EndReason, RoundStats, TokenEvent, TokenKind
-from localspec.policy import Choice, FixedPolicy
+from localspec.core.events import DrafterId, EndReason, RoundStats, TokenEvent, TokenKind
+from localspec.core.policy import Choice, FixedPolicy
 
 PROMPT = [3, 5, 7, 3, 5]
 
@@ -313,7 +313,7 @@ def test_policy_is_asked_at_the_current_position_with_the_lookup_match_length():
     for pos, rs in zip(pol.positions, gen.rounds):
         assert pos == committed
         committed += rs.committed
-    from localspec.drafters.lookup import find_match
+    from localspec.core.drafters.lookup import find_match
 
     # the match length the engine passes is the lookup drafter's, for the same committed tokens
     seq = PROMPT + gen.token_ids
@@ -325,7 +325,7 @@ def test_policy_is_asked_at_the_current_position_with_the_lookup_match_length():
 
 def test_draft_model_drafter_reports_the_catchup_it_will_do():
     """The policy prices exactly the catch-up draft() then does (more than the steady gap: all but the newest)."""
-    from localspec.drafters import DraftModelDrafter
+    from localspec.core.drafters import DraftModelDrafter
 
     model = FakeModel()
     d = DraftModelDrafter(model)
@@ -361,7 +361,7 @@ def test_debug_runs_assert_the_cache_invariant_every_round(monkeypatch):
 
 def test_statistics_of_several_generations_add_up_in_the_one_accumulator():
     """localspec bench pools its repetitions with GenerationStats.add: the rates are the pooled ones."""
-    from localspec.events import GenerationStats
+    from localspec.core.events import GenerationStats
 
     eng = SpeculativeEngine(FakeModel(), FakeModel())
     eng.drafter = PlantingDrafter(every=3)
@@ -380,8 +380,8 @@ def test_statistics_of_several_generations_add_up_in_the_one_accumulator():
 def test_mode_auto_never_measures_inside_generate(monkeypatch):
     """#20 item 4: costs come from the engine, the cache, or an explicit calibrated_costs; generate refuses
     mode auto without them (naming what to do) rather than measuring silently."""
-    import localspec.engine as engine_mod
-    from localspec.calibration import EngineCosts, ModelCosts
+    import localspec.core.engine as engine_mod
+    from localspec.backend.calibration import EngineCosts, ModelCosts
 
     measured = []
     monkeypatch.setattr(engine_mod, "cached_engine_costs", lambda *a: None)

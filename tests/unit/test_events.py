@@ -1,13 +1,13 @@
-"""localspec.events: drafter ids are one str-valued enum (DrafterId), the same strings in JSON, the CLI and the
+"""localspec.core.events: drafter ids are one str-valued enum (DrafterId), the same strings in JSON, the CLI and the
 server; per-drafter tallies counted once."""
 
 import json
 
 import pytest
 
-from localspec.drafters import DraftModelDrafter, PredictionDrafter, PromptLookupDrafter
-from localspec.events import DrafterId
-from localspec.policy import FixedPolicy
+from localspec.core.drafters import DraftModelDrafter, PredictionDrafter, PromptLookupDrafter
+from localspec.core.events import DrafterId
+from localspec.core.policy import FixedPolicy
 
 
 def test_a_drafter_id_is_its_name_everywhere():
@@ -31,7 +31,7 @@ def test_every_drafter_is_named_by_its_id():
 
 def test_per_drafter_tallies_are_counted_once_for_the_server_and_the_bench():
     from localspec.bench.runner import drafter_tallies as bench_tallies
-    from localspec.events import RoundStats, drafter_tallies
+    from localspec.core.events import RoundStats, drafter_tallies
     from localspec.server.openai_api import drafter_counts
 
     def rs(i, drafter, drafted, accepted):

@@ -8,11 +8,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from localspec.config import SamplingParams
-from localspec.drafters.lookup import MAX_CONTEXT, find_candidate
-from localspec.events import TokenKind
-from localspec.sampling import logits_to_probs
-from localspec.streaming import TextAssembler
-from localspec.verify import verify
+from localspec.core.drafters.lookup import MAX_CONTEXT, find_candidate
+from localspec.core.events import TokenKind
+from localspec.core.sampling import logits_to_probs
+from localspec.core.streaming import TextAssembler
+from localspec.core.acceptance import verify
 
 FUZZ = settings(derandomize=True, max_examples=200, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

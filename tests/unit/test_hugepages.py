@@ -1,4 +1,4 @@
-"""Huge pages for the weights (localspec.hugepages): the kernel's setting, finding new regions,
+"""Huge pages for the weights (localspec.backend.hugepages): the kernel's setting, finding new regions,
 collapsing them, and the command-line switch. The real model's decoding with and without
 huge pages is compared in tests/integration/test_tiny.py."""
 
@@ -7,8 +7,12 @@ import platform
 
 import pytest
 
-from localspec import calibration, cli, hugepages
-from localspec.options import settings_from_args
+from localspec import cli
+
+from localspec.backend import calibration
+
+from localspec.backend import hugepages
+from localspec.app.flags import settings_from_args
 
 
 @pytest.mark.parametrize("text, mode", [("always [madvise] never\n", "madvise"), ("[always] madvise never\n", "always"),

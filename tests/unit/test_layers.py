@@ -1,6 +1,6 @@
-"""The layers contract of pyproject.toml ([tool.importlinter]): modules import only downward.
+"""The layers contracts of pyproject.toml ([tool.importlinter]): packages import only downward.
 
-README "How it works" draws the same layers. A new upward import (the engine importing the
+docs/architecture.md draws the same layers. A new upward import (the engine importing the
 loader, the cost model importing the engine, ...) fails here. import-linter runs in a child
 process: it reconfigures logging, which other tests read.
 """
@@ -8,9 +8,11 @@ process: it reconfigures logging, which other tests read.
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+CONTRACTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
 
 
 def lint_imports(config: Path) -> subprocess.CompletedProcess:
@@ -22,30 +24,38 @@ def lint_imports(config: Path) -> subprocess.CompletedProcess:
 def test_every_module_imports_only_from_the_layers_below():
     r = lint_imports(ROOT / "pyproject.toml")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "1 kept, 0 broken" in r.stdout
+    assert f"{len(CONTRACTS)} kept, 0 broken" in r.stdout
 
 
 def test_the_contract_catches_an_upward_import(tmp_path):
-    """The same contract with the engine put above the loader breaks (loader -> engine is then upward)."""
+    """The same contract with the core put above the app breaks (the loader -> the engine is then upward)."""
     text = (ROOT / "pyproject.toml").read_text()
     config = text[text.index("[tool.importlinter]"):]
-    chat_layer = r'("localspec\.chat \| localspec\.loader[^"]*")'
-    swapped = re.sub(chat_layer + r',\n(\s*)("localspec\.engine \| localspec\.models"),', r'\3,\n\2\1,', config)
+    swapped = re.sub(r'("localspec\.app"),\n(\s*)("localspec\.backend"),\n(\s*)("localspec\.core"),',
+                     r'\5,\n\2\3,\n\4\1,', config, count=1)
     assert swapped != config
     path = tmp_path / "contract.toml"
     path.write_text(swapped)
     r = lint_imports(path)
     assert r.returncode == 1
-    assert "BROKEN" in r.stdout and "localspec.loader -> localspec.engine" in r.stdout
+    assert "BROKEN" in r.stdout and "localspec.app.loader -> localspec.core.engine" in r.stdout
+
+
+def _named(contract: dict) -> set[str]:
+    return {name.strip() for layer in contract["layers"] for name in layer.split("|")}
+
+
+def _children(package: Path, prefix: str) -> set[str]:
+    modules = {f"{prefix}.{p.stem}" for p in package.glob("*.py") if p.stem not in ("__init__", "__main__")}
+    return modules | {f"{prefix}.{p.name}" for p in package.iterdir() if (p / "__init__.py").exists()}
 
 
 def test_every_module_is_in_a_layer():
-    """A new module of localspec (or a tui module outside the tui package) must be placed in the contract."""
-    text = (ROOT / "pyproject.toml").read_text()
-    layers = text[text.index("layers = ["):]
-    layers = layers[: layers.index("]")]
-    named = set(re.findall(r"(localspec\.\w+|tui)\b", layers))
-    modules = {f"localspec.{p.stem}" for p in (ROOT / "localspec").glob("*.py") if p.stem != "__init__"}
-    modules |= {f"localspec.{p.name}" for p in (ROOT / "localspec").iterdir() if (p / "__init__.py").exists()}
-    assert modules - named == set(), f"modules outside the layers contract: {sorted(modules - named)}"
-    assert "tui" in named
+    """A new module or package of localspec must be placed in a contract: the top-level one for
+    localspec's own children, the package's own contract for the children of core, backend and app."""
+    top = _named(CONTRACTS[0])
+    assert _children(ROOT / "localspec", "localspec") - top == set(), "outside the top-level layers"
+    for package in ("core", "backend", "app"):
+        contract = next(c for c in CONTRACTS if c["layers"][0].startswith(f"localspec.{package}."))
+        missing = _children(ROOT / "localspec" / package, f"localspec.{package}") - _named(contract)
+        assert missing == set(), f"modules of localspec.{package} outside its layers: {sorted(missing)}"

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from localspec import calibration
-from localspec.calibration import EngineCosts, ModelCosts, measure_decode_costs
+from localspec.backend import calibration
+from localspec.backend.calibration import EngineCosts, ModelCosts, measure_decode_costs
 from localspec.config import AUTO_DRAFT_MAX, FIXED_DRAFT_MAX, DraftParams
-from localspec.costmodel import (
+from localspec.core.costmodel import (
     best_draft_length,
     calibration_points,
     context_points,
@@ -18,7 +18,7 @@ from localspec.costmodel import (
     shifted_curve,
     succession_prior,
 )
-from localspec.policy import AdaptivePolicy
+from localspec.core.policy import AdaptivePolicy
 
 T1 = 0.05
 

@@ -1,4 +1,4 @@
-from localspec.drafters.lookup import find_candidate
+from localspec.core.drafters.lookup import find_candidate
 
 
 def test_matches_longest_ngram_first():
@@ -56,7 +56,7 @@ def test_code_edit_copies_from_the_file_not_an_earlier_common_ngram():
 
 
 def test_find_match_reports_how_long_the_context_agrees():
-    from localspec.drafters.lookup import find_match
+    from localspec.core.drafters.lookup import find_match
 
     file = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
     tokens = [5] + file + [50] + [10, 11, 12, 13]

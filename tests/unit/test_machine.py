@@ -1,6 +1,6 @@
-"""localspec.machine: the one "who goes first" rule of the bench and the TUI's race."""
+"""localspec.backend.machine: the one "who goes first" rule of the bench and the TUI's race."""
 
-from localspec.machine import run_order
+from localspec.backend.machine import run_order
 
 
 def test_repetitions_alternate_who_goes_first():
@@ -11,7 +11,7 @@ def test_repetitions_alternate_who_goes_first():
 def test_cpu_meter_share_stays_within_0_and_1(monkeypatch):
     # /proc/stat counts clock ticks (10 ms): over 5 ms, 3 ticks of other processes on 2 CPUs would be
     # a share of 3.0; a share is a fraction of the CPUs, so it is capped at 1 (and floored at 0)
-    from localspec.machine import CpuMeter
+    from localspec.backend.machine import CpuMeter
 
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     states = iter([(0, 0, 0.0), (100, 10, 50.000), (103, 10, 50.005), (100, 10, 60.0), (100, 12, 61.0)])

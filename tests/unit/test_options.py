@@ -1,9 +1,9 @@
-"""localspec.options: the command-line flags derived from the options' declarations."""
+"""localspec.app.flags: the command-line flags derived from the options' declarations."""
 
 import argparse
 
 from localspec.config import DraftParams, SamplingParams
-from localspec.options import add_generation_arguments, add_model_arguments, settings_from_args, value_range
+from localspec.app.flags import add_generation_arguments, add_model_arguments, settings_from_args, value_range
 
 
 def _parser() -> argparse.ArgumentParser:

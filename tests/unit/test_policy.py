@@ -1,12 +1,12 @@
-"""localspec.policy: the adaptive choice of drafter and draft length (AdaptivePolicy) on fixed cost curves."""
+"""localspec.core.policy: the adaptive choice of drafter and draft length (AdaptivePolicy) on fixed cost curves."""
 
 from __future__ import annotations
 
 import pytest
 
-from localspec.calibration import EngineCosts, ModelCosts
-from localspec.costmodel import LOOKUP_CHANCE_TOKENS, best_draft_length, expected_tokens_constant, succession_prior
-from localspec.policy import AdaptivePolicy
+from localspec.backend.calibration import EngineCosts, ModelCosts
+from localspec.core.costmodel import LOOKUP_CHANCE_TOKENS, best_draft_length, expected_tokens_constant, succession_prior
+from localspec.core.policy import AdaptivePolicy
 
 from cost_curves import AVX512_RATIOS, CPU_CURVE, FLAT_CURVE, NO_AVX512_RATIOS, T1, costs_for, curve_for
 

@@ -5,12 +5,12 @@ tests/integration/test_server.py)."""
 import pytest
 
 from fakes import FakeModel, greedy_reference
-from localspec.calibration import EngineCosts, ModelCosts
+from localspec.backend.calibration import EngineCosts, ModelCosts
 from localspec.config import DraftParams, GenerationParams, SamplingParams
-from localspec.drafters import PredictionDrafter
-from localspec.engine import SpeculativeEngine
-from localspec.events import DrafterId, RoundStats
-from localspec.policy import AdaptivePolicy, FixedPolicy
+from localspec.core.drafters import PredictionDrafter
+from localspec.core.engine import SpeculativeEngine
+from localspec.core.events import DrafterId, RoundStats
+from localspec.core.policy import AdaptivePolicy, FixedPolicy
 
 P = [100, 101]  # a prompt
 DP = DraftParams(max_ngram=3, min_ngram=1)

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from localspec import repack as rp
+from localspec.backend import repack as rp
 from localspec.errors import ConfigError, ModelError
 
 
@@ -159,9 +159,9 @@ def test_the_setting_reaches_both_models(monkeypatch, tmp_path):
     passes the verdict's choice to the backend."""
     import argparse
 
-    from localspec import loader
+    from localspec.app import loader
     from localspec.config import ModelSettings
-    from localspec.options import add_generation_arguments, add_model_arguments, settings_from_args
+    from localspec.app.flags import add_generation_arguments, add_model_arguments, settings_from_args
 
     p = argparse.ArgumentParser()
     add_model_arguments(p)
@@ -198,7 +198,7 @@ def test_the_bench_peer_loads_with_the_same_choice(monkeypatch):
     """run_llama_cpp_peer sets use_extra_bufts on the Llama's model params while it loads."""
     import llama_cpp
 
-    from localspec import backend
+    from localspec.backend import llama as backend
 
     seen = []
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from localspec.config import SamplingParams
-from localspec.sampling import logits_to_probs, sample, softmax
+from localspec.core.sampling import logits_to_probs, sample, softmax
 
 
 def full_sort_top_p(probs, top_p):

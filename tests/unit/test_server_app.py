@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from fakes import FakeModel
 from localspec.config import DraftParams, ModelSettings, SamplingParams, Settings
-from localspec.engine import SpeculativeEngine
+from localspec.core.engine import SpeculativeEngine
 from localspec.server import create_app
 from localspec.server.app import bearer_token
 from localspec.server.openai_api import MAX_JSON_DEPTH, ApiError, check_json, parse_request
@@ -252,7 +252,7 @@ def test_an_idle_server_measures_a_disturbed_calibration_again_when_the_machine_
     """A curve measured while another process held a core is flat (long drafts look free); a
     server started then would use it for its whole life. Idle and quiet, it measures again, at most
     max_remeasures times, and never while busy or while the costs in use are clean."""
-    from localspec.calibration import EngineCosts, ModelCosts
+    from localspec.backend.calibration import EngineCosts, ModelCosts
     from localspec.server import worker as worker_mod
 
     def costs(other_cpu):

@@ -1,4 +1,4 @@
-from localspec.streaming import TextAssembler
+from localspec.core.streaming import TextAssembler
 
 
 def test_utf8_split_across_tokens_released_whole():

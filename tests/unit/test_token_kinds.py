@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from localspec.cli import KIND_STYLES, TERMINAL_COLOURS
-from localspec.events import TokenKind
-from tui.widgets import KIND_LABELS, KINDS, token_css
+from localspec.core.events import TokenKind
+from localspec.tui.widgets import KIND_LABELS, KINDS, token_css
 
 
 def test_cli_and_tui_colour_every_kind_from_its_role():

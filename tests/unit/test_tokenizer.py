@@ -1,8 +1,8 @@
 import pytest
 
-from localspec.backend import VocabInfo
+from localspec.backend.llama import VocabInfo
 from localspec.errors import TokenizerMismatchError
-from localspec.tokenizer import check_compatible
+from localspec.core.tokenizer import check_compatible
 
 
 def vocab(texts, attrs=None, vocab_type=2, bos=0, eos=1):

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from localspec.config import SamplingParams
-from localspec.events import TokenKind
-from localspec.sampling import logits_to_probs
-from localspec.verify import residual_distribution, verify, verify_greedy, verify_sampled
+from localspec.core.events import TokenKind
+from localspec.core.sampling import logits_to_probs
+from localspec.core.acceptance import residual_distribution, verify, verify_greedy, verify_sampled
 
 V = 6
 

@@ -1,0 +1,177 @@
+"""Command-line options shared by every command that loads models or decodes.
+
+Each flag is derived from its option's one declaration in the settings models
+(:mod:`localspec.config`: type, range, default, help), and one merge of the given options over the settings, so
+``localspec generate``, ``chat``, ``serve``, ``calibrate`` and ``bench`` agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Literal, get_args
+
+from pydantic import ValidationError
+
+from localspec.config import (TEMPERATURE_MAX, DraftParams, GenerationParams, ModelSettings, SamplingParams, Settings,
+                     constraints,
+                     format_validation_error, option_info)
+from localspec.errors import ConfigError
+
+
+def value_range(model: type, name: str, var: str = "x") -> str:
+    """The allowed range of a numeric settings field, from its pydantic constraints:
+    ``"1..64"``, ``"0 < x <= 1"``, ``"x >= 0"``."""
+    c = constraints(model, name)
+    lo = (c["ge"], "<=") if "ge" in c else (c["gt"], "<") if "gt" in c else None
+    hi = (c["le"], "<=") if "le" in c else (c["lt"], "<") if "lt" in c else None
+    if lo and hi and lo[1] == hi[1] == "<=" and all(isinstance(v[0], int) for v in (lo, hi)):
+        return f"{lo[0]}..{hi[0]}"
+    if lo and hi:
+        return f"{lo[0]} {lo[1]} {var} {hi[1]} {hi[0]}"
+    if lo:
+        return f"{var} {'>=' if lo[1] == '<=' else '>'} {lo[0]}"
+    if hi:
+        return f"{var} {hi[1]} {hi[0]}"
+    return "any"
+
+
+#: settings section -> (model, {command-line dest: field}); the flag is ``--`` + dest with dashes.
+#: What a flag accepts and its help come from the field's declaration (:func:`localspec.config.option`).
+SECTION_ARGS: dict[str, tuple[type, dict[str, str]]] = {
+    "target": (ModelSettings, {"target": "model", "n_ctx": "n_ctx", "n_batch": "n_batch", "n_threads": "n_threads",
+                               "n_gpu_layers": "n_gpu_layers", "flash_attn": "flash_attn",
+                               "huge_pages": "huge_pages", "repack": "repack"}),
+    "draft": (ModelSettings, {"draft": "model", "n_ctx": "n_ctx", "n_batch": "n_batch", "n_threads": "n_threads",
+                              "draft_n_gpu_layers": "n_gpu_layers", "flash_attn": "flash_attn",
+                              "huge_pages": "huge_pages", "repack": "repack"}),
+    "sampling": (SamplingParams, {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
+                                  "seed": "seed"}),
+    "drafting": (DraftParams, {"mode": "mode", "draft_max": "draft_max", "draft_min": "draft_min",
+                               "draft_p_min": "draft_p_min"}),
+    "generation": (GenerationParams, {"max_tokens": "max_tokens", "stop": "stop"}),
+}
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _sections_of(dest: str) -> list[str]:
+    return [section for section, (_, fields) in SECTION_ARGS.items() if dest in fields]
+
+
+def _default_text(model: type, name: str) -> str:
+    """The default as the help names it: the declared ``default_text``, else the value (``0``, not ``0.0``)."""
+    text = option_info(model, name).get("default_text")
+    if text is not None:
+        return text
+    value = model.model_fields[name].get_default(call_default_factory=True)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def add_option(g, dest: str, help: str | None = None, default_text: str | None = None) -> None:
+    """Add flag ``--dest`` (dashes for underscores) for the settings field it sets (:data:`SECTION_ARGS`).
+
+    Derived from the field's declaration: a number takes ``N`` (int) or ``X`` (float) and its
+    help ends with the allowed range and the default; a ``Literal`` or a bool (``on``/``off``)
+    offers its choices; a flag setting one model's field (``--draft-n-gpu-layers``) names the
+    model. ``help`` and ``default_text`` replace the declared ones for a command whose flag
+    means something narrower (``localspec bench --draft-max``).
+    """
+    section = _sections_of(dest)[0]
+    model, fields = SECTION_ARGS[section]
+    name = fields[dest]
+    info = model.model_fields[name]
+    what = help or info.description or ""
+    if help is None and model is ModelSettings and len(_sections_of(dest)) == 1:
+        what = f"{section} {what}"
+    kind = info.annotation
+    if dest == "stop":
+        g.add_argument(_flag(dest), action="append", default=None, help=what)
+    elif kind is bool:
+        g.add_argument(_flag(dest), choices=["on", "off"], default=None, help=what)
+    elif getattr(kind, "__origin__", None) is Literal:
+        g.add_argument(_flag(dest), choices=list(get_args(kind)), default=None, help=what)
+    elif kind is str:
+        default = getattr(Settings(), section).model_dump()[name]
+        note = Settings.model_fields[section].description  # what this model must be (the draft's tokenizer)
+        g.add_argument(_flag(dest), default=None, help=f"{what} (default {default})" + (f"; {note}" if note else ""))
+    else:
+        number = int if int in (kind, *get_args(kind)) else float
+        var = "N" if number is int else "X"
+        rng = value_range(model, name, var)
+        default = default_text if default_text is not None else _default_text(model, name)
+        g.add_argument(_flag(dest), type=number, default=None, metavar=var,
+                       help=f"{what} ({rng}" + (f"; default {default}" if default else "") + ")")
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """Model and hardware options shared by every subcommand that loads models."""
+    g = p.add_argument_group("models")
+    for dest in ("target", "draft", "n_ctx", "n_batch", "n_threads", "n_gpu_layers", "draft_n_gpu_layers",
+                 "flash_attn", "huge_pages", "repack"):
+        add_option(g, dest)
+
+
+def add_generation_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("decoding")
+    for dest in ("mode", "draft_max", "draft_min", "draft_p_min", "temperature", "top_k", "top_p", "min_p", "seed",
+                 "max_tokens", "stop"):
+        add_option(g, dest)
+
+
+def _pick(ns: argparse.Namespace, mapping: dict[str, str]) -> dict:
+    return {field: getattr(ns, arg) for arg, field in mapping.items() if getattr(ns, arg, None) is not None}
+
+
+def _cli_errors(section: str, err: ValidationError, given: dict[str, str]) -> list[str]:
+    """One line per invalid value, naming the flag that set it (``--top-p: ...``), else
+    the settings field (``sampling.top_p: ...``, a value from the settings file)."""
+    flags = {field: _flag(dest) for dest, field in given.items()}
+    lines = []
+    for line in format_validation_error(err).splitlines():
+        name, sep, rest = line.partition(": ")
+        if sep and name in flags:
+            lines.append(f"{flags[name]}: {rest}")
+        elif sep and name in SECTION_ARGS[section][0].model_fields:
+            lines.append(f"{section}.{name}: {rest}")
+        else:  # a rule between fields (draft_min <= draft_max): name them by their flags
+            line = line.removeprefix("settings: ").replace("Value error, ", "")
+            named = line
+            for field, flag in flags.items():
+                if "_" in field:
+                    named = re.sub(rf"\b{field}\b", flag, named)
+            if named == line and flags:
+                named = f"{', '.join(flags.values())}: {line}"
+            lines.append(named)
+    return lines
+
+
+def settings_from_args(ns: argparse.Namespace, base: Settings | None = None, command: str = "generate") -> Settings:
+    """Merge command-line options over ``base`` and validate.
+
+    Raises:
+        ConfigError: with one line per invalid setting, each naming its flag.
+    """
+    base = base or Settings()
+    sections: dict[str, object] = {}
+    errors: list[str] = []
+    for section, (model, mapping) in SECTION_ARGS.items():
+        mapping = {d: f for d, f in mapping.items() if d != "stop"}
+        given = {d: f for d, f in mapping.items() if getattr(ns, d, None) is not None}
+        data = getattr(base, section).model_dump() | _pick(ns, mapping)
+        if section == "generation" and getattr(ns, "stop", None):
+            data["stop"] = tuple(ns.stop)
+            given["stop"] = "stop"
+        try:
+            sections[section] = model(**data)
+        except ValidationError as e:
+            errors += _cli_errors(section, e, given)
+    if errors:
+        hint = f"see localspec {command} --help for the allowed values"
+        if any(e.startswith(("--temperature:", "sampling.temperature:")) and "less than" in e for e in errors):
+            hint = (f"the temperature is 0..{TEMPERATURE_MAX:g} as in OpenAI's API (1 = the model's own "
+                    f"distribution; the command line and the TUI accepted up to 100 before); {hint}")
+        raise ConfigError("invalid settings:\n" + "\n".join(dict.fromkeys(errors)), hint)
+    return Settings(**sections)

@@ -1,0 +1,98 @@
+"""Build a :class:`SpeculativeEngine` from :class:`Settings`: resolve, probe, load, check, measure.
+
+Shared by the CLI, the TUI and the server. Everything that can take a while on a new
+machine happens here, visibly (``stage`` and ``steps`` callbacks), never inside ``generate``:
+the weight-repacking probe (:mod:`localspec.backend.repack`), the loads, and in mode ``auto`` the
+calibration of this machine's decode costs (:mod:`localspec.backend.calibration`; cached).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from localspec.backend.llama import LlamaModel
+from localspec.backend.calibration import StepFn, apply_cached_flash_attn, cached_engine_costs
+from localspec.config import ModelSettings, Settings
+from localspec.core.engine import SpeculativeEngine
+from localspec.app.catalog import ProgressFn, resolve_model
+from localspec.backend.repack import decide_repack
+
+#: stage callback: (message) -> None, e.g. "loading target qwen2.5-coder-1.5b"
+StageFn = Callable[[str], None]
+#: told once when the calibration at load was disturbed (calibration.get_costs does not save it)
+DISTURBED_NOTICE = ("other programs used the CPUs while this machine's decode costs were measured: the figures are "
+                    "used for this run only (observed rounds correct them) and measured again at the next start "
+                    "(a server: once it is idle and the machine quiet)")
+
+
+def load_model(ms: ModelSettings, progress: ProgressFn | None = None, stage: StageFn | None = None,
+               notices: list[str] | None = None) -> LlamaModel:
+    """Resolve, probe weight repacking (``ms.repack``) and load one model.
+
+    A fresh probe verdict that turns repacking off in mode ``auto`` appends one sentence for
+    the user (why, and what it costs) to ``notices``; a cached verdict adds nothing.
+
+    Raises:
+        ModelError / ConfigError / BackendError.
+    """
+    path = resolve_model(ms.model, progress)
+    threads = ms.n_threads or os.cpu_count() or 1
+    verdict = decide_repack(path, ms.repack, n_threads=threads, n_gpu_layers=ms.n_gpu_layers, stage=stage)
+    if verdict is not None and verdict.fresh and not verdict.use and ms.repack == "auto" and notices is not None:
+        notices.append(f"{path.name}: {verdict.reason} (--repack off skips the probe; localspec calibrate shows it)")
+    model = LlamaModel(path, n_ctx=ms.n_ctx, n_batch=ms.n_batch, n_threads=ms.n_threads,
+                       n_gpu_layers=ms.n_gpu_layers, flash_attn={"on": True}.get(ms.flash_attn, False),
+                       huge_pages=ms.huge_pages, repack=bool(verdict and verdict.use), flash_attn_mode=ms.flash_attn)
+    model.repack_verdict = verdict
+    if ms.flash_attn == "auto":
+        apply_cached_flash_attn(model)  # the faster setting, if this machine has measured it
+    return model
+
+
+def needs_draft_model(settings: Settings) -> bool:
+    return settings.drafting.mode in ("draft", "auto")
+
+
+def load_engine(settings: Settings, progress: ProgressFn | None = None, stage: StageFn | None = None,
+                steps: StepFn | None = None, calibrate: bool = True) -> SpeculativeEngine:
+    """Load the target and, for modes ``draft`` and ``auto``, the draft model.
+
+    In mode ``auto`` a draft model that fails to load is an error too (pass
+    ``--mode lookup`` to run without one), and this machine's decode costs are measured now
+    when they are not cached (``calibrate``; ``steps(what, done, total)`` follows it), so the
+    first answer does not wait for them. What the user should be told once (weight
+    repacking turned off by the probe) is in :attr:`SpeculativeEngine.notices`.
+
+    Raises:
+        ModelError, ConfigError, BackendError, TokenizerMismatchError.
+    """
+    notices: list[str] = []
+    if stage:
+        stage(f"loading target {settings.target.model}")
+    target = load_model(settings.target, progress, stage, notices)
+    draft = None
+    try:
+        if needs_draft_model(settings):
+            if stage:
+                stage(f"loading draft {settings.draft.model}")
+            draft = load_model(settings.draft, progress, stage, notices)
+        if stage:
+            stage("checking tokenizers")
+        # mode auto: this machine's measured costs, when cached
+        costs = cached_engine_costs(target, draft, settings.drafting.cap) if settings.drafting.mode == "auto" \
+            else None
+        engine = SpeculativeEngine(target, draft, costs=costs)
+        engine.notices = notices
+        if settings.drafting.mode == "auto" and costs is None and calibrate:
+            if stage:
+                stage("measuring this machine's decode costs (kept for later starts unless other programs disturb "
+                      "it; localspec calibrate shows them)")
+            if engine.calibrated_costs(settings.drafting.cap, progress=steps).disturbed:
+                notices.append(DISTURBED_NOTICE)
+        return engine
+    except BaseException:
+        target.close()
+        if draft is not None:
+            draft.close()
+        raise

@@ -1,0 +1,987 @@
+"""The only module that imports llama_cpp: load a GGUF, tokenize, decode, logits, rollback.
+
+One class per native resource (:class:`LlamaModel`), closed by a context manager, with
+typed errors on a null handle or a nonzero decode status; the rest of the code never
+sees ctypes. Logits come from ``llama_get_logits_ith`` for the positions asked only:
+no ``logits_all``, no n_ctx x n_vocab score matrix.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import secrets
+import threading
+import time
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from localspec.backend import hugepages
+from localspec.errors import BackendError, CacheRollbackError, ConfigError, ContextOverflowError, DecodeAborted, ModelError
+
+_init_lock = threading.Lock()
+_initialized = False
+_log_callback = None  # keep a reference: llama.cpp holds the C pointer
+GGUF_MAGIC = b"GGUF"
+_recent_errors: list[str] = []
+
+
+def _last_error() -> str:
+    return f" (llama.cpp: {_recent_errors[-1]})" if _recent_errors else ""
+
+
+def _llama():
+    import llama_cpp  # noqa: WPS433 - the one place
+
+    return llama_cpp
+
+
+def llama_cpp_version() -> str:
+    """llama-cpp-python's version and the llama.cpp build it wraps, e.g. ``"0.3.36 (llama.cpp b6xxx)"``."""
+    lc = _llama()
+    ver = str(getattr(lc, "__version__", "?"))
+    try:
+        raw = lc.llama_version()
+        if raw:
+            ver += f" (llama.cpp {raw.decode(errors='replace')})"
+    except Exception:  # pragma: no cover - older bindings have no llama_version
+        pass
+    return ver
+
+
+def system_info() -> str:
+    """llama.cpp's ``llama_print_system_info()``: the CPU features its kernels use, e.g. ``AVX2 = 1``."""
+    _ensure_init()
+    try:
+        return _llama().llama_print_system_info().decode(errors="replace").strip()
+    except Exception:  # pragma: no cover
+        return ""
+
+
+def _ensure_init(verbose: bool = False) -> None:
+    global _initialized, _log_callback
+    with _init_lock:
+        if _initialized:
+            return
+        lc = _llama()
+        lc.llama_backend_init()
+        if not verbose:
+
+            @lc.llama_log_callback
+            def _keep_errors(level, text, user_data):  # pragma: no cover - native callback
+                if level == 3 and text:  # GGML_LOG_LEVEL_ERROR: kept for error messages
+                    _recent_errors.append(text.decode("utf-8", errors="replace").strip())
+                    del _recent_errors[:-8]
+
+            _log_callback = _keep_errors
+            lc.llama_log_set(_log_callback, ctypes.c_void_p(0))
+        _initialized = True
+
+
+def check_gguf_file(path: Path) -> None:
+    """Refuse a missing, empty, non-GGUF or obviously truncated file before llama.cpp sees it.
+
+    Raises:
+        ModelError: with the reason and a hint.
+    """
+    if not path.exists():
+        raise ModelError(f"model file not found: {path}", "check the path, or list presets with: localspec models")
+    if not path.is_file():
+        raise ModelError(f"not a file: {path}", "pass the path of a .gguf file")
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != GGUF_MAGIC:
+        raise ModelError(
+            f"{path} is not a GGUF file (starts with {magic!r})",
+            "localspec loads llama.cpp GGUF files; convert or download a .gguf",
+        )
+    if size < 1024:
+        raise ModelError(f"{path} is truncated ({size} bytes)", "download the file again")
+
+
+@dataclass(frozen=True)
+class VocabInfo:
+    """What the tokenizer compatibility check compares (pure data, see localspec.core.tokenizer)."""
+
+    vocab_type: int
+    n_tokens: int
+    bos: int
+    eos: int
+    add_bos: bool
+    texts: tuple[bytes, ...]
+    attrs: tuple[int, ...]
+
+
+def _read_into_memory(lc, mparams) -> None:
+    """Set llama.cpp's model params to read the file into memory instead of mapping it."""
+    if hasattr(mparams, "load_mode"):  # llama.cpp with enum llama_load_mode
+        mparams.load_mode = lc.LLAMA_LOAD_MODE_NONE
+    elif hasattr(mparams, "use_mmap"):  # pragma: no cover - older llama-cpp-python
+        mparams.use_mmap = False
+
+
+_abort_fn = None  # keep a reference: llama.cpp holds the C pointer
+
+
+def _flag_abort_callback(lc):
+    """llama.cpp's ``ggml_abort_callback`` as C's ``strlen``, or None where no C library is found.
+
+    llama.cpp's CPU backend asks the abort callback after every graph node (about a thousand
+    a token): a Python callback would take the GIL that often, slowing every decode and
+    waiting on the UI thread. ``strlen(data)`` reads a 2-byte flag buffer instead, with no
+    Python involved: 0 while ``data[0]`` is NUL (go on), 1 once it is set (abort); both are
+    valid ``bool`` returns on every C ABI (the low byte of the return register).
+    """
+    global _abort_fn
+    if _abort_fn is None:
+        try:
+            libc = ctypes.CDLL(None) if os.name != "nt" else ctypes.cdll.msvcrt
+            _abort_fn = lc.ggml_abort_callback(ctypes.cast(libc.strlen, ctypes.c_void_p).value)
+        except (OSError, AttributeError, TypeError):  # pragma: no cover - no C library to borrow from
+            _abort_fn = False
+    return _abort_fn or None
+
+
+def _set_extra_bufts(mparams, on: bool) -> bool:
+    """Set ``use_extra_bufts`` (weight repacking) on llama.cpp model params; False if the build lacks it."""
+    if not hasattr(mparams, "use_extra_bufts"):  # pragma: no cover - older llama-cpp-python
+        return False
+    mparams.use_extra_bufts = bool(on)
+    return True
+
+
+# -- chat prompts: the template's markup as special tokens, message content as text --------
+#: llama.cpp's token attributes (``enum llama_token_attr``)
+TOKEN_ATTR_UNKNOWN = 1 << 0
+TOKEN_ATTR_CONTROL = 1 << 3
+TOKEN_ATTR_USER_DEFINED = 1 << 4
+TOKEN_ATTR_LSTRIP = 1 << 7
+TOKEN_ATTR_RSTRIP = 1 << 8
+#: the tokens llama.cpp's tokenizer matches as text when parsing special tokens (its
+#: ``cache_special_tokens``)
+TOKEN_ATTR_SPECIAL = TOKEN_ATTR_CONTROL | TOKEN_ATTR_USER_DEFINED | TOKEN_ATTR_UNKNOWN
+#: what a template may do to a message's content before writing it (tried in this order)
+_CONTENT_FORMS: tuple[Callable[[str], str], ...] = (lambda c: c, str.strip)
+
+
+@dataclass(frozen=True)
+class ChatPiece:
+    """A piece of a rendered chat prompt: the template's own text, or a message's content."""
+
+    text: str
+    is_content: bool
+
+
+def split_rendered_chat(messages: Sequence[dict], render: Callable[[list[dict]], str]) -> list[ChatPiece] | None:
+    """Split a chat prompt into the template's markup and the messages' contents.
+
+    The template is rendered twice: as is, and with every non-empty string ``content``
+    replaced by a unique placeholder (other keys, e.g. ``tool_calls``, pass through unchanged). The
+    placeholders mark where each content sits; the split is kept only if writing each
+    content back (as is, or stripped, as a ``| trim`` filter does) into the placeholders
+    gives exactly the real rendering.
+
+    Args:
+        messages: chat messages (dicts with ``role``, ``content`` and any other keys).
+        render: renders a list of messages to the prompt text (the chat template).
+
+    Returns:
+        The pieces in order, their texts concatenated equal to ``render(messages)``; or
+        None when the template writes content in another form (escaped, split, only in
+        part) or its markup depends on the content, so the split cannot be trusted.
+    """
+    nonce = secrets.token_hex(8)
+    # an empty content holds no markers and stays as it is (templates test it: ``if message.content``)
+    slots = {i: f"LSPC{nonce}M{i}E" for i, m in enumerate(messages) if isinstance(m.get("content"), str)
+             and m["content"]}
+    masked = [{**m, "content": slots[i]} if i in slots else dict(m) for i, m in enumerate(messages)]
+    real = render([dict(m) for m in messages])
+    if any(nonce in m["content"] for i, m in enumerate(messages) if i in slots):
+        return None  # pragma: no cover - a 64-bit random nonce
+    parts = re.split(f"LSPC{nonce}M(\\d+)E", render(masked))
+    for form in _CONTENT_FORMS:
+        pieces = [ChatPiece(parts[0], False)]
+        for k in range(1, len(parts), 2):
+            pieces.append(ChatPiece(form(messages[int(parts[k])]["content"]), True))
+            pieces.append(ChatPiece(parts[k + 1], False))
+        if "".join(p.text for p in pieces) == real:
+            return [p for p in pieces if p.text]
+    return None
+
+
+def chat_fragments(pieces: Sequence[ChatPiece], specials: dict[str, tuple[int, int]]) -> list[int | str]:
+    """The special tokens of the markup, and the text between them, in order.
+
+    Mirrors llama.cpp's special-token partition (``tokenizer_st_partition``): a special
+    token's text becomes its id, the text between two special tokens is one fragment for
+    the text tokenizer, and a token with the LSTRIP (RSTRIP) attribute strips the
+    whitespace before (after) it. Only markup is searched for special tokens; a content's
+    text, whatever special-token text it holds, stays inside its fragment.
+
+    Args:
+        pieces: from :func:`split_rendered_chat`.
+        specials: special-token text -> (id, llama.cpp token attributes).
+
+    Returns:
+        Token ids (int) and non-empty texts (str) to tokenize without special parsing.
+    """
+    pattern = re.compile("|".join(re.escape(t) for t in sorted(specials, key=len, reverse=True) if t))
+    out: list[int | str] = []
+    run: list[str] = []
+    rstrip_next = False
+
+    def flush(lstrip: bool) -> None:
+        text = "".join(run)
+        run.clear()
+        if rstrip_next:
+            text = text.lstrip(_ASCII_SPACE)
+        if lstrip:
+            text = text.rstrip(_ASCII_SPACE)
+        if text:
+            out.append(text)
+
+    for piece in pieces:
+        if piece.is_content or not specials:
+            run.append(piece.text)
+            continue
+        at = 0
+        for m in pattern.finditer(piece.text):
+            run.append(piece.text[at:m.start()])
+            token, attrs = specials[m.group()]
+            flush(bool(attrs & TOKEN_ATTR_LSTRIP))
+            out.append(token)
+            rstrip_next = bool(attrs & TOKEN_ATTR_RSTRIP)
+            at = m.end()
+        run.append(piece.text[at:])
+    flush(False)
+    return out
+
+
+_ASCII_SPACE = " \t\n\v\f\r"  # C isspace(), as llama.cpp strips
+
+
+class _NativeResource:
+    """``close()`` frees a native handle: a ``with`` block, or the garbage collector as a last resort."""
+
+    def close(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class LlamaModel(_NativeResource):
+    """A loaded GGUF model with one llama.cpp context and one sequence (id 0).
+
+    Tracks exactly which tokens sit in the KV cache (:attr:`cached_tokens`).
+
+    Args:
+        path: GGUF file.
+        n_ctx: context window, tokens.
+        n_batch: most tokens per llama_decode call; longer inputs are split.
+        n_threads: CPU threads for decoding.
+        n_gpu_layers: layers offloaded to the GPU (-1 = all, 0 = none). Needs a GPU
+            build of llama-cpp-python; on a CPU build it is ignored by llama.cpp.
+        flash_attn: True / False sets llama.cpp's flash attention on / off
+            (``flash_attn_type``); None leaves llama.cpp's default (auto). llama-cpp-python's
+            ``Llama`` sets it off unless asked. :meth:`set_flash_attn` changes it later.
+        huge_pages: read the weights into memory and move them into transparent huge pages
+            (:mod:`localspec.backend.hugepages`; Linux with THP ``always``/``madvise``), instead of
+            mapping the file with llama.cpp's default ``mmap``; one-token decoding streams every
+            weight, and 2 MiB pages spare the TLB. Where huge pages are not available, or every
+            layer is offloaded to a GPU (``n_gpu_layers=-1`` on a GPU build), the file is mapped
+            as usual. :attr:`huge_page_bytes` says how much of the weights the kernel collapsed.
+        repack: let llama.cpp repack the weights into its "extra" CPU buffer types
+            (``use_extra_bufts``: AMX tiles on Sapphire/Granite Rapids, interleaved Q4_0 on
+            AVX2/NEON). Off by default: on virtualized AMX CPUs the AMX matrix kernel crashes the
+            process on the first decode of more than one token (llama.cpp issue 20824). Turn it
+            on only where :mod:`localspec.backend.repack`'s child-process probe found it safe.
+        flash_attn_mode: the setting the user asked for (``"auto"``/``"on"``/``"off"``), kept
+            for the calibration, which with ``"auto"`` times both and keeps the faster
+            (:mod:`localspec.backend.calibration`); None for a model loaded outside the loader.
+
+    Raises:
+        ModelError: the file is missing, not a GGUF, truncated, or fails to load.
+        BackendError: the context cannot be created.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        n_ctx: int = 4096,
+        n_batch: int = 512,
+        n_threads: int | None = None,
+        n_gpu_layers: int = 0,
+        flash_attn: bool | None = None,
+        huge_pages: bool = True,
+        repack: bool = False,
+        flash_attn_mode: str | None = None,
+        verbose: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        check_gguf_file(self.path)
+        _ensure_init(verbose)
+        lc = self._lc = _llama()
+        mparams = lc.llama_model_default_params()
+        mparams.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers < 0 else n_gpu_layers
+        #: whether the weights were loaded into llama.cpp's extra (repacked) buffer types
+        self.repack = bool(repack) and _set_extra_bufts(mparams, True)
+        if not self.repack:
+            _set_extra_bufts(mparams, False)
+        # every layer on a GPU: the CPU streams no weights, so nothing is gained from huge pages
+        all_on_gpu = n_gpu_layers < 0 and bool(lc.llama_supports_gpu_offload())
+        self.huge_pages = huge_pages = bool(huge_pages) and not all_on_gpu and hugepages.available()
+        if huge_pages:
+            _read_into_memory(lc, mparams)
+        with hugepages.new_regions() if huge_pages else nullcontext([]) as regions:
+            self._model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
+        #: bytes of the weights the kernel moved into huge pages (0: none, or not asked)
+        self.huge_page_bytes = hugepages.collapse(regions) if huge_pages and self._model else 0
+        if not self._model:
+            raise ModelError(
+                f"llama.cpp could not load {self.path}{_last_error()}",
+                "the file may be truncated or corrupt, or of an architecture this llama.cpp build does not know; "
+                "download it again",
+            )
+        self._vocab = lc.llama_model_get_vocab(self._model)
+        self.n_vocab = int(lc.llama_vocab_n_tokens(self._vocab))
+        n_train = int(lc.llama_model_n_ctx_train(self._model))
+        self.n_ctx_train = n_train
+        threads = n_threads or os.cpu_count() or 1
+        self._ctx_args = (n_ctx, n_batch, threads)
+        self._ctx = None
+        self._abort_flag = ctypes.create_string_buffer(2)  # see abort(); read by llama.cpp's threads
+        self.flash_attn = flash_attn
+        try:
+            self._new_context(flash_attn)
+        except BackendError:
+            lc.llama_model_free(self._model)
+            self._model = None
+            raise
+        self.n_threads = threads
+        self.n_gpu_layers = n_gpu_layers
+        self._batch = lc.llama_batch_init(n_batch, 0, 1)
+        self.cached_tokens: list[int] = []
+        self.bos = int(lc.llama_vocab_bos(self._vocab))
+        self.eos = int(lc.llama_vocab_eos(self._vocab))
+        self.add_bos = bool(lc.llama_vocab_get_add_bos(self._vocab))
+        self._eog = np.zeros(self.n_vocab, dtype=bool)
+        for t in range(self.n_vocab):
+            if lc.llama_vocab_is_eog(self._vocab, t):
+                self._eog[t] = True
+        self.eog_tokens = frozenset(int(t) for t in np.flatnonzero(self._eog))
+        self.flash_attn_mode = flash_attn_mode  # asked for (auto/on/off): the calibration reads it
+        #: the :class:`localspec.backend.repack.RepackVerdict` the loader followed (None: not probed)
+        self.repack_verdict = None
+        self._piece_cache: dict[int, bytes] = {}
+        self._specials: dict[str, tuple[int, int]] | None = None
+        self._formatters: dict[bool, object] = {}  # compiled chat templates, by add_generation_prompt
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self._logits_rows = 0
+
+    # -- lifecycle ------------------------------------------------------------------
+    def _new_context(self, flash_attn: bool | None) -> None:
+        lc = self._lc
+        n_ctx, n_batch, threads = self._ctx_args
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = n_batch
+        cparams.n_seq_max = 1
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        abort_fn = _flag_abort_callback(lc)
+        if abort_fn is not None:
+            cparams.abort_callback = abort_fn
+            cparams.abort_callback_data = ctypes.cast(self._abort_flag, ctypes.c_void_p)
+        if flash_attn is not None:
+            cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        # /proc/self/smaps is read only when huge pages were asked for
+        with hugepages.new_regions() if getattr(self, "huge_pages", False) else nullcontext([]) as regions:
+            ctx = lc.llama_init_from_model(self._model, cparams)
+        if ctx and regions:
+            # the KV cache and compute buffers are read every token too; mostly untouched yet, so
+            # they are only marked, and the kernel gives them huge pages as they are first written
+            hugepages.collapse(regions)
+        if not ctx:
+            raise BackendError(f"could not create a llama.cpp context for {self.path} (n_ctx={n_ctx})"
+                               f"{_last_error()}", "lower n_ctx or n_batch")
+        self._ctx = ctx
+        self._mem = lc.llama_get_memory(ctx)
+        # llama.cpp pads n_ctx up (to a multiple of 256) but clamps n_batch/n_ubatch to the
+        # n_ctx asked for; a decode call longer than its n_batch aborts the process
+        # (GGML_ASSERT), so keep to the smaller of what was asked and what it set.
+        self.n_ctx = min(n_ctx, int(lc.llama_n_ctx(ctx)))
+        self.n_batch = max(1, min(n_batch, int(lc.llama_n_batch(ctx)), int(lc.llama_n_ubatch(ctx))))
+        self.n_ubatch = int(lc.llama_n_ubatch(ctx))
+
+    def set_flash_attn(self, flash_attn: bool | None) -> None:
+        """Recreate the llama.cpp context with flash attention on (True), off (False) or auto (None).
+
+        The weights stay loaded; the KV cache starts empty (:attr:`cached_tokens` is cleared).
+        A no-op when the setting is unchanged.
+
+        Raises:
+            BackendError: the new context cannot be created (the old one is kept).
+        """
+        if flash_attn == self.flash_attn and self._ctx:
+            return
+        old_ctx, old_mem = self._ctx, self._mem
+        try:
+            self._new_context(flash_attn)
+        except BackendError:
+            self._ctx, self._mem = old_ctx, old_mem
+            raise
+        self._lc.llama_free(old_ctx)
+        self.flash_attn = flash_attn
+        self.cached_tokens.clear()
+
+    def close(self) -> None:
+        """Free the context, batch and model. Safe to call twice."""
+        lc = getattr(self, "_lc", None)
+        if lc is None:
+            return
+        if getattr(self, "_batch", None) is not None:
+            lc.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "_ctx", None):
+            lc.llama_free(self._ctx)
+            self._ctx = None
+        if getattr(self, "_model", None):
+            lc.llama_model_free(self._model)
+            self._model = None
+
+    # -- cancelling -----------------------------------------------------------------
+    def abort(self) -> None:
+        """Stop the running (or next) :meth:`decode` within about one graph node; thread-safe.
+
+        The decode raises :class:`~localspec.errors.DecodeAborted` with the cache rolled back
+        to where it was before the call. The flag stays set until :meth:`clear_abort`.
+        """
+        self._abort_flag[0] = b"\x01"
+
+    def clear_abort(self) -> None:
+        """Let decodes run again after :meth:`abort`."""
+        self._abort_flag[0] = b"\x00"
+
+    @property
+    def abort_requested(self) -> bool:
+        return self._abort_flag.raw[0] != 0
+
+    # -- metadata -------------------------------------------------------------------
+    def metadata(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = self._lc.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            self._lc.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    def chat_template(self) -> str | None:
+        """The GGUF's default chat template (Jinja), or None."""
+        raw = self._lc.llama_model_chat_template(self._model, None)
+        return raw.decode("utf-8") if raw else None
+
+    def render_chat(self, messages: Sequence[dict], add_generation_prompt: bool = True,
+                    tools: Sequence[dict] | None = None) -> str:
+        """Render chat messages (``{"role", "content"}`` dicts) with the GGUF's chat template.
+
+        ``tools`` (OpenAI's ``[{"type": "function", "function": {...}}]``) is passed to the
+        template as its ``tools`` variable, as Hugging Face's ``apply_chat_template`` does;
+        assistant messages may carry ``tool_calls`` and ``role: tool`` messages the results.
+
+        Raises:
+            ModelError: the GGUF has no chat template.
+            ConfigError: the template refuses the messages (a Jinja ``raise_exception``,
+                e.g. "System role not supported" from a Gemma-style template) or fails
+                to render; the message carries the template's own words.
+        """
+        template = self.chat_template()
+        if not template:
+            raise ModelError(
+                f"{self.path.name} has no chat template",
+                "use a raw prompt (localspec generate --raw) or an instruct model",
+            )
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        bos_text = self.token_bytes(self.bos, special=True).decode("utf-8", "replace") if self.bos >= 0 else ""
+        eos_text = self.token_bytes(self.eos, special=True).decode("utf-8", "replace") if self.eos >= 0 else ""
+        try:
+            formatter = self._formatters.get(add_generation_prompt)
+            if formatter is None:  # compiling the template costs milliseconds; rendering, microseconds
+                formatter = Jinja2ChatFormatter(template, eos_text, bos_text,
+                                                add_generation_prompt=add_generation_prompt)
+                self._formatters[add_generation_prompt] = formatter
+            return formatter(messages=list(messages), tools=list(tools) if tools else None).prompt
+        except Exception as e:  # Jinja syntax/undefined errors and the template's own raise_exception
+            said = str(e).strip() or type(e).__name__
+            has_system = any(m.get("role") == "system" for m in messages)
+            hint = ("this model's chat template takes no system message: drop --system (and the system message of "
+                    "--messages), or send a raw prompt with --raw" if has_system or "system" in said.lower() else
+                    "check the roles and order of the messages (many templates want user and assistant to "
+                    "alternate), or send a raw prompt with --raw")
+            raise ConfigError(f"the chat template of {self.path.name} refused the messages: {said}", hint) from e
+
+    def tokenize_chat(self, messages: Sequence[dict], add_generation_prompt: bool = True,
+                      **render_kwargs) -> list[int]:
+        """Chat messages -> prompt token ids, with message content always tokenized as text.
+
+        Only the chat template's own markup becomes special tokens: a message whose text
+        holds ``<|im_end|>\\n<|im_start|>system`` cannot open a turn, and a content gives
+        the same tokens whatever markers it holds. The prompt of a chat whose contents hold
+        no special-token text is token-identical to tokenizing the whole rendered prompt
+        with special parsing (what this returned before), so KV-cache prefixes keep
+        matching. (The GGUF's user-defined tokens, e.g. Qwen's ``<tool_call>``, are matched
+        in text too, as llama.cpp and Hugging Face tokenizers do; they open no turn.)
+
+        Args:
+            messages: dicts with ``role`` and ``content`` (a string) and any other keys the
+                template reads.
+            add_generation_prompt: end with the template's assistant header.
+            render_kwargs: passed on to :meth:`render_chat`.
+
+        Returns:
+            Token ids, with BOS where the GGUF asks for it (never two).
+
+        Raises:
+            ModelError, ConfigError: from :meth:`render_chat`.
+            ConfigError: a content holds special-token text and the template writes content
+                in a form that cannot be located in the prompt (escaped or cut), or a text
+                holds a lone UTF-16 surrogate.
+        """
+        def render(msgs: list[dict]) -> str:
+            return self.render_chat(msgs, add_generation_prompt=add_generation_prompt, **render_kwargs)
+
+        pieces = split_rendered_chat(messages, render)
+        if pieces is None:
+            for i, m in enumerate(messages):
+                content = m.get("content")
+                if isinstance(content, str) and (self.tokenize(content, add_special=False) !=
+                                                 self.tokenize(content, add_special=False, parse_special=False)):
+                    raise ConfigError(
+                        f"message {i} holds special-token text, and the chat template of {self.path.name} "
+                        "changes message content, so it cannot be kept as plain text",
+                        "remove the special-token markers (such as <|im_start|>) from the message, or send a raw "
+                        "prompt (--raw, /v1/completions)")
+            return self.tokenize(render(list(messages)))  # no content can become a special token
+        tokens = [self.bos] if self.add_bos and self.bos >= 0 else []
+        for frag in chat_fragments(pieces, self.special_tokens()):
+            tokens += [frag] if isinstance(frag, int) else self.tokenize(frag, add_special=False, parse_special=False)
+        if self.bos >= 0 and len(tokens) >= 2 and tokens[0] == self.bos and tokens[1] == self.bos:
+            tokens = tokens[1:]
+        return tokens
+
+    def special_tokens(self) -> dict[str, tuple[int, int]]:
+        """The texts llama.cpp's tokenizer reads as special tokens: text -> (id, attributes).
+
+        Control, user-defined and unknown tokens (llama.cpp's ``cache_special_tokens``);
+        computed once per model.
+        """
+        if self._specials is None:
+            lc = self._lc
+            table: dict[str, tuple[int, int]] = {}
+            for t in range(self.n_vocab):
+                attrs = int(lc.llama_vocab_get_attr(self._vocab, t))
+                if attrs & TOKEN_ATTR_SPECIAL:
+                    text = (lc.llama_vocab_get_text(self._vocab, t) or b"").decode("utf-8", "replace")
+                    if text:
+                        table.setdefault(text, (t, attrs))
+            self._specials = table
+        return self._specials
+
+    def vocab_info(self) -> VocabInfo:
+        lc = self._lc
+        texts = tuple(lc.llama_vocab_get_text(self._vocab, t) or b"" for t in range(self.n_vocab))
+        attrs = tuple(int(lc.llama_vocab_get_attr(self._vocab, t)) for t in range(self.n_vocab))
+        return VocabInfo(
+            vocab_type=int(lc.llama_vocab_type(self._vocab)),
+            n_tokens=self.n_vocab,
+            bos=self.bos,
+            eos=self.eos,
+            add_bos=self.add_bos,
+            texts=texts,
+            attrs=attrs,
+        )
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._eog[token]) if 0 <= token < self.n_vocab else False
+
+    # -- tokenizer ------------------------------------------------------------------
+    def tokenize(self, text: str, *, add_special: bool | None = None, parse_special: bool = True) -> list[int]:
+        """Text -> token ids.
+
+        Special tokens written as text (``<|im_start|>``) become single ids. BOS is added
+        when the GGUF asks for it (``add_special=None``), and never twice: a text that
+        already starts with the BOS token keeps one.
+
+        Raises:
+            ConfigError: the text holds a lone UTF-16 surrogate (e.g. from JSON ``"\\ud800"``),
+                which is not Unicode text and has no UTF-8 encoding.
+        """
+        lc = self._lc
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ConfigError(f"the text holds a lone UTF-16 surrogate ({text[e.start]!r} at character {e.start}), "
+                              "which is not valid Unicode", "send UTF-8 text; pair or remove the surrogate") from None
+        add = self.add_bos if add_special is None else add_special
+        cap = len(data) + 8
+        buf = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add, parse_special)
+        tokens = list(buf[:n])
+        if self.bos >= 0 and len(tokens) >= 2 and tokens[0] == self.bos and tokens[1] == self.bos:
+            tokens = tokens[1:]
+        return tokens
+
+    def token_bytes(self, token: int, special: bool = False) -> bytes:
+        """The bytes a token decodes to (control tokens render empty unless ``special``)."""
+        key = token if not special else -1 - token
+        hit = self._piece_cache.get(key)
+        if hit is not None:
+            return hit
+        lc = self._lc
+        n = lc.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = lc.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+            out = buf.raw[:n]
+        else:
+            out = self._piece_buf.raw[:n]
+        self._piece_cache[key] = out
+        return out
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def grammar(self, gbnf: str, root: str = "root") -> Grammar:
+        """A fresh :class:`Grammar` state for ``gbnf`` (GBNF text, llama.cpp's grammar format) from rule ``root``.
+
+        Raises:
+            ConfigError: llama.cpp cannot parse the grammar (or ``root`` is not one of its rules).
+        """
+        return Grammar(self, gbnf, root)
+
+    # -- decoding -------------------------------------------------------------------
+    @property
+    def n_cached(self) -> int:
+        """Number of positions in the KV cache (sequence 0)."""
+        return len(self.cached_tokens)
+
+    #: seconds spent in :meth:`decode` since the model was loaded (wall time; benchmarks
+    #: take differences of it to separate llama.cpp's work from the engine's own)
+    decode_seconds: float = 0.0
+
+    def decode(self, tokens: Sequence[int], logits_for: Sequence[int] | str = "last",
+               progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+        """Append ``tokens`` to the KV cache and return logits for the positions asked.
+
+        The call's wall time is added to :attr:`decode_seconds`.
+
+        Args:
+            tokens: ids to evaluate at positions ``n_cached .. n_cached + len(tokens) - 1``.
+            logits_for: ``"last"``, ``"all"``, or indices into ``tokens``.
+            progress: called as ``progress(done, len(tokens))`` after each ``n_batch`` chunk
+                (a long prompt's prefill).
+
+        Returns:
+            float32 array of shape (k, n_vocab), one row per position asked, in order.
+
+        Raises:
+            ContextOverflowError: the tokens do not fit in the context window.
+            DecodeAborted: :meth:`abort` was called (the cache is rolled back to where it was).
+            BackendError: llama_decode failed (the cache is rolled back to where it was).
+        """
+        t0 = time.perf_counter()
+        try:
+            return self._decode(tokens, logits_for, progress)
+        finally:
+            self.decode_seconds += time.perf_counter() - t0
+
+    def _decode(self, tokens: Sequence[int], logits_for: Sequence[int] | str,
+                progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+        n = len(tokens)
+        if n == 0:
+            raise ValueError("decode needs at least one token")
+        if self.n_cached + n > self.n_ctx:
+            raise ContextOverflowError(
+                f"{self.n_cached + n} tokens do not fit in the context window of {self.n_ctx}",
+                "shorten the prompt or raise n_ctx",
+            )
+        if logits_for == "last":
+            want = [n - 1]
+        elif logits_for == "all":
+            want = list(range(n))
+        else:
+            want = sorted(int(i) for i in logits_for)
+        want_set = set(want)
+        lc = self._lc
+        start = self.n_cached
+        rows: list[np.ndarray] = []
+        batch = self._batch
+        if progress is not None:
+            progress(0, n)
+        for chunk_start in range(0, n, self.n_batch):
+            chunk = tokens[chunk_start : chunk_start + self.n_batch]
+            m = len(chunk)
+            batch.n_tokens = m
+            out_idx = []
+            for j, tok in enumerate(chunk):
+                i = chunk_start + j
+                batch.token[j] = int(tok)
+                batch.pos[j] = start + i
+                batch.n_seq_id[j] = 1
+                batch.seq_id[j][0] = 0
+                flag = i in want_set
+                batch.logits[j] = flag
+                if flag:
+                    out_idx.append(j)
+            # record first: an interrupt after llama_decode must not hide cached positions
+            self.cached_tokens.extend(int(t) for t in chunk)
+            rc = 2 if self.abort_requested else lc.llama_decode(self._ctx, batch)
+            if rc != 0:
+                # drop whatever part of this call reached the cache
+                lc.llama_memory_seq_rm(self._mem, 0, start, -1)
+                del self.cached_tokens[start:]
+                if rc == 2 and self.abort_requested:
+                    raise DecodeAborted("decode stopped on request", "")
+                raise BackendError(f"llama_decode failed with status {rc}{_last_error()}",
+                                   "raise n_ctx or lower n_batch")
+            if progress is not None:
+                progress(min(chunk_start + m, n), n)
+            for j in out_idx:
+                ptr = lc.llama_get_logits_ith(self._ctx, j)
+                rows.append(np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy())
+        return np.stack(rows) if rows else np.empty((0, self.n_vocab), dtype=np.float32)
+
+    def truncate(self, n: int) -> None:
+        """Roll the KV cache back to its first ``n`` positions (``llama_memory_seq_rm``).
+
+        Raises:
+            CacheRollbackError: the model's cache cannot be partly removed (recurrent or
+                hybrid architectures); the engine must not continue on it.
+        """
+        if n < 0:
+            raise ValueError("n must be >= 0")
+        if n > self.n_cached:
+            return
+        ok = self._lc.llama_memory_seq_rm(self._mem, 0, n, -1)
+        if not ok:
+            raise CacheRollbackError(
+                f"{self.path.name}: the KV cache cannot be rolled back to {n} tokens",
+                "this architecture does not support partial cache removal; use --mode none",
+            )
+        del self.cached_tokens[n:]
+
+    def reset(self) -> None:
+        """Empty the KV cache."""
+        self._lc.llama_memory_clear(self._mem, True)
+        self.cached_tokens.clear()
+
+    def sync(self, tokens: Sequence[int]) -> int:
+        """Make the cache hold a prefix of ``tokens`` ending one short of it, reusing the common prefix.
+
+        Returns the number of positions now cached (``<= len(tokens) - 1``); the caller
+        then decodes ``tokens[n:]``.
+        """
+        limit = len(tokens) - 1
+        common = 0
+        cached = self.cached_tokens
+        m = min(len(cached), limit)
+        while common < m and cached[common] == tokens[common]:
+            common += 1
+        self.truncate(common)
+        return common
+
+
+# -- peers: llama-cpp-python's own high-level API, for side-by-side benchmarks ------------
+_peer_cache: dict[tuple, object] = {}
+
+
+def json_schema_grammar(schema: dict, prop_order: Sequence[str] = ()) -> str:
+    """GBNF text for JSON following ``schema`` (a JSON Schema), start rule ``root``.
+
+    llama-cpp-python's converter (``llama_cpp.llama_grammar.json_schema_to_gbnf``, a port of
+    llama.cpp's ``json_schema_to_grammar``); object properties in ``prop_order`` come first.
+
+    Raises:
+        Exception: what the converter raises on a schema it cannot read (AssertionError,
+            KeyError, ValueError, ...).
+    """
+    import json
+
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    return json_schema_to_gbnf(json.dumps(schema), prop_order=list(prop_order))
+
+
+#: ``llama_token_data`` as numpy sees it: (id int32, logit float32, p float32), C layout
+_TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")], align=True)
+
+
+class Grammar(_NativeResource):
+    """A GBNF grammar's state over one model's vocabulary: llama.cpp's grammar sampler.
+
+    The constraint of a constrained generation (:class:`localspec.core.acceptance.Constraint`): the
+    acceptance rule masks each target row with :meth:`mask` (or checks a single token with
+    :meth:`allows`) before choosing, and :meth:`accept` moves the state past each committed
+    token. Once the grammar is complete only end-of-generation tokens are allowed. Made by
+    :meth:`LlamaModel.grammar`; free it with :meth:`close` (or a ``with`` block).
+
+    Only ever :meth:`accept` a token the state allows: llama.cpp aborts on one it does not.
+    """
+
+    def __init__(self, model: "LlamaModel", gbnf: str, root: str) -> None:
+        self._lc = lc = model._lc
+        self.n_vocab = model.n_vocab
+        _recent_errors.clear()
+        self._smpl = lc.llama_sampler_init_grammar(model._vocab, gbnf.encode(), root.encode())
+        if not self._smpl:
+            raise ConfigError(f"llama.cpp could not parse the grammar{_last_error()}",
+                              "check the GBNF text and that its root rule exists")
+        self._one = np.zeros(1, dtype=_TOKEN_DATA)
+        self._all = np.zeros(self.n_vocab, dtype=_TOKEN_DATA)
+        self._all["id"] = np.arange(self.n_vocab, dtype=np.int32)
+
+    def _apply(self, arr: np.ndarray) -> None:
+        lc = self._lc
+        data = lc.llama_token_data_array(data=arr.ctypes.data_as(ctypes.POINTER(lc.llama_token_data)),
+                                         size=len(arr), selected=-1, sorted=False)
+        lc.llama_sampler_apply(self._smpl, ctypes.byref(data))
+
+    def allows(self, token: int) -> bool:
+        """Whether the grammar's state allows ``token`` next (cheap: one candidate)."""
+        one = self._one
+        one["id"], one["logit"] = token, 0.0
+        self._apply(one)
+        return bool(np.isfinite(one["logit"][0]))
+
+    def mask(self, logits: np.ndarray) -> np.ndarray:
+        """``logits`` (shape (n_vocab,), float32) with every token the state forbids set to -inf (a copy).
+
+        Costs a walk of the grammar over the whole vocabulary: tens of milliseconds for a
+        150k-token vocabulary on a CPU.
+        """
+        arr = self._all
+        arr["id"] = np.arange(self.n_vocab, dtype=np.int32)  # llama.cpp may reorder candidates
+        arr["logit"] = logits[: self.n_vocab]
+        self._apply(arr)
+        out = np.full(logits.shape, -np.inf, dtype=np.float32)
+        out[arr["id"]] = arr["logit"]
+        return out
+
+    def accept(self, token: int) -> None:
+        """Move the state past ``token``, which it must allow."""
+        self._lc.llama_sampler_accept(self._smpl, int(token))
+
+    def close(self) -> None:
+        if getattr(self, "_smpl", None):
+            self._lc.llama_sampler_free(self._smpl)
+            self._smpl = None
+
+
+@contextmanager
+def peer_extra_bufts(lc, on: bool):
+    """While a ``Llama`` loads, its model params get ``use_extra_bufts = on``."""
+    low = lc.llama_cpp
+    original = low.llama_model_default_params
+
+    def params():
+        mp = original()
+        _set_extra_bufts(mp, on)
+        return mp
+
+    low.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        low.llama_model_default_params = original
+
+
+def run_llama_cpp_peer(
+    path: str | os.PathLike,
+    prompt_tokens: Sequence[int],
+    max_tokens: int,
+    n_ctx: int = 4096,
+    n_threads: int | None = None,
+    lookup_num_pred_tokens: int | None = None,
+    n_gpu_layers: int = 0,
+    n_batch: int = 512,
+    repack: bool = False,
+) -> tuple[list[int], str, float]:
+    """Greedy generation through llama-cpp-python's ``Llama.create_completion`` (a peer).
+
+    With ``lookup_num_pred_tokens`` the peer is ``Llama(draft_model=LlamaPromptLookupDecoding(
+    num_pred_tokens=...), logits_all=True)`` (llama-cpp-python 0.3.36 crashes on its first
+    batched verify without ``logits_all``). The ``Llama`` object is loaded once per
+    (path, settings) and kept, so its own prompt cache works across calls like ours.
+    ``repack`` is the same weight-repacking choice as :class:`LlamaModel`'s (a fair race);
+    ``Llama`` has no argument for it, so its model params are set while it loads.
+
+    Args:
+        path: GGUF file.
+        prompt_tokens: prompt ids (already templated and tokenized by the caller).
+        max_tokens: most tokens generated.
+
+    Returns:
+        (generated token ids, generated text, wall seconds of the ``create_completion`` call).
+        The token ids are those llama-cpp-python evaluated or sampled after the prompt.
+    """
+    import time
+
+    lc = _llama()
+    threads = n_threads or os.cpu_count() or 1
+    key = (str(path), n_ctx, threads, lookup_num_pred_tokens, n_gpu_layers, n_batch, bool(repack))
+    llm = _peer_cache.get(key)
+    if llm is None:
+        kwargs = dict(model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
+                      n_gpu_layers=n_gpu_layers, n_batch=n_batch, verbose=False)
+        if lookup_num_pred_tokens is not None:
+            from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+            kwargs["draft_model"] = LlamaPromptLookupDecoding(num_pred_tokens=lookup_num_pred_tokens)
+            kwargs["logits_all"] = True
+        with peer_extra_bufts(lc, bool(repack)):
+            llm = _peer_cache[key] = lc.Llama(**kwargs)
+    t0 = time.perf_counter()
+    out = llm.create_completion(list(prompt_tokens), max_tokens=max_tokens, temperature=0.0, top_k=1,
+                                top_p=1.0, min_p=0.0, repeat_penalty=1.0, stream=False)
+    seconds = time.perf_counter() - t0
+    n_out = int(out["usage"]["completion_tokens"])
+    ids = [int(t) for t in llm._input_ids[len(prompt_tokens) :]][:n_out]  # evaluated ids after the prompt
+    if len(ids) < n_out:
+        # the newest sampled token is not evaluated yet; greedy: it is the argmax of the last logits row
+        row = np.ctypeslib.as_array(lc.llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),))
+        ids.append(int(np.argmax(row)))
+    return ids, out["choices"][0]["text"], seconds
+
+
+def close_llama_cpp_peers() -> None:
+    """Free every peer ``Llama`` kept by :func:`run_llama_cpp_peer`."""
+    for llm in _peer_cache.values():
+        try:
+            llm.close()
+        except Exception:  # pragma: no cover - best effort
+            pass
+    _peer_cache.clear()

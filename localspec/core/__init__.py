@@ -1,0 +1,8 @@
+"""The speculation core: what localspec owns.
+
+Drafting (:mod:`.drafters`), the acceptance rule (:mod:`.acceptance`), sampling math
+(:mod:`.sampling`), the cost model and draft policy (:mod:`.costmodel`, :mod:`.policy`),
+and the round loop with rollback and statistics (:mod:`.engine`), which yields
+:class:`.events.TokenEvent` values. Nothing here imports llama_cpp, reads a file or prints:
+models come in as objects with a small interface (tokenize, decode, logits, rollback).
+"""

@@ -1,0 +1,423 @@
+"""The cost model of speculative decoding: pure functions of acceptance and costs.
+
+The textbook speedup of speculative decoding (Leviathan et al. 2022, section 3.4, eq. 1
+and Theorem 3.8) assumes a verification pass of g + 1 tokens costs one target pass and
+a draft token costs a fixed fraction c of one. On a small CPU neither holds: a verify
+pass of 5 tokens costs ~3.2 single-token passes and the 0.5B draft costs ~0.7 of the
+1.5B target (``shared/models.md``). So these functions take the measured costs
+(:mod:`localspec.backend.calibration`): they compute the expected tokens per round from
+per-position acceptance estimates (the generalisation of (1 - a^(g+1)) / (1 - a)) and
+the expected tokens per second of each draft length g given the measured verify cost
+T_verify(g + 1) and draft cost g * T_draft, and take the argmax over g, 0 included.
+The acceptance estimators (:class:`EWAcceptance`, :class:`MatchAcceptance`) live here
+too; the adaptive policy that uses all of it is :class:`localspec.core.policy.AdaptivePolicy`.
+
+Nothing here loads a model, reads a file or imports another localspec module.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+
+# pure functions
+# ---------------------------------------------------------------------------------------
+def expected_tokens(accept: Sequence[float]) -> float:
+    """Expected tokens committed by one round that drafts ``len(accept)`` tokens.
+
+    ``accept[i]`` is the probability that draft token i + 1 is accepted given that the
+    i tokens before it were (conditional, per-position acceptance). A round commits the
+    accepted prefix plus exactly one target token, so
+
+        E = 1 + sum_{k=1..g} prod_{i<k} accept[i].
+
+    With a constant ``a`` this is 1 + a + ... + a^g = (1 - a^(g+1)) / (1 - a)
+    (Leviathan et al. 2022, eq. 1).
+    """
+    total = 1.0
+    for total in expected_tokens_by_length(accept):
+        pass
+    return total
+
+
+def expected_tokens_by_length(accept: Sequence[float]):
+    """:func:`expected_tokens` of ``accept[:g]`` for g = 1, 2, ..., len(accept), in one pass (a generator)."""
+    total, run = 1.0, 1.0
+    for a in accept:
+        run *= min(max(float(a), 0.0), 1.0)
+        total += run
+        yield total
+
+
+def expected_tokens_constant(a: float, g: int) -> float:
+    """(1 - a^(g+1)) / (1 - a), the expected tokens of a round with constant acceptance ``a``."""
+    if g <= 0:
+        return 1.0
+    if a >= 1.0:
+        return float(g + 1)
+    return (1.0 - a ** (g + 1)) / (1.0 - a)
+
+
+def verify_cost(verify_seconds: Sequence[float], b: int) -> float:
+    """Time of a target pass over b tokens from a curve ``verify_seconds[b-1]`` (seconds).
+
+    Beyond the end of the curve it extrapolates linearly with the slope of the last two
+    points (never below the last point).
+    """
+    n = len(verify_seconds)
+    if n == 0:
+        raise ValueError("empty cost curve")
+    if b <= n:
+        return float(verify_seconds[max(b, 1) - 1])
+    slope = verify_seconds[-1] - verify_seconds[-2] if n >= 2 else verify_seconds[-1]
+    return float(verify_seconds[-1] + max(slope, 0.0) * (b - n))
+
+
+#: batch sizes calibration measures densely (every b up to here): small passes are cheap to time, and
+#: a kernel threshold (a jump between 7 and 8 tokens on some CPUs) is seen where it is
+DENSE_POINTS = 8
+
+
+def calibration_points(max_batch: int, dense: int = DENSE_POINTS) -> list[int]:
+    """The batch sizes calibration times to cover a verification pass of 1..``max_batch`` tokens.
+
+    Every b in 1..``dense``, then 1.5 and 2 times it (12, 16), then doubling (32, 64, 128, ...)
+    below ``max_batch``, and ``max_batch`` itself; a point above ``dense`` closer to
+    ``max_batch`` than an eighth of it is left out (64 next to 65 adds a long pass and nothing
+    the line from 32 to 65 does not give). The long passes are the costly ones to time and, on
+    the CPUs measured, their cost grows smoothly with b (the 2-vCPU Xeon of 2026-12-02: T(48)
+    measured 878 ms, the line from 32 to 65 gives 891 ms), so they are spaced widest; the curve
+    between the points is :func:`interpolate_curve`, and the engine refines each length it uses
+    from real rounds (:class:`~localspec.backend.calibration.EngineCosts`). ``max_batch`` = 65: 12
+    points whose token counts sum to 161, against 2,145 for every length.
+
+    Returns:
+        ascending, distinct, within 1..max_batch; ``[]`` for ``max_batch`` < 1.
+    """
+    if max_batch < 1:
+        return []
+    pts = set(range(1, min(dense, max_batch) + 1))
+    sparse = [dense + dense // 2, 2 * dense]
+    while sparse[-1] < max_batch:
+        sparse.append(2 * sparse[-1])
+    pts.update(b for b in sparse if b < max_batch - max_batch / 8)
+    pts.add(max_batch)
+    return sorted(pts)
+
+
+def context_points(max_batch: int, dense: int = DENSE_POINTS) -> list[int]:
+    """The batch sizes calibration times at its longer contexts: 1, ``dense``, the calibration
+    point nearest a third of ``max_batch`` (when ``max_batch`` >= 3 x ``dense``) and ``max_batch``.
+
+    What a longer context adds to a pass over b tokens is attention over the cached positions,
+    about linear in b (each new token reads every cached one); so the longer context's curve is
+    the short one plus that difference, measured at these points and interpolated linearly
+    between them (:func:`shifted_curve`), at a fraction of the time of timing every point again
+    (``max_batch`` = 65: 1, 8, 16, 65).
+
+    Returns:
+        ascending, distinct, a subset of :func:`calibration_points`; ``[]`` for ``max_batch`` < 1.
+    """
+    pts = calibration_points(max_batch, dense)
+    if not pts:
+        return []
+    keep = {1, max_batch}
+    if dense < max_batch - max_batch / 8:
+        keep.add(dense)
+    if max_batch >= 3 * dense:
+        keep.add(min(pts, key=lambda b: (abs(b - max_batch / 3), b)))
+    return sorted(keep)
+
+
+def monotone_fit(values: Sequence[float]) -> list[float]:
+    """The non-decreasing sequence nearest ``values`` in least squares (isotonic regression,
+    pool-adjacent-violators; Barlow et al. 1972, *Statistical Inference under Order Restrictions*).
+
+    A pass over more tokens never costs less, so a measured median below an earlier one is noise
+    on one side or the other: both are pulled to their mean, instead of lifting every later point
+    to one high outlier.
+
+    Returns:
+        a list as long as ``values``, non-decreasing.
+    """
+    blocks: list[list[float]] = []  # [mean, count]
+    for v in values:
+        blocks.append([float(v), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            m2, n2 = blocks.pop()
+            m1, n1 = blocks[-1]
+            blocks[-1] = [(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2]
+    out: list[float] = []
+    for mean, n in blocks:
+        out.extend([mean] * int(n))
+    return out
+
+
+def _line_through(xs: Sequence[int], ys: Sequence[float], n: int) -> list[float]:
+    """``out[b-1]`` for b = 1..n: ys joined linearly between xs; below xs[0] the first value;
+    beyond xs[-1] the slope of the last two points (never down)."""
+    out = []
+    for b in range(1, n + 1):
+        if b <= xs[0]:
+            out.append(ys[0])
+        elif b >= xs[-1]:
+            slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) if len(xs) >= 2 else 0.0
+            out.append(ys[-1] + max(slope, 0.0) * (b - xs[-1]))
+        else:
+            j = next(k for k in range(1, len(xs)) if b <= xs[k])
+            f = (b - xs[j - 1]) / (xs[j] - xs[j - 1])
+            out.append(ys[j - 1] + f * (ys[j] - ys[j - 1]))
+    return out
+
+
+def _check_points(points: Sequence[int], seconds: Sequence[float]) -> list[int]:
+    if not points or len(points) != len(seconds):
+        raise ValueError(f"{len(points)} points and {len(seconds)} times: need the same number, at least one")
+    xs = [int(p) for p in points]
+    if any(b <= a for a, b in zip(xs, xs[1:])) or xs[0] < 1:
+        raise ValueError(f"points must be ascending and >= 1: {xs}")
+    return xs
+
+
+def interpolate_curve(points: Sequence[int], seconds: Sequence[float], max_batch: int) -> list[float]:
+    """A dense verify-cost curve ``out[b-1]``, b = 1..max_batch, from times measured at some b.
+
+    The measured medians are first fitted non-decreasing in b (:func:`monotone_fit`: a pass
+    over more tokens never costs less), then joined linearly between measured points (a CPU's
+    matrix kernels cost about linearly in the batch between its thresholds, and a threshold
+    inside the dense part is kept as measured). Beyond the last point the line continues
+    with the slope of the last two points (never down); below the first, the first value.
+
+    Args:
+        points: measured batch sizes, ascending, >= 1.
+        seconds: median seconds of a pass over ``points[i]`` tokens, same length.
+        max_batch: length of the curve returned.
+
+    Raises:
+        ValueError: no points, lengths differ, or points not ascending.
+    """
+    xs = _check_points(points, seconds)
+    return _line_through(xs, monotone_fit(seconds), max_batch)
+
+
+def shifted_curve(base: Sequence[float], points: Sequence[int], seconds: Sequence[float]) -> list[float]:
+    """The curve at a longer context from the curve ``base`` at a shorter one and a few passes
+    timed at the longer one (:func:`context_points`).
+
+    ``out[b-1] = base[b-1] + d(b)``, where d is the measured difference ``seconds[i] -
+    base[points[i]-1]`` (never below 0: more cached tokens never make a pass cheaper; fitted
+    non-decreasing in b, :func:`monotone_fit`: each token of the pass attends to every cached
+    one), joined linearly between the points. The result is made non-decreasing in b.
+
+    Args:
+        base: ``base[b-1]`` = seconds of a pass over b tokens at the shorter context.
+        points: batch sizes timed at the longer context, ascending, within 1..len(base).
+        seconds: their median seconds, same length.
+
+    Raises:
+        ValueError: no points, lengths differ, points not ascending or beyond ``base``.
+    """
+    xs = _check_points(points, seconds)
+    if xs[-1] > len(base):
+        raise ValueError(f"point {xs[-1]} beyond the curve of {len(base)}")
+    diff = monotone_fit([max(0.0, float(s) - float(base[b - 1])) for b, s in zip(xs, seconds)])
+    d = _line_through(xs, diff, len(base))
+    out: list[float] = []
+    for b0, db in zip(base, d):
+        out.append(max(float(b0) + db, out[-1] if out else 0.0))
+    return out
+
+
+def round_rate(g: int, accept: Sequence[float], verify_seconds: Sequence[float],
+               draft_token_seconds: float, overhead_seconds: float = 0.0) -> float:
+    """Expected tokens per second of a round drafting ``g`` tokens.
+
+    rate(g) = E[tokens | accept[:g]] / (T_verify(g + 1) + g * T_draft + overhead)
+
+    Args:
+        g: draft length (0 = target-only decoding).
+        accept: per-position conditional acceptance probabilities, length >= g.
+        verify_seconds: ``verify_seconds[b-1]`` = seconds of a target pass over b tokens.
+        draft_token_seconds: seconds per drafted token (0 for prompt lookup).
+        overhead_seconds: fixed per-round cost (engine bookkeeping), seconds.
+    """
+    seconds = verify_cost(verify_seconds, g + 1) + g * draft_token_seconds + overhead_seconds
+    return expected_tokens(list(accept)[:g]) / seconds
+
+
+def best_draft_length(accept: Sequence[float], verify_seconds: Sequence[float], draft_token_seconds: float,
+                      g_max: int, overhead_seconds: float = 0.0) -> tuple[int, float, float]:
+    """The draft length in 0..g_max with the highest expected tokens per second.
+
+    Returns:
+        (g, rate(g), rate(0)) in tokens per second. Ties go to the shorter draft.
+    """
+    g_max = max(0, min(g_max, len(accept)))
+    rate0 = round_rate(0, accept, verify_seconds, draft_token_seconds, overhead_seconds)
+    best_g, best = 0, rate0
+    # round_rate(g, ...) for every g in one pass
+    for g, total in enumerate(expected_tokens_by_length(list(accept)[:g_max]), start=1):
+        r = total / (verify_cost(verify_seconds, g + 1) + g * draft_token_seconds + overhead_seconds)
+        if r > best * (1.0 + 1e-9):
+            best_g, best = g, r
+    return best_g, best, rate0
+
+
+def predicted_speedup(g: int, accept: Sequence[float], verify_seconds: Sequence[float],
+                      draft_token_seconds: float) -> float:
+    """rate(g) / rate(0) from the measured cost curve (no per-round overhead)."""
+    return round_rate(g, accept, verify_seconds, draft_token_seconds) / round_rate(0, [], verify_seconds, 0.0)
+
+
+def ceiling(verify_seconds: Sequence[float], g_max: int) -> tuple[float, int]:
+    """The best speedup a perfect free drafter reaches with this cost curve, and its draft length.
+
+    max over g = 1..g_max of (g + 1) T(1) / T(g + 1): every drafted token accepted, drafting
+    free (prompt lookup). No drafter can beat it on this machine; a curve with a jump
+    (T(8) >> T(7)) puts the best g before the jump.
+
+    Returns:
+        (speedup over target-only decoding, g); (1.0, 0) when no g > 0 beats g = 0.
+    """
+    best, best_g = 1.0, 0
+    for g in range(1, max(g_max, 0) + 1):
+        x = (g + 1) * verify_seconds[0] / verify_cost(verify_seconds, g + 1)
+        if x > best:
+            best, best_g = x, g
+    return best, best_g
+
+
+def textbook_speedup(a: float, g: int, c: float) -> float:
+    """Leviathan et al. 2022, Theorem 3.8: (1 - a^(g+1)) / ((1 - a)(g c + 1)).
+
+    Assumes a verification pass of g + 1 tokens costs one target pass.
+    """
+    return expected_tokens_constant(a, g) / (g * c + 1.0)
+
+
+def acceptance_by_position(rounds: Sequence[tuple[int, int]], g_max: int) -> list[float | None]:
+    """Per-position conditional acceptance from (drafted, accepted) pairs of rounds.
+
+    Position i (0-based) was *tried* in a round when drafted > i and accepted >= i; it
+    was accepted when accepted > i. Returns accepted/tried per position (None if never tried).
+    """
+    tried = [0] * g_max
+    ok = [0] * g_max
+    for drafted, accepted in rounds:
+        for i in range(min(drafted, g_max)):
+            if accepted < i:
+                break
+            tried[i] += 1
+            if accepted > i:
+                ok[i] += 1
+    return [ok[i] / tried[i] if tried[i] else None for i in range(g_max)]
+
+
+class EWAcceptance:
+    """Per-position, exponentially weighted estimates of conditional acceptance.
+
+    ``values[i]`` estimates P(draft token i+1 accepted | tokens 1..i accepted).
+
+    Args:
+        n: positions tracked (draft_max).
+        prior: starting estimate, one for every position or a sequence of n (per position).
+        weight: weight of a new observation (0 < weight <= 1).
+    """
+
+    def __init__(self, n: int, prior: float | Sequence[float], weight: float) -> None:
+        self.prior = [float(prior)] * n if isinstance(prior, (int, float)) else [float(x) for x in prior][:n]
+        if len(self.prior) != n:
+            raise ValueError(f"prior has {len(self.prior)} positions, expected {n}")
+        self.weight = weight
+        self.values = list(self.prior)
+        self.counts = [0] * n
+
+    def update(self, drafted: int, accepted: int) -> None:
+        """Learn from one verified draft: positions < accepted accepted, position ``accepted`` rejected."""
+        w = self.weight
+        for i in range(min(drafted, len(self.values))):
+            x = 1.0 if i < accepted else 0.0
+            self.values[i] += w * (x - self.values[i])
+            self.counts[i] += 1
+            if i >= accepted:
+                break
+
+    def relax(self, rate: float) -> None:
+        """Move every estimate a fraction ``rate`` back towards the prior (unobserved rounds)."""
+        for i, v in enumerate(self.values):
+            self.values[i] = v + rate * (self.prior[i] - v)
+
+
+#: lower edges of the match-length buckets of :class:`MatchAcceptance` (0 = no match length reported)
+MATCH_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+#: tokens of agreement that a prompt-lookup match reaches by chance in ordinary text: a
+#: one- or two-token n-gram ("the", ", and") recurs everywhere. Measured on the target's
+#: greedy answers to the five bench tasks (Qwen2.5-Coder 1.5B, 192 tokens each, 633
+#: proposals: :func:`~localspec.core.drafters.lookup.find_match` replayed at every position of each answer):
+#: the first proposed token was right for 13 % of matches of length 1, 43 % of length 2-3,
+#: 81 % of 4-7, 95 % of 8-15 and 97-99 % of longer ones; Laplace's rule on the raw length
+#: (67 % and 75 % for lengths 1 and 2) trusted short matches far too much.
+LOOKUP_CHANCE_TOKENS = 2
+
+
+def succession_prior(match_length: int, n: int, chance: int = 0) -> list[float]:
+    """Prior conditional acceptance of draft positions 0..n-1 after a match of ``match_length`` tokens.
+
+    Laplace's rule of succession on the run of agreement: the source of a free draft
+    (an earlier place in the prompt, a prediction) agreed with the text over the last m
+    tokens, so the next token agrees with probability (m + 1) / (m + 2); each accepted
+    token lengthens the run, so position i gets (m + i + 1) / (m + i + 2). A long match is
+    strong evidence from the first round, as in SuffixDecoding (Oliaro et al. 2024,
+    section 4), which sets its speculation length from the match length.
+
+    ``chance`` tokens of the run are not counted as evidence (m - chance is used, and a
+    position whose run is not positive gets 0): the agreement any match reaches by chance
+    (:data:`LOOKUP_CHANCE_TOKENS` for prompt lookup; 0 for a predicted output, which the
+    user gave as what the answer repeats).
+    """
+    m = max(int(match_length), 0) - max(int(chance), 0)
+    return [max(m + i + 1, 0) / max(m + i + 2, 1) for i in range(n)]
+
+
+class MatchAcceptance:
+    """Acceptance estimates of a free drafter (prompt lookup, a prediction), by match length.
+
+    A free drafter copies what followed a place whose earlier context agrees with the
+    end of the text over ``match_length`` tokens. Proposals are grouped by that length
+    into buckets (:data:`MATCH_BUCKETS`: 0, 1, 2-3, 4-7, ..., 128-255, 256+; the long ones let a
+    copy that agrees over hundreds of tokens start with a long draft); each bucket has its own
+    per-position :class:`EWAcceptance` starting from :func:`succession_prior` of its
+    lower edge, so the start of a copy (a long match) is trusted at once and a short,
+    common n-gram is not, and each bucket then follows what the text does. Bucket 0
+    (a drafter that reports no match length) starts from ``prior`` at every position, and
+    no bucket starts below ``floor`` (a predicted output, given by the user as what the
+    answer repeats, keeps its high prior after a short re-synchronised match).
+
+    Args:
+        n: positions tracked (draft_max).
+        prior: starting estimate of bucket 0.
+        weight: weight of a new observation (0 < weight <= 1).
+        chance: tokens of agreement reached by chance, not counted (:func:`succession_prior`).
+        floor: no bucket starts below this (a predicted output passes its ``prior``).
+    """
+
+    def __init__(self, n: int, prior: float, weight: float, chance: int = 0, floor: float = 0.0) -> None:
+        self.buckets = [EWAcceptance(n, prior if edge == 0 else [max(floor, p) for p in succession_prior(edge, n, chance)],
+                                     weight)
+                        for edge in MATCH_BUCKETS]
+
+    @staticmethod
+    def bucket_index(match_length: int) -> int:
+        return max(i for i, edge in enumerate(MATCH_BUCKETS) if max(int(match_length), 0) >= edge)
+
+    def bucket(self, match_length: int) -> EWAcceptance:
+        """The estimates used for a proposal with this match length."""
+        return self.buckets[self.bucket_index(match_length)]
+
+    def values(self, match_length: int) -> list[float]:
+        return self.bucket(match_length).values
+
+    def update(self, match_length: int, drafted: int, accepted: int) -> None:
+        self.bucket(match_length).update(drafted, accepted)

@@ -1,0 +1,123 @@
+"""Prompt lookup decoding: draft by copying what followed an earlier match of the last n tokens.
+
+Saxena 2023, "Prompt Lookup Decoding" (github.com/apoorvumang/prompt-lookup-decoding).
+Written in numpy; no model runs while drafting.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from localspec.config import DraftParams
+from localspec.core.events import DrafterId
+from localspec.core.drafters import Draft
+
+#: how many tokens before an n-gram match are compared to rank matches and reported as the match
+#: length (the evidence for a long draft: :class:`~localspec.core.costmodel.MatchAcceptance`)
+MAX_CONTEXT = 256
+
+
+def ngram_starts(haystack: np.ndarray, pattern: np.ndarray, m: int) -> np.ndarray:
+    """Every start s in [0, m) where ``haystack[s : s + len(pattern)] == pattern``.
+
+    Args:
+        haystack: shape (L,) int64; needs ``m + len(pattern) - 1 <= L``.
+        pattern: shape (n,) int64, n >= 1.
+
+    Returns:
+        shape (k,) int64, increasing.
+    """
+    mask = haystack[0:m] == pattern[0]
+    for j in range(1, len(pattern)):
+        mask &= haystack[j : m + j] == pattern[j]
+    return np.flatnonzero(mask)
+
+
+def find_candidate(
+    tokens: np.ndarray | Sequence[int], max_ngram: int, min_ngram: int, draft_max: int
+) -> tuple[list[int], int]:
+    """:func:`find_match` without the match length: (proposed ids, matched n-gram length)."""
+    copied, n, _ = find_match(tokens, max_ngram, min_ngram, draft_max)
+    return copied, n
+
+
+def find_match(
+    tokens: np.ndarray | Sequence[int], max_ngram: int, min_ngram: int, draft_max: int
+) -> tuple[list[int], int, int]:
+    """Find a continuation of ``tokens`` by n-gram lookup in ``tokens`` itself.
+
+    The last n tokens, n from ``max_ngram`` down to ``min_ngram``, are searched for in
+    the earlier tokens (prompt and output alike); the first n that matches anywhere is
+    used. Among its matches, the one whose preceding tokens agree longest with what
+    precedes the last n tokens wins (up to ``MAX_CONTEXT`` tokens: in a code edit that
+    is the place in the file being copied, not an earlier copy of a common n-gram), and
+    of those the most recent. The proposal copies what followed that match; where the
+    copy reaches the end of ``tokens`` it continues with the period of the match (a
+    repetition such as "ha ha ha" keeps repeating), so it is always ``draft_max`` long.
+
+    Args:
+        tokens: shape (L,) integer token ids.
+        max_ngram, min_ngram: n-gram lengths tried, longest first (1 <= min <= max).
+        draft_max: tokens proposed.
+
+    Returns:
+        (proposed ids, matched n-gram length n, match length): the match length counts the
+        n-gram plus the tokens before it that agree with the tokens before the last n (at
+        most ``MAX_CONTEXT``), i.e. over how many tokens the copied place agrees with the end
+        of the text; ``([], 0, 0)`` when nothing matches.
+    """
+    t = np.asarray(tokens, dtype=np.int64)
+    L = t.shape[0]
+    if draft_max <= 0:
+        return [], 0, 0
+    for n in range(max_ngram, min_ngram - 1, -1):
+        if L < n + 1:
+            continue
+        # candidate starts s in [0, L - n): the n-gram t[s:s+n] is followed by t[s+n]
+        starts = ngram_starts(t, t[L - n :], L - n)
+        if starts.size == 0:
+            continue
+        # keep the matches whose earlier context agrees longest with the current one
+        k = 1
+        while starts.size > 1 and k <= MAX_CONTEXT and L - n - k >= 0:
+            before = starts - k
+            ok = before >= 0
+            ok[ok] = t[before[ok]] == t[L - n - k]
+            if not ok.any():
+                break
+            starts = starts[ok]
+            k += 1
+        s = int(starts[-1])
+        period = L - n - s  # >= 1: the match repeats the text every ``period`` tokens
+        # how far the earlier context of the chosen match agrees (the loop above may stop early)
+        k = 0
+        while k < MAX_CONTEXT and s - k - 1 >= 0 and t[s - k - 1] == t[L - n - k - 1]:
+            k += 1
+        copied = t[s + n : s + n + draft_max].tolist()
+        while len(copied) < draft_max:
+            copied.append(copied[len(copied) - period])
+        return copied, n, n + k
+    return [], 0, 0
+
+
+class PromptLookupDrafter:
+    """Drafter that proposes tokens by prompt lookup (point-mass draft: no probabilities)."""
+
+    name = DrafterId.LOOKUP
+    last_catchup = (0, 0.0)  #: no cache, nothing to catch up
+
+    def draft(self, context: Sequence[int], draft_len: int, drafting: DraftParams) -> Draft:
+        """Up to ``draft_len`` ids copied after the best n-gram match (:func:`find_match`); probs None."""
+        tokens, _, m = find_match(context, drafting.max_ngram, drafting.min_ngram, draft_len)
+        return Draft(tuple(tokens), None, self.name, m)
+
+    def catchup_tokens(self, context: Sequence[int]) -> int:
+        return 0
+
+    def rollback(self, committed: Sequence[int]) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass

@@ -1,0 +1,734 @@
+"""The speculative round loop: draft, verify, commit, roll back. Yields events; never prints.
+
+One round (Leviathan et al. 2022, Algorithm 1; Chen et al. 2023, Algorithm 2):
+
+1. Draft: the drafter proposes g <= draft_max tokens d_1..d_g continuing the committed
+   tokens (g = 0 is target-only decoding).
+2. Verify: one target pass over [x_last, d_1..d_g] (x_last, the newest committed token,
+   is not yet in the target's KV cache) gives g + 1 rows of logits.
+3. Accept: the acceptance rule (:mod:`localspec.core.acceptance`) keeps the longest accepted
+   prefix d_1..d_k and exactly one target token t: resampled at the first rejection,
+   bonus when k = g.
+4. Commit and roll back: d_1..d_k, t are committed (cut short at an end-of-generation
+   token, a stop string or max_tokens); the target's KV cache is truncated so it holds
+   every committed token but the newest, and the draft cache to a prefix of them.
+
+Invariant at the end of every round: ``target.cached_tokens == committed[:-1]`` and the
+draft cache is a prefix of ``committed``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator, NamedTuple, Protocol, Sequence
+
+import numpy as np
+
+from localspec.config import DraftParams, GenerationParams, SamplingParams, fits_context
+from localspec.backend.calibration import EngineCosts, cached_engine_costs, engine_costs
+from localspec.core.drafters import Draft, DraftModelDrafter, Drafter, PredictionDrafter, PromptLookupDrafter
+from localspec.errors import ConfigError, ContextOverflowError, DecodeAborted
+from localspec.core.events import DrafterId, EndReason, GenerationStats, RoundStats, TokenEvent, TokenKind
+from localspec.core.policy import AdaptivePolicy, Choice, DraftPolicy, FixedPolicy
+from localspec.core.streaming import TextAssembler
+from localspec.core.tokenizer import check_compatible
+from localspec.core.acceptance import Constraint, Verdict, verify
+
+Event = TokenEvent | RoundStats
+_EMPTY_DRAFT = Draft((), None, DrafterId.NONE)
+
+
+class Speculated(NamedTuple):
+    """Steps 1-3 of one round (:meth:`SpeculativeEngine.speculate`)."""
+
+    draft: Draft
+    choice: Choice
+    verdict: Verdict
+    draft_seconds: float  #: drafting, the draft model's catch-up excluded
+    verify_seconds: float  #: the verification pass and the acceptance rule
+    catchup: tuple[int, float]  #: (tokens, seconds) of the draft model's catch-up
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """How one of an engine's models was loaded (:meth:`SpeculativeEngine.loaded_models`).
+
+    Attributes:
+        path: the GGUF file.
+        repack: whether the weights are in llama.cpp's repacked (extra) buffer types.
+        repack_verdict: the probe's :class:`localspec.backend.repack.RepackVerdict` followed, or None
+            when none ran (``--repack on/off``, or a model not made by the loader).
+        huge_page_bytes: bytes of the weights in huge pages (0: none).
+    """
+
+    path: str
+    repack: bool
+    repack_verdict: object | None
+    huge_page_bytes: int
+
+
+class Prefill(NamedTuple):
+    """What :meth:`SpeculativeEngine.prefill` did (seconds are wall time)."""
+
+    target_seconds: float
+    draft_seconds: float
+    cached_tokens: int  #: prompt tokens the target's KV cache already held (reused prefix)
+
+
+@dataclass(slots=True)
+class _Pending:
+    token: int
+    kind: TokenKind
+    round: int
+    position: int
+
+
+def _through_first_eog(tokens: tuple[int, ...], is_eog) -> tuple[int, ...]:
+    """``tokens`` up to and including the first end-of-generation token (nothing after it is committed)."""
+    for i, t in enumerate(tokens):
+        if is_eog(t):
+            return tokens[: i + 1]
+    return tokens
+
+
+class Generation:
+    """One running generation: iterate it for events; read the results afterwards.
+
+    Iterating yields :class:`TokenEvent` (in order, text released on complete UTF-8
+    characters and never past a stop string) and :class:`RoundStats` after each round.
+    Stopping early (``cancel()`` or ``close()``) leaves both KV caches consistent with
+    :attr:`token_ids`.
+
+    With a predicted output (``prediction``, token ids), a :class:`PredictionDrafter`
+    follows this generation and is tried before prompt lookup (see :mod:`localspec.core.policy`).
+
+    Attributes:
+        token_ids: generated token ids (prompt excluded; end-of-generation token excluded).
+        text: the generated text (equals the events' texts joined).
+        stats: :class:`GenerationStats`, complete once iteration ends.
+        rounds: the :class:`RoundStats` of every round.
+    """
+
+    def __init__(self, engine: "SpeculativeEngine", prompt: Sequence[int], sampling: SamplingParams,
+                 drafting: DraftParams, generation: GenerationParams, policy: DraftPolicy | None,
+                 prediction: Sequence[int] | None = None, constraint: Constraint | None = None) -> None:
+        self.engine = engine
+        self.prompt = list(prompt)
+        self.sampling = sampling
+        self.drafting = drafting
+        self.generation = generation
+        self.policy = policy or engine.make_policy(drafting)
+        self.prediction = PredictionDrafter(prediction, len(self.prompt)) if prediction else None
+        #: restricts the output (a grammar, :meth:`SpeculativeEngine.grammar`); its state moves with
+        #: every committed token and is freed when the generation ends
+        self.constraint = constraint
+        self.token_ids: list[int] = []
+        #: prompt + generated tokens committed so far (live during iteration; some may
+        #: not be yielded yet while text is held back at a possible stop string)
+        self.committed: list[int] = list(prompt)
+        self.text = ""
+        self.stats = GenerationStats(prompt_tokens=len(self.prompt))
+        self.rounds: list[RoundStats] = []
+        self._cancel = False
+        self._running = False
+        #: ``on_prefill(done, total)``: set by a front-end to follow a long prompt's prefill
+        #: (called after each ``n_batch`` chunk of the prompt tokens not cached yet)
+        self.on_prefill: Callable[[int, int], None] | None = None
+        self._it = self._run()
+
+    def __iter__(self) -> Iterator[Event]:
+        return self
+
+    def __next__(self) -> Event:
+        return next(self._it)
+
+    def cancel(self) -> None:
+        """End the generation soon (end reason ``cancelled``); callable from another thread.
+
+        The llama.cpp decode running now (a prefill, a verification pass, a draft) stops within
+        about one graph node (:meth:`SpeculativeEngine.abort`); the caches are left consistent
+        with the tokens already committed.
+        """
+        self._cancel = True
+        if self._running:  # a stale flag would stop the engine's next, unrelated decode
+            self.engine.abort()
+
+    def close(self) -> None:
+        """End now; caches are left consistent with :attr:`token_ids`."""
+        self._it.close()
+
+    def run(self) -> "Generation":
+        """Consume every event; return self."""
+        for _ in self:
+            pass
+        return self
+
+    # -- the loop ---------------------------------------------------------------------
+    def _round(self, round_idx: int, rng: np.random.Generator) -> tuple[Speculated, EndReason | None, int]:
+        """One round, as the module docstring numbers it; returns (steps 1-3, the end it reached, tokens committed).
+
+        Everything else (releasing text, statistics, cancellation) happens around it in :meth:`_run`.
+        """
+        eng, committed, gen = self.engine, self.committed, self.generation
+        n_prompt = len(self.prompt)
+        generated = len(committed) - n_prompt
+        limit = min(gen.max_tokens - generated - 1, eng.n_ctx - len(committed) - 1)
+        # 1.-3. draft, verify, accept
+        sp = eng.speculate(self.policy, committed, limit, generated, self.sampling, self.drafting, rng,
+                           self.prediction, self.constraint)
+        # 4. commit d_1..d_k, t (cut short at an end-of-generation token, a stop string, max_tokens) ...
+        n_before = len(committed)
+        end = self._commit(sp, round_idx)
+        # ... and roll back: the target holds every committed token but the newest
+        eng.rollback(committed)
+        if eng.debug:
+            eng.check_caches(committed)
+        return sp, end, max(len(committed) - n_before, 0)
+
+    def _commit(self, sp: Speculated, round_idx: int) -> EndReason | None:
+        """Step 4: append the accepted draft tokens and the verdict's token to :attr:`committed`."""
+        target, committed, assembler, pending = self.engine.target, self.committed, self._assembler, self._pending
+        n_prompt = len(self.prompt)
+        k = sp.verdict.accepted
+        new = [*sp.draft.tokens[:k], sp.verdict.token]
+        kinds = [TokenKind.ACCEPTED] * k + [sp.verdict.kind]
+        end = None
+        for tok, kind in zip(new, kinds):
+            if target.is_eog(tok):
+                end = EndReason.EOG
+                break
+            position = len(committed) - n_prompt
+            committed.append(tok)
+            pending.append(_Pending(tok, kind, round_idx, position))
+            assembler.push(target.token_bytes(tok))
+            if assembler.stop_at is not None:
+                end = EndReason.STOP
+                break
+            if position + 1 >= self.generation.max_tokens:
+                end = EndReason.MAX_TOKENS
+                break
+        if end is EndReason.STOP:  # the stop string and what follows it are not output
+            keep = assembler.tokens_before_stop()
+            assembler.truncate_tokens(keep)
+            del committed[n_prompt + keep:]
+            del pending[keep:]
+        return end
+
+    def _round_stats(self, sp: Speculated, round_idx: int, n_committed: int) -> RoundStats:
+        """The round's :class:`RoundStats`, told to the policy and added to :attr:`stats`."""
+        draft, verdict = sp.draft, sp.verdict
+        catchup_tokens, catchup_seconds = sp.catchup
+        rs = RoundStats(
+            round=round_idx,
+            drafter=draft.source if draft.tokens else DrafterId.NONE,
+            draft_tokens=tuple(draft.tokens),
+            target_tokens=_through_first_eog(verdict.target_tokens, self.engine.target.is_eog),
+            drafted=len(draft.tokens),
+            accepted=verdict.accepted,
+            committed=n_committed,
+            draft_seconds=sp.draft_seconds,
+            verify_seconds=sp.verify_seconds,
+            draft_len_chosen=sp.choice.draft_len,
+            reason=sp.choice.reason,
+            catchup_tokens=catchup_tokens,
+            catchup_seconds=catchup_seconds,
+        )
+        self.policy.observe(rs.drafter, rs.drafted, rs.accepted, rs.draft_seconds, rs.verify_seconds)
+        if catchup_tokens:
+            self.policy.observe_catchup(catchup_tokens, catchup_seconds)
+        self.stats.add_round(rs)
+        self.rounds.append(rs)
+        return rs
+
+    def _release(self, upto: int, final: bool) -> Iterator[TokenEvent]:
+        """Events for pending tokens whose text ends by ``upto`` (all of them if final).
+
+        Counts a token as released only as it is yielded, so a consumer that stops in
+        the middle of a round keeps exactly the tokens it was given.
+        """
+        assembler, pending, stats = self._assembler, self._pending, self.stats
+        ends = assembler.token_ends
+        while self._n_released < len(pending):
+            p = pending[self._n_released]
+            tok_end = ends[p.position] if p.position < len(ends) else len(assembler.text)
+            if not final and tok_end > upto:
+                break
+            piece_end = min(tok_end, upto)
+            piece = assembler.text[self._released:piece_end] if piece_end > self._released else ""
+            self._released = max(self._released, piece_end)
+            self._n_released += 1
+            if stats.time_to_first_token is None:
+                stats.time_to_first_token = self.engine.clock() - self._t_start
+            stats.add_token(p.kind)
+            yield TokenEvent(p.token, piece, p.kind, p.round, p.position)
+
+    def _run(self) -> Iterator[Event]:
+        eng = self.engine
+        stats = self.stats
+        prompt = self.prompt
+        eng.check_prompt(prompt)
+        rng = np.random.default_rng(self.sampling.seed)
+        self._t_start = eng.clock()
+        committed = self.committed = list(prompt)
+        n_prompt = len(prompt)
+        assembler = self._assembler = TextAssembler(self.generation.stop)
+        self._pending: list[_Pending] = []  # every committed output token, in order
+        self._n_released = 0  # tokens of ``_pending`` already yielded
+        self._released = 0  # chars of assembler.text already yielded
+        end: EndReason | None = None
+        completed = False  # set when the loop ran to its end (not stopped by the consumer or an error)
+        round_idx = 0
+
+        eng.clear_abort()
+        self._running = True
+        try:
+            # prefill: the target caches every prompt token but the last
+            if not self._cancel:
+                stats.prefill_seconds, _, stats.cached_prompt_tokens = eng.prefill(prompt, draft=False,
+                                                                                   progress=self.on_prefill)
+            while end is None and not self._cancel:
+                if len(committed) >= eng.n_ctx:  # no position left for a new token
+                    end = EndReason.CONTEXT
+                    break
+                sp, end, n_committed = self._round(round_idx, rng)
+                rs = self._round_stats(sp, round_idx, n_committed)
+                round_idx += 1
+                if end is not None and end is not EndReason.STOP:
+                    assembler.finish()
+                yield from self._release(assembler.safe_end(), end is not None)
+                stats.elapsed_seconds = eng.clock() - self._t_start
+                yield rs
+            if end is EndReason.CONTEXT:
+                assembler.finish()
+                yield from self._release(assembler.safe_end(), True)
+            completed = True
+        except DecodeAborted:
+            pass  # cancel() stopped a decode: ends as cancelled, below
+        finally:
+            self._running = False
+            eng.clear_abort()
+            if self.constraint is not None and hasattr(self.constraint, "close"):
+                self.constraint.close()
+            pending = self._pending
+            if end is None or (not completed and self._n_released < len(pending)):
+                # the consumer stopped early (or an error): keep only the tokens it was given
+                end = EndReason.CANCELLED
+                del committed[n_prompt + self._n_released:]
+                assembler.truncate_tokens(self._n_released)
+                self.text = assembler.text[:self._released]
+            else:
+                self.text = assembler.text[: assembler.safe_end()]
+            self.token_ids = committed[n_prompt:]
+            # whatever happened, leave the caches consistent with what was committed
+            eng.rollback(committed)
+            stats.tokens = len(self.token_ids)
+            stats.kinds = {}
+            for p in pending[: stats.tokens]:
+                stats.kinds[p.kind.value] = stats.kinds.get(p.kind.value, 0) + 1
+            stats.end_reason = end
+            stats.elapsed_seconds = eng.clock() - self._t_start
+
+
+class Engine(Protocol):
+    """The engine's public surface: all that a front-end (the CLI, the TUI, the server, the
+    benchmarks) may use. :class:`SpeculativeEngine` implements it (the TUI tests drive it over
+    scripted fake models, ``tests/tui/tui_fakes.py``); nothing outside the engine reaches for its models.
+    """
+
+    @property
+    def n_ctx(self) -> int:
+        """The context window, tokens (prompt and output together)."""
+        ...
+
+    @property
+    def has_draft_model(self) -> bool:
+        """Whether a draft model is loaded (mode ``draft`` needs one)."""
+        ...
+
+    @property
+    def cost_model(self) -> EngineCosts | None:
+        """The measured costs mode ``auto`` uses, None until loaded or measured."""
+        ...
+
+    def tokenize(self, text: str, *, special: bool = True) -> list[int]: ...
+
+    def chat_tokens(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> list[int]: ...
+
+    def chat_template(self) -> str | None: ...
+
+    def token_text(self, token_id: int) -> str: ...
+
+    #: sentences a front-end shows the user once after loading
+    notices: list[str]
+
+    def calibrated_costs(self, draft_max: int, remeasure: bool = False, progress=None) -> EngineCosts: ...
+
+    def has_costs(self, draft_max: int) -> bool: ...
+
+    def loaded_models(self) -> dict[str, "LoadedModel"]: ...
+
+    def model_seconds(self) -> float: ...
+
+    def next_token_logits(self, tokens: Sequence[int]) -> np.ndarray: ...
+
+    def prefill(self, prompt: Sequence[int], draft: bool = True,
+                progress: Callable[[int, int], None] | None = None) -> Prefill: ...
+
+    def generate(self, prompt: Sequence[int], sampling: SamplingParams | None = None,
+                 drafting: DraftParams | None = None, generation: GenerationParams | None = None,
+                 policy: DraftPolicy | None = None, prediction: Sequence[int] | None = None,
+                 constraint: Constraint | None = None) -> Generation: ...
+
+    def grammar(self, gbnf: str, root: str = "root") -> Constraint: ...
+
+    def close(self) -> None: ...
+
+
+class SpeculativeEngine:
+    """A target model, optionally a draft model, and the drafters built on them.
+
+    Args:
+        target: the target :class:`localspec.backend.llama.LlamaModel`.
+        draft_model: a draft model with the target's tokenizer, or None (prompt lookup
+            and target-only decoding still work).
+        costs: this machine's measured costs for mode ``auto``
+            (:func:`localspec.backend.calibration.cached_engine_costs`), or None: read from this
+            machine's cache when mode ``auto`` is first asked for, or measured by an explicit
+            :meth:`calibrated_costs` (:func:`localspec.app.loader.load_engine` does it, visibly);
+            :meth:`generate` never measures.
+        clock: the timing source of every duration the engine reports (prefill, drafting,
+            verification, catch-up, time to first token, elapsed; seconds, monotonic). The
+            default is :func:`time.perf_counter`; tests pass a fake clock that their fake
+            models advance, so the reported timings are exact.
+
+    Raises:
+        TokenizerMismatchError: the draft's tokenizer differs from the target's.
+    """
+
+    def __init__(self, target, draft_model=None, costs: EngineCosts | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.target = target
+        self.clock = clock
+        self.draft_model = draft_model
+        self.lookup = PromptLookupDrafter()
+        self.drafter: DraftModelDrafter | None = None
+        if draft_model is not None:
+            n_shared = check_compatible(target.vocab_info(), draft_model.vocab_info())
+            self.drafter = DraftModelDrafter(draft_model, n_propose=min(n_shared, target.n_vocab), clock=clock)
+        self._costs = costs
+        #: sentences the front-end shows the user once after loading (e.g. weight repacking turned
+        #: off by the probe, :func:`localspec.app.loader.load_model`)
+        self.notices: list[str] = []
+        #: check the caches after every round (:meth:`check_caches`): set ``LOCALSPEC_DEBUG=1``
+        self.debug = bool(os.environ.get("LOCALSPEC_DEBUG"))
+
+    @property
+    def cost_model(self) -> EngineCosts | None:
+        """The measured costs mode ``auto`` uses (None until loaded or measured)."""
+        return self._costs
+
+    def calibrated_costs(self, draft_max: int, remeasure: bool = False, progress=None) -> EngineCosts:
+        """The costs for draft lengths up to ``draft_max``: kept while they cover it, else
+        loaded from this machine's cache or measured once (:func:`localspec.backend.calibration.engine_costs`;
+        ``progress(what, done, total)`` follows a measurement)."""
+        self._costs = engine_costs(self.target, self.draft_model, draft_max, existing=self._costs,
+                                   remeasure=remeasure, progress=progress)
+        return self._costs
+
+    @property
+    def n_ctx(self) -> int:
+        return self.target.n_ctx
+
+    @property
+    def has_draft_model(self) -> bool:
+        """Whether a draft model is loaded (mode ``draft`` needs one; ``auto`` may use it)."""
+        return self.drafter is not None
+
+    # -- prompts --------------------------------------------------------------------
+    def tokenize(self, text: str, *, special: bool = True) -> list[int]:
+        """Raw text -> target token ids.
+
+        ``special=True`` (a prompt): special tokens written as text become their ids and
+        BOS is added as the GGUF asks. ``special=False`` (a predicted output): plain text,
+        no BOS.
+        """
+        if special:
+            return self.target.tokenize(text)
+        return self.target.tokenize(text, add_special=False, parse_special=False)
+
+    def chat_tokens(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> list[int]:
+        """Chat messages rendered with the target's chat template, then tokenized.
+
+        Only the template's markup becomes special tokens; message content is tokenized
+        as text, so a message cannot forge a turn with ``<|im_start|>`` written in it
+        (:meth:`localspec.backend.llama.LlamaModel.tokenize_chat`). ``tools``: OpenAI's function
+        tools, rendered by the template (its ``tools`` variable; see
+        :meth:`localspec.backend.llama.LlamaModel.render_chat`). The draft model receives these
+        identical ids.
+
+        Raises:
+            ModelError: the target has no chat template.
+            ConfigError: the template refuses the messages, or a content cannot be kept as
+                text (see ``tokenize_chat``).
+        """
+        if tools:
+            return self.target.tokenize_chat(messages, tools=tools)
+        return self.target.tokenize_chat(messages)
+
+    def chat_template(self) -> str | None:
+        """The target GGUF's chat template (Jinja source), or None."""
+        return self.target.chat_template()
+
+    def model_seconds(self) -> float:
+        """Seconds spent in model decode calls (target and draft model) since the engine was made.
+
+        Wall time inside :meth:`localspec.backend.llama.LlamaModel.decode`; a benchmark takes the
+        difference over a generation to tell llama.cpp's work from the engine's own.
+        """
+        models = [self.target] + ([self.draft_model] if self.draft_model not in (None, self.target) else [])
+        return float(sum(getattr(m, "decode_seconds", 0.0) for m in models))
+
+    def loaded_models(self) -> dict[str, LoadedModel]:
+        """``{"target": ..., "draft": ...}`` (no ``"draft"`` without a draft model): how each was loaded."""
+        out = {}
+        for role, m in (("target", self.target), ("draft", self.draft_model)):
+            if m is not None:
+                out[role] = LoadedModel(str(getattr(m, "path", "")), bool(getattr(m, "repack", False)),
+                                        getattr(m, "repack_verdict", None), int(getattr(m, "huge_page_bytes", 0)))
+        return out
+
+    def next_token_logits(self, tokens: Sequence[int]) -> np.ndarray:
+        """The target's next-token logits after ``tokens`` (reusing the cached prefix), for diagnostics.
+
+        Returns:
+            float32 array of shape (n_vocab,). The target's cache then holds ``tokens``.
+        """
+        seq = list(tokens)
+        n = self.target.sync(seq)  # caches a prefix of seq, at most len(seq) - 1 tokens
+        return self.target.decode(seq[n:], "last")[0]
+
+    def token_text(self, token_id: int) -> str:
+        """One token's text (a special token such as ``<|im_end|>`` as its text); invalid UTF-8 replaced.
+
+        For showing single tokens (the round inspector); generated text comes in the events.
+        """
+        return self.target.token_bytes(int(token_id), special=True).decode("utf-8", errors="replace")
+
+    def check_prompt(self, prompt: Sequence[int]) -> None:
+        """Raise ConfigError for an empty prompt, ContextOverflowError when it does not fit."""
+        if len(prompt) == 0:
+            raise ConfigError("the prompt is empty", "type a prompt, or pass a file with text in it")
+        if not fits_context(self.n_ctx, len(prompt)):
+            raise ContextOverflowError(
+                f"the prompt is {len(prompt)} tokens; the context window holds {self.n_ctx} "
+                f"(and at least one token must be generated)",
+                "shorten the prompt or raise --n-ctx",
+            )
+        bad = [t for t in prompt if not 0 <= t < self.target.n_vocab]
+        if bad:
+            raise ConfigError(f"token id {bad[0]} is outside the target vocabulary (0..{self.target.n_vocab - 1})")
+
+    # -- drafting -------------------------------------------------------------------
+    def make_policy(self, drafting: DraftParams) -> DraftPolicy:
+        mode = drafting.mode
+        if mode == "draft" and self.drafter is None:
+            raise ConfigError("mode 'draft' needs a draft model", "load a draft model, or use --mode lookup")
+        if mode == "auto":
+            return AdaptivePolicy(self._costs_for(drafting.cap), drafting.cap, has_draft=self.drafter is not None)
+        return FixedPolicy(DrafterId(mode), drafting.cap)
+
+    def has_costs(self, draft_max: int) -> bool:
+        """Whether mode ``auto`` can run with drafts up to ``draft_max`` without measuring: the engine
+        holds costs that cover it, or this machine's cache does."""
+        try:
+            self._costs_for(draft_max)
+        except ConfigError:
+            return False
+        return True
+
+    def _costs_for(self, draft_max: int) -> EngineCosts:
+        """Held or cached costs covering ``draft_max``; never measures (see :meth:`calibrated_costs`)."""
+        c = self._costs
+        if not (isinstance(c, EngineCosts) and len(c.verify) >= draft_max + 1
+                and (c.draft is not None or self.draft_model is None)):
+            c = cached_engine_costs(self.target, self.draft_model, draft_max)
+            if c is None:
+                raise ConfigError(f"mode 'auto' with drafts up to {draft_max} tokens needs this machine's "
+                                  "decode costs, which are not measured yet",
+                                  "measure them first (localspec calibrate, or engine.calibrated_costs), "
+                                  "or use --mode lookup / draft")
+            self._costs = c
+        return c
+
+    def make_draft(self, policy: DraftPolicy, committed: list[int], limit: int, sampling: SamplingParams,
+                   drafting: DraftParams, rng: np.random.Generator,
+                   prediction: PredictionDrafter | None = None) -> tuple[Draft, Choice, tuple[int, float]]:
+        """Step 1 of a round: ask the policy, then the chosen drafter, for a draft of at most ``limit`` tokens.
+
+        The free drafters the policy names propose first (every round, so it can score
+        them); the one it chooses keeps its proposal, any other drafter drafts now.
+
+        Returns:
+            (the draft, the policy's choice, (tokens, seconds) of the draft model's catch-up).
+        """
+        limit = max(limit, 0)
+        drafters: dict[DrafterId, Drafter] = {d.name: d for d in (prediction, self.lookup, self.drafter)
+                                              if d is not None}
+        if self.drafter is not None:
+            self.drafter.begin(sampling, rng)
+        proposals: dict[DrafterId, Draft] = {}
+        if limit > 0:
+            for name in policy.free_drafters:
+                if name in drafters:
+                    proposals[name] = p = drafters[name].draft(committed, min(drafting.cap, limit), drafting)
+                    policy.see_free(name, committed, p.tokens, p.match_length)
+        choice = policy.choose(limit, {n: len(p.tokens) for n, p in proposals.items()}, position=len(committed))
+        g = min(choice.draft_len, limit)
+        draft, catchup = _EMPTY_DRAFT, (0, 0.0)
+        drafter = drafters.get(choice.drafter)
+        if g > 0 and choice.drafter in proposals:
+            p = proposals[choice.drafter]
+            draft = Draft(p.tokens[:g], None if p.probs is None else p.probs[:g], p.source, p.match_length)
+        elif g > 0 and drafter is not None:
+            draft = drafter.draft(committed, g, drafting)
+            catchup = drafter.last_catchup
+        # nothing after an end-of-generation token can be committed: never verify past one
+        eog_at = next((i for i, t in enumerate(draft.tokens) if self.target.is_eog(t)), None)
+        if eog_at is not None and eog_at + 1 < len(draft.tokens):
+            probs = draft.probs[: eog_at + 1] if draft.probs is not None else None
+            draft = Draft(draft.tokens[: eog_at + 1], probs, draft.source, draft.match_length)
+        if len(draft.tokens) < drafting.draft_min:
+            draft = _EMPTY_DRAFT
+        return draft, choice, catchup
+
+    def draft_catchup_tokens(self, committed: Sequence[int]) -> int:
+        """Tokens the draft model would catch up on before drafting after ``committed`` (0 without one)."""
+        return self.drafter.catchup_tokens(committed) if self.drafter is not None else 0
+
+    def prefill(self, prompt: Sequence[int], draft: bool = True,
+                progress: Callable[[int, int], None] | None = None) -> "Prefill":
+        """Put ``prompt[:-1]`` in the target's KV cache and, with ``draft``, in the draft model's.
+
+        Reuses the cached common prefix. A generation of ``prompt`` started afterwards
+        finds both caches warm (race mode warms both sides this way before timing).
+        ``progress(done, total)`` follows the target's prefill of the uncached tokens.
+
+        Returns:
+            :class:`Prefill`: target and draft-model seconds (wall time) and how many
+            prompt tokens the target's cache already held.
+        """
+        def warm(model, progress=None) -> tuple[float, int]:
+            t0 = self.clock()
+            n = model.sync(prompt)
+            if n < len(prompt) - 1:
+                model.decode(prompt[n : len(prompt) - 1], logits_for=(), **({"progress": progress} if progress else {}))
+            return self.clock() - t0, n
+
+        t_target, n_cached = warm(self.target, progress)
+        model = self.draft_model
+        t_draft = warm(model)[0] if draft and model is not None and len(prompt) > 1 else 0.0
+        return Prefill(t_target, t_draft, n_cached)
+
+    def speculate(self, policy: DraftPolicy, committed: list[int], limit: int, generated: int,
+                  sampling: SamplingParams, drafting: DraftParams, rng: np.random.Generator,
+                  prediction: PredictionDrafter | None = None, constraint: Constraint | None = None) -> Speculated:
+        """Steps 1-3 of a round (module docstring) after ``committed``, which is left unchanged.
+
+        ``constraint`` restricts the target's rows in the acceptance rule (:mod:`localspec.core.acceptance`)
+        and moves past the verdict's tokens.
+
+        Afterwards the target's KV cache holds ``committed`` and the accepted draft tokens
+        (the rejected ones are removed); the caller commits (step 4) and calls :meth:`rollback`.
+        """
+        # 1. draft (a draft model first catches up on tokens its cache lacks: timed apart)
+        policy.see_draft_cache(self.draft_catchup_tokens(committed), generated)
+        t0 = self.clock()
+        draft, choice, catchup = self.make_draft(policy, committed, limit, sampling, drafting, rng, prediction)
+        t_draft = self.clock() - t0 - catchup[1]
+        # 2. verify: one target pass over [x_last, d_1..d_g] gives g + 1 rows of logits
+        t0 = self.clock()
+        logits = self.target.decode([committed[-1], *draft.tokens], logits_for="all")
+        # 3. accept: the longest accepted prefix d_1..d_k and one target token t
+        verdict = verify(draft.tokens, draft.probs, logits, sampling, rng, constraint)
+        self.target.truncate(len(committed) + verdict.accepted)  # the rejected draft tokens leave the cache
+        return Speculated(draft, choice, verdict, t_draft, self.clock() - t0, catchup)
+
+    def abort(self) -> None:
+        """Stop the decode running now in either model (:meth:`LlamaModel.abort`); thread-safe."""
+        for m in (self.target, self.draft_model):
+            if m is not None and hasattr(m, "abort"):
+                m.abort()
+
+    def clear_abort(self) -> None:
+        for m in (self.target, self.draft_model):
+            if m is not None and hasattr(m, "clear_abort"):
+                m.clear_abort()
+
+    def rollback(self, committed: Sequence[int]) -> None:
+        """End of a round: the target's KV cache to ``committed[:-1]``, the draft model's to a prefix of it."""
+        self.target.truncate(max(len(committed) - 1, 0))
+        if self.drafter is not None:
+            self.drafter.rollback(committed)
+
+    def check_caches(self, committed: Sequence[int]) -> None:
+        """Assert the end-of-round invariant: the target caches ``committed[:-1]``, the draft model a prefix
+        of ``committed``. Run after every round when ``LOCALSPEC_DEBUG`` is set (:attr:`debug`).
+
+        Raises:
+            AssertionError: naming the cache that is off.
+        """
+        cached = list(self.target.cached_tokens)
+        assert cached == list(committed[:-1]), f"target cache holds {len(cached)} tokens, not committed[:-1]"
+        d = self.draft_model
+        if d is not None and d is not self.target:
+            dc = list(d.cached_tokens)
+            assert len(dc) <= len(committed) and dc == list(committed[: len(dc)]), "draft cache is not a prefix"
+
+    # -- generation -----------------------------------------------------------------
+    def generate(self, prompt: Sequence[int], sampling: SamplingParams | None = None,
+                 drafting: DraftParams | None = None, generation: GenerationParams | None = None,
+                 policy: DraftPolicy | None = None, prediction: Sequence[int] | None = None,
+                 constraint: Constraint | None = None) -> Generation:
+        """Start generating from ``prompt`` (token ids). Iterate the result for events.
+
+        ``constraint``: a grammar the output must follow (:meth:`grammar`); the output then
+        follows the target's distribution restricted to it, exactly (:mod:`localspec.core.acceptance`).
+        The generation owns it and frees it when it ends.
+
+        ``prediction``: token ids of a predicted output (``tokenize(text, special=False)``),
+        drafted by :class:`~localspec.core.drafters.PredictionDrafter`; the output is unchanged
+        by it (greedy: token-identical, near-ties aside; sampled: same distribution).
+
+        Raises:
+            ConfigError: mode 'draft' without a draft model; mode 'auto' without measured
+                costs covering ``drafting.cap`` (:meth:`has_costs`; measure with
+                :meth:`calibrated_costs`, never done here).
+
+        Raises (on first iteration):
+            ConfigError: empty prompt.
+            ContextOverflowError: the prompt does not fit in the context window.
+        """
+        drafting = drafting or DraftParams()
+        if policy is None:
+            policy = self.make_policy(drafting)
+        return Generation(self, prompt, sampling or SamplingParams(), drafting,
+                          generation or GenerationParams(), policy, prediction, constraint)
+
+    def grammar(self, gbnf: str, root: str = "root") -> Constraint:
+        """A fresh grammar state over the target's vocabulary, for :meth:`generate`'s ``constraint``.
+
+        Args:
+            gbnf: the grammar in llama.cpp's GBNF.
+            root: the name of its start rule.
+
+        Raises:
+            ConfigError: llama.cpp cannot parse the grammar.
+        """
+        return self.target.grammar(gbnf, root)
+
+    def close(self) -> None:
+        self.target.close()
+        if self.draft_model is not None and self.draft_model is not self.target:
+            self.draft_model.close()

@@ -1,0 +1,304 @@
+"""Draft policies: before each round, choose the drafter and the draft length.
+
+:class:`FixedPolicy` drafts ``draft_max`` tokens with one drafter every round (modes
+``draft``, ``lookup``, ``none``); :class:`AdaptivePolicy` (mode ``auto``) chooses by the
+measured costs (:mod:`localspec.backend.calibration`) and the expected rates of
+:mod:`localspec.core.costmodel`. Both implement :class:`DraftPolicy`, all the engine knows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
+
+from localspec.core.costmodel import LOOKUP_CHANCE_TOKENS, EWAcceptance, MatchAcceptance, best_draft_length, expected_tokens
+from localspec.core.events import DrafterId
+
+if TYPE_CHECKING:
+    from localspec.backend.calibration import EngineCosts
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """A policy's decision for one round.
+
+    Attributes:
+        drafter: the drafter to draft with (``DrafterId.NONE``: no speculation this round).
+        draft_len: most tokens to draft (0 = no speculation this round).
+        reason: short human-readable reason, shown in the statistics.
+    """
+
+    drafter: DrafterId
+    draft_len: int
+    reason: str = ""
+
+
+class DraftPolicy(Protocol):
+    """What the engine asks of a policy, every round in this order.
+
+    1. :meth:`see_draft_cache`: how many tokens the draft model would catch up first.
+    2. :meth:`see_free`: each free drafter named in :attr:`free_drafters` (no model pass:
+       a predicted output, prompt lookup) proposes, and the policy may score the proposal.
+    3. :meth:`choose`: the drafter and the draft length.
+    4. :meth:`observe` after the round, and :meth:`observe_catchup` after a catch-up.
+    """
+
+    #: the free drafters whose proposal the policy wants every round, in order of preference
+    free_drafters: tuple[DrafterId, ...]
+
+    def see_draft_cache(self, catchup_tokens: int, generated: int) -> None:
+        """Before a round: the draft model would first catch up on ``catchup_tokens``; ``generated`` so far."""
+        ...
+
+    def see_free(self, name: DrafterId, committed: Sequence[int], proposal: Sequence[int], match_length: int = 0) -> None:
+        """The proposal of free drafter ``name`` for this round (possibly empty) and its match length."""
+        ...
+
+    def choose(self, limit: int, proposals: Mapping[DrafterId, int], position: int | None = None) -> Choice:
+        """Choose for the next round; ``limit`` caps the draft length (context, max_tokens);
+        ``proposals`` maps each free drafter to the length of its proposal this round;
+        ``position`` is the number of tokens committed (prompt included)."""
+        ...
+
+    def observe(self, drafter: DrafterId, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
+        """Learn from the finished round."""
+        ...
+
+    def observe_catchup(self, tokens: int, seconds: float) -> None:
+        """Learn from a draft-model catch-up of ``tokens`` that took ``seconds``."""
+        ...
+
+
+class FixedPolicy:
+    """Always the same drafter and ``draft_max`` tokens (fewer near the limits).
+
+    A predicted output, while it has a proposal, is tried before that drafter (not in
+    mode ``none``).
+    """
+
+    free_drafters = (DrafterId.PREDICTION,)
+
+    def __init__(self, drafter: DrafterId | str, draft_max: int) -> None:
+        self.drafter = DrafterId(drafter)
+        self.draft_max = draft_max if self.drafter is not DrafterId.NONE else 0
+
+    def see_draft_cache(self, catchup_tokens: int, generated: int) -> None:
+        pass
+
+    def see_free(self, name: DrafterId, committed: Sequence[int], proposal: Sequence[int], match_length: int = 0) -> None:
+        pass
+
+    def choose(self, limit: int, proposals: Mapping[DrafterId, int], position: int | None = None) -> Choice:
+        prediction_match = proposals.get(DrafterId.PREDICTION)
+        if prediction_match and self.draft_max:
+            return Choice(DrafterId.PREDICTION, max(0, min(self.draft_max, limit, prediction_match)), "fixed, prediction first")
+        return Choice(self.drafter, max(0, min(self.draft_max, limit)), "fixed")
+
+    def observe(self, drafter: DrafterId, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
+        pass
+
+    def observe_catchup(self, tokens: int, seconds: float) -> None:
+        pass
+
+
+class AdaptivePolicy:
+    """Mode ``auto``: each round, the drafter and draft length with the most expected tokens/s.
+
+    For each candidate drafter (prompt lookup when it has a proposal, the draft model when
+    loaded) it takes :func:`best_draft_length` over g = 0..limit with that drafter's
+    per-position exponentially weighted acceptance estimates (:class:`EWAcceptance`),
+    the verify cost curve and the drafter's cost per token, and compares with target-only
+    decoding (g = 0). It speculates only when the expected gain exceeds ``margin``.
+
+    Prompt lookup costs no model pass, so the policy also scores the lookup proposal of
+    every round against the tokens the target then committed (:meth:`see_free`, called
+    by the engine), whether lookup was used or not: its estimates follow the text even
+    while it is off. They are kept per match length (:class:`MatchAcceptance`): a
+    proposal whose source agrees with the text over many tokens starts from a high prior
+    (rule of succession, the first :data:`~localspec.core.costmodel.LOOKUP_CHANCE_TOKENS`
+    of a lookup match not counted), so a copy is drafted from its first rounds, while a
+    short common n-gram has to earn it. A predicted output (a request's ``prediction``) is scored
+    the same way and tried before prompt lookup: it wins a tie.
+    Any free drafter that reports a match length can be scored so (:meth:`see_free`). The costs are those at the current position
+    (:meth:`EngineCosts.set_position`). The draft model has no such free signal; while unused its estimates
+    relax towards the prior, and it is never tried when even a perfect draft (acceptance
+    1 at every position) could not beat target-only decoding with the measured costs, as
+    with the 0.5B/1.5B pair on a 2-core CPU.
+
+    A draft model whose KV cache lags the committed tokens must first catch up (its
+    prefill: :meth:`see_draft_cache`, told by the engine every round). That one-off cost,
+    pending tokens x the measured per-token catch-up cost, counts as drafting cost spread
+    over the tokens still expected: the draft model is chosen only if its rate over that
+    horizon, catch-up included, beats target-only decoding. The horizon is the number of
+    tokens generated so far (an answer is expected to run about as long again), at least
+    ``catchup_horizon`` and at most the tokens left; so a 1,000-token catch-up is not paid
+    for a short answer.
+
+    Args:
+        costs: the engine's :class:`EngineCosts` (shared, refined as rounds run).
+        draft_max: most tokens drafted per round.
+        has_draft: a draft model is loaded.
+        weight: weight of a new acceptance observation.
+        prior_draft: starting acceptance estimate of the draft model.
+        prior_lookup: starting estimate of a free proposal without a match length (bucket 0).
+        prior_prediction: starting estimate of a predicted output without a match length
+            (given by the user as what the answer repeats: high).
+        relax: per unobserved round, fraction of the way back to the prior (draft model).
+        margin: speculate only if the expected speedup is at least ``1 + margin``.
+        catchup_horizon: fewest tokens a draft-model catch-up is spread over.
+    """
+
+    free_drafters = (DrafterId.PREDICTION, DrafterId.LOOKUP)
+
+    def __init__(self, costs: EngineCosts, draft_max: int, has_draft: bool, *, weight: float = 0.3,
+                 prior_draft: float = 0.6, prior_lookup: float = 0.5, prior_prediction: float = 0.8,
+                 relax: float = 0.01, margin: float = 0.03, catchup_horizon: int = 64) -> None:
+        self.costs = costs
+        self.draft_max = draft_max
+        self.has_draft = has_draft and costs.draft_token is not None
+        self.draft_est = EWAcceptance(draft_max, prior_draft, weight)
+        #: per free drafter: acceptance by match length; its pending proposal; its current match length
+        self.free_est: dict[DrafterId, MatchAcceptance] = {
+            DrafterId.LOOKUP: MatchAcceptance(draft_max, prior_lookup, weight, chance=LOOKUP_CHANCE_TOKENS),
+            DrafterId.PREDICTION: MatchAcceptance(draft_max, prior_prediction, weight, floor=prior_prediction),
+        }
+        self._pending: dict[DrafterId, tuple[int, tuple[int, ...], int]] = {}
+        self.match_length: dict[DrafterId, int] = {}
+        self.relax = relax
+        self.margin = margin
+        self.last: Choice | None = None
+        self.catchup_horizon = catchup_horizon
+        self.draft_catchup = 0  #: tokens the draft model must catch up before drafting (see_draft_cache)
+        self.generated = 0
+
+    @property
+    def lookup_est(self) -> MatchAcceptance:
+        return self.free_est[DrafterId.LOOKUP]
+
+    # -- the choice -------------------------------------------------------------------
+    def draft_can_pay(self, g_max: int) -> bool:
+        """Whether a perfect draft (acceptance 1) beats target-only decoding at some g <= g_max."""
+        if not self.has_draft:
+            return False
+        c = self.costs
+        g, best, rate0 = best_draft_length([1.0] * g_max, c.verify, c.draft_token or 0.0, g_max, c.overhead)
+        return g > 0 and best > rate0 * (1.0 + self.margin)
+
+    def choose(self, limit: int, proposals: Mapping[DrafterId, int], position: int | None = None) -> Choice:
+        """The drafter and draft length for the next round.
+
+        Args:
+            limit: most tokens that may be drafted (context, max_tokens).
+            proposals: per free drafter (prediction, lookup), the tokens it
+                proposes this round (absent or 0 = no proposal); their match lengths come
+                from :meth:`see_free`.
+            position: tokens committed so far (prompt included): the costs are predicted there.
+        """
+        c = self.costs
+        if position is not None:
+            c.set_position(position)
+        g_cap = max(0, min(limit, self.draft_max, len(c.verify) - 1))
+        options = []  # (rate, drafter, g, expected tokens); on a tie the first wins
+        rate0 = None
+        notes = []
+        # free drafters (no model pass), a predicted output before prompt lookup
+        for name in self.free_drafters:
+            match = proposals.get(name)
+            if g_cap > 0 and match:
+                acc = self.free_est[name].values(self.match_length.get(name, 0))
+                g, r, r0 = best_draft_length(acc, c.verify, 0.0, min(g_cap, match), c.overhead)
+                rate0 = r0
+                options.append((r, name, g, expected_tokens(acc[:g])))
+                notes.append(f"{name} {r / r0:.2f}x")
+        if g_cap > 0 and self.draft_can_pay(g_cap):
+            g, r, r0 = best_draft_length(self.draft_est.values, c.verify, c.draft_token or 0.0, g_cap, c.overhead)
+            rate0 = r0
+            n_catch, r = self._with_catchup(r, limit)
+            options.append((r, DrafterId.DRAFT, g, expected_tokens(self.draft_est.values[:g])))
+            notes.append(f"draft {r / r0:.2f}x" + (f" incl. catch-up of {n_catch} tok" if n_catch else ""))
+        elif self.has_draft and g_cap > 0:
+            notes.append("draft cannot pay")
+        best = max(options, default=None, key=lambda o: o[0])
+        if best is not None and best[2] > 0 and best[0] >= rate0 * (1.0 + self.margin):
+            r, drafter, g, e = best
+            m = f", match {self.match_length.get(DrafterId.LOOKUP, 0)}" if drafter == DrafterId.LOOKUP else ""
+            choice = Choice(drafter, g, f"g={g} {drafter}: est {e:.2f} tok/pass, {r / rate0:.2f}x{m}")
+        else:
+            why = ", ".join(notes) if notes else ("no lookup match" if g_cap > 0 else "at limit")
+            choice = Choice(DrafterId.NONE, 0, f"no speculation: best g=0 ({why})")
+        self.last = choice
+        return choice
+
+    def catchup_seconds(self) -> tuple[int, float]:
+        """(tokens, expected seconds) of the catch-up the draft model needs before drafting now."""
+        n = self.draft_catchup
+        return n, n * (self.costs.draft_prefill_token_seconds or 0.0)
+
+    def _with_catchup(self, rate: float, limit: int) -> tuple[int, float]:
+        """A draft-model rate with the pending catch-up spread over the expected remaining tokens."""
+        n, seconds = self.catchup_seconds()
+        if n == 0 or rate <= 0:
+            return 0, rate
+        horizon = max(1, min(max(self.generated, self.catchup_horizon), limit))
+        return n, horizon / (horizon / rate + seconds)
+
+    # -- learning ---------------------------------------------------------------------
+    def see_draft_cache(self, catchup_tokens: int, generated: int) -> None:
+        """Before a round: the draft model would first catch up on ``catchup_tokens``
+        (:meth:`~localspec.core.drafters.DraftModelDrafter.catchup_tokens`); ``generated`` so far."""
+        self.draft_catchup = max(0, int(catchup_tokens))
+        self.generated = max(0, int(generated))
+
+    def observe_catchup(self, tokens: int, seconds: float) -> None:
+        """Learn from a draft-model catch-up of ``tokens`` that took ``seconds``."""
+        self.costs.observe_catchup(tokens, seconds)
+
+    def see_free(self, name: DrafterId, committed: Sequence[int], proposal: Sequence[int], match_length: int = 0) -> None:
+        """Score a free drafter's proposals against the tokens the target committed; no model pass.
+
+        Called by the engine every round with the committed tokens and this round's
+        proposal of drafter ``name`` (possibly empty) and its match length (how many
+        tokens its source agrees with the end of ``committed``; 0 = not reported). A
+        proposal is kept until the committed tokens that follow it decide its fate (first
+        mismatch, or every proposed token matched), then scored, in the bucket of its match
+        length, as if it had been drafted: positions before the first mismatch accepted,
+        the mismatch rejected. Proposals made while one is pending fall inside it and are
+        skipped, so each committed token is scored once, as in rounds that draft back to
+        back. Comparing with the committed tokens is the acceptance rule of a point-mass
+        draft (exact in greedy and sampled modes).
+        """
+        est = self.free_est.get(name)
+        if est is None:  # a free drafter of its own (not prediction or lookup): lookup's prior
+            est = self.free_est[name] = MatchAcceptance(self.draft_max, self.lookup_est.buckets[0].prior[0],
+                                                        self.lookup_est.buckets[0].weight)
+        pend = self._pending.get(name)
+        if pend is not None:
+            start, prop, m = pend
+            new = committed[start : start + len(prop)]
+            k = 0
+            while k < len(new) and prop[k] == new[k]:
+                k += 1
+            if k < len(new):  # first mismatch at k
+                est.update(m, k + 1, k)
+                pend = None
+            elif len(new) == len(prop):  # every proposed token matched
+                est.update(m, len(prop), len(prop))
+                pend = None
+        if pend is None and proposal:
+            pend = (len(committed), tuple(proposal), int(match_length))
+        if pend is None:
+            self._pending.pop(name, None)
+        else:
+            self._pending[name] = pend
+        self.match_length[name] = int(match_length) if proposal else 0
+
+    def observe(self, drafter: DrafterId, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
+        c = self.costs
+        c.observe_verify(drafted + 1, verify_seconds)
+        if drafter == DrafterId.DRAFT:
+            self.draft_est.update(drafted, accepted)
+            c.observe_draft(drafted, draft_seconds)
+        else:
+            self.draft_est.relax(self.relax)
+            c.observe_overhead(draft_seconds)
+        # free drafters' estimates learn from see_free (every round), not here, to count each round once

@@ -1,0 +1,234 @@
+"""Chat mode (F1): a conversation with the speculative engine."""
+
+from __future__ import annotations
+
+import time
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import Header
+
+from localspec.app.chat import ChatSession
+from localspec.app.conversation import Conversation, Message, load_conversation, save_conversation
+from localspec.errors import LocalspecError
+from localspec.app.fileio import expand_path
+
+from localspec.tui.dialogs import Confirm, PathPrompt
+from localspec.tui.messages import GenerationFailed, GenerationFinished, Notice
+from localspec.tui.footer import KeyFooter
+from localspec.tui.prompt import PromptArea
+from localspec.tui.stats import LiveStats, RoundView, plural
+from localspec.tui.widgets import Legend, MiniStats, RoundInspector, StatsPanel
+from localspec.tui.screens.base import AssistantMessage, GenerationScreen, LoadBar, UserMessage, new_tag, side_panel
+
+
+class ChatScreen(GenerationScreen):
+    """A transcript, an input box, the coloured answer stream, statistics and the inspector."""
+
+    BINDINGS = [
+        Binding("ctrl+s", "save", "Save"),
+        Binding("ctrl+o", "open", "Open"),
+        Binding("ctrl+n", "new_chat", "New"),
+        # priority: the prompt (a TextArea) binds F6 and F7 to selections
+        Binding("f6", "retry", "Retry", priority=True),
+        Binding("f7", "prev_round", "Prev round", show=False, priority=True),
+        Binding("f8", "next_round", "Next round", show=False, priority=True),
+    ]
+    PROMPT_ID = "prompt"
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.messages: list[dict] = []  # role, content, and for answers segments/stats/rounds
+        self.saved_count = 0  #: len(messages) when the chat was last saved or opened
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="body"):
+            with Vertical(id="main"):
+                yield LoadBar()
+                yield VerticalScroll(id="transcript")
+                yield Legend()
+                yield MiniStats()
+                yield PromptArea(placeholder="Ask something: Enter sends, Ctrl+J starts a new line, Esc stops",
+                                 id="prompt")
+            yield from side_panel()
+        yield KeyFooter()
+
+    def on_mount(self) -> None:
+        self.sub_title = "chat"
+        self.refresh_stats()
+        self.query_one("#prompt", PromptArea).focus()
+
+    def answer_scroll(self) -> VerticalScroll:
+        return self.query_one("#transcript", VerticalScroll)
+
+    # -- sending ----------------------------------------------------------------------
+    @on(PromptArea.Submitted, "#prompt")
+    def _submit(self, event: PromptArea.Submitted) -> None:
+        text = event.value.strip()
+        if not text:
+            return
+        if not self.app.can_generate():
+            return
+        event.input.value = ""
+        session = self._session()
+        self.messages.append({"role": "user", "content": text})
+        self.answer_scroll().mount(UserMessage(text, classes="user-msg"))
+        self._ask(session, lambda: session.send(text))
+
+    def _session(self) -> ChatSession:
+        """A :class:`ChatSession` over the transcript as it is now (the transcript stays the
+        history this screen shows and saves; the session fits it into the context and answers)."""
+        return ChatSession(self.app.engine, self.app.settings,
+                           messages=[{"role": m["role"], "content": m["content"]} for m in self.messages])
+
+    def _ask(self, session: ChatSession, start) -> None:
+        """Stream the answer ``start()`` begins (``session.send`` or ``session.retry``) in the engine worker."""
+        app = self.app
+        if self.inspected is not None:
+            self.inspected.stream.selected_round = None
+        self.inspected = None
+        self.current = AssistantMessage(classes="assistant-msg")
+        self.answer_scroll().mount(self.current)
+        self.answer_scroll().scroll_end(animate=False)
+        self.query_one(RoundInspector).set_rounds([])
+        self.query_one(StatsPanel).show(LiveStats(), mode=self.mode_label(), figures_mode=self.mode_label())
+
+        def make_gen():
+            # the session's overflow policy: drop the oldest turns that do not fit
+            turn = start()
+            dropped = turn.prompt.dropped
+            if dropped:
+                app.post_message(Notice(f"the context window is full: the oldest {plural(dropped, 'message')} "
+                                        "were left out of this prompt (they stay in the transcript)", "warning"))
+            return turn
+
+        self.tag = new_tag("chat")
+        app.start_job(self, self.tag, session.engine, make_gen)
+
+    def generation_done(self, msg: GenerationFinished) -> None:
+        cur = self.current
+        self.messages.append({"role": "assistant", "content": msg.text, "segments": list(cur.stream.pieces),
+                              "stats": msg.stats, "rounds": cur.rounds})
+
+    def generation_failed(self, msg: GenerationFailed) -> None:
+        # keep the question; drop the empty answer so a retry asks again
+        if self.current is not None and not self.current.stream.pieces:
+            self.current.remove()
+            self.current = None
+
+    def action_retry(self) -> None:
+        if not self.app.can_generate():
+            return
+        session = self._session()
+        if self.messages and self.messages[-1]["role"] == "assistant":
+            self.messages.pop()
+            answers = self.query(AssistantMessage)
+            if answers:
+                answers.last().remove()
+        if not self.messages or self.messages[-1]["role"] != "user":
+            self.notify("nothing to retry: ask something first")
+            return
+        self._ask(session, session.retry)
+
+    def action_new_chat(self) -> None:
+        if self.app.busy:
+            self.notify("an answer is running; Esc stops it", severity="warning")
+            return
+        if len(self.messages) > self.saved_count:
+            self.app.push_screen(Confirm("Clear this chat? It has not been saved (Ctrl+S saves it)."),
+                                 lambda yes: yes and self.clear_chat())
+            return
+        self.clear_chat()
+
+    def clear_chat(self) -> None:
+        self.saved_count = 0
+        self.messages.clear()
+        self.current = self.inspected = None
+        self.answer_scroll().remove_children()
+        self.query_one(RoundInspector).set_rounds([])
+        self.query_one(StatsPanel).show(LiveStats(), figures_mode="")
+
+    # -- conversations ----------------------------------------------------------------
+    def conversation(self) -> Conversation:
+        msgs = []
+        for m in self.messages:
+            if m["role"] == "assistant":
+                msgs.append(Message(role="assistant", content=m["content"],
+                                    segments=[(t, k, r) for t, k, r in m["segments"]],
+                                    stats=m["stats"].as_dict(), rounds=[r.as_dict() for r in m["rounds"]]))
+            else:
+                msgs.append(Message(role=m["role"], content=m["content"]))
+        return Conversation(settings=self.app.settings.model_dump(mode="json"), messages=msgs)
+
+    def action_save(self) -> None:
+        if not self.messages:
+            self.notify("nothing to save yet")
+            return
+        default = f"conversation-{time.strftime('%Y%m%d-%H%M%S')}.json"
+
+        def done(path: str | None) -> None:
+            if path:
+                try:
+                    p = save_conversation(self.conversation(), path).resolve()
+                    self.saved_count = len(self.messages)
+                    self.notify(f"saved {p.name} in {p.parent}")
+                except LocalspecError as e:
+                    self.app.notify_error(e.message, e.hint)
+
+        self.app.push_screen(PathPrompt("Save conversation as (.json or .md)", default,
+                                        "Enter saves, Esc cancels; .md saves Markdown, anything else JSON"), done)
+
+    def action_open(self) -> None:
+        if self.app.busy:
+            self.notify("an answer is running; Esc stops it", severity="warning")
+            return
+
+        def done(path: str | None) -> None:
+            if path:
+                try:
+                    self.show_conversation(load_conversation(path))
+                    self.notify(f"opened {expand_path(path).resolve()}")
+                except LocalspecError as e:
+                    self.app.notify_error(e.message, e.hint)
+
+        self.app.push_screen(PathPrompt("Open conversation (.json or .md)", "",
+                                        "Enter opens, Esc cancels; a .json or .md file saved by localspec"), done)
+
+    def show_conversation(self, conv: Conversation) -> None:
+        self.clear_chat()
+        scroll = self.answer_scroll()
+        last = None
+        for m in conv.messages:
+            if m.role == "assistant":
+                rounds = [RoundView.from_dict(r) for r in (m.rounds or [])]
+                segs = m.segments if m.segments is not None else [(m.content, "target")]
+                pieces = [(seg[0], seg[1], seg[2] if len(seg) > 2 else -1) for seg in segs]
+                stats = LiveStats.from_dict(m.stats) if m.stats else LiveStats(final=True)
+                last = AssistantMessage(pieces, stats, rounds, classes="assistant-msg")
+                scroll.mount(last)
+                self.messages.append({"role": "assistant", "content": m.content, "segments": pieces,
+                                      "stats": stats, "rounds": rounds})
+            else:
+                scroll.mount(UserMessage(m.content, classes="user-msg"))
+                self.messages.append({"role": m.role, "content": m.content})
+        self.current = last
+        self.saved_count = len(self.messages)
+        if last is not None:
+            self.query_one(StatsPanel).show(last.stats, figures_mode=saved_mode_label(conv.settings))
+            self.query_one(RoundInspector).set_rounds(last.rounds)
+        scroll.scroll_end(animate=False)
+
+
+def saved_mode_label(settings: dict) -> str:
+    """The drafting mode a saved conversation was made with, as the statistics panel says it."""
+    d = (settings or {}).get("drafting") or {}
+    mode = d.get("mode")
+    if not mode:
+        return ""
+    return "none (target only)" if mode == "none" else f"{mode}, draft length {d.get('draft_max', '?')}"
+
+
+# -- code edit ----------------------------------------------------------------------------

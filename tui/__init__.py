@@ -1,2 +1,0 @@
-"""localspec's Textual app: chat with a live coloured token stream, statistics, a round
-inspector, code-edit mode and race mode. Entry point: :func:`tui.app.run_app`."""

@@ -16,7 +16,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 #: a test that uses one of these fixtures loads that model: it is marked so automatically
-_MODEL_FIXTURES = {"tiny_path": "tiny", "tiny_engine": "tiny", "pair_paths": "pair", "pair_engine": "pair"}
+_MODEL_FIXTURES = {"tiny_path": "tiny", "tiny_engine": "tiny", "pair_paths": "pair", "pair_engine": "pair",
+                   "engines": "tiny"}
 #: SmolLM2-135M is about 90 MB; a larger file is a slow model (the pair's are 0.4 and 1.1 GB)
 _TINY_MAX_BYTES = 200_000_000
 
@@ -35,6 +36,50 @@ def pair_paths():
     from localspec.app.catalog import resolve_model
 
     return resolve_model("qwen2.5-coder-1.5b"), resolve_model("qwen2.5-coder-0.5b")
+
+
+class EngineCache:
+    """Real-model engines built once per test session and settings: the one place a test engine is
+    made (``tiny_engine`` and ``pair_engine`` in each folder's conftest ask it for theirs)."""
+
+    def __init__(self):
+        self._engines = {}
+
+    def get(self, target, draft=None, **model_kwargs):
+        """A :class:`SpeculativeEngine` over ``target`` drafted by ``draft`` (a path, default the target
+        itself), each a LlamaModel made with ``model_kwargs``; the same object for the same arguments."""
+        from localspec.backend.llama import LlamaModel
+        from localspec.core.engine import SpeculativeEngine
+
+        key = (str(target), str(draft or target), tuple(sorted(model_kwargs.items())))
+        if key not in self._engines:
+            self._engines[key] = SpeculativeEngine(LlamaModel(target, **model_kwargs),
+                                                   LlamaModel(draft or target, **model_kwargs))
+        return self._engines[key]
+
+    def close(self):
+        for engine in self._engines.values():
+            engine.close()
+        self._engines.clear()
+
+
+@pytest.fixture(scope="session")
+def engines():
+    cache = EngineCache()
+    yield cache
+    cache.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(engines, tiny_path):
+    """SmolLM2 drafting for itself (n_ctx 2048)."""
+    return engines.get(tiny_path, n_ctx=2048, n_batch=512)
+
+
+@pytest.fixture(scope="session")
+def pair_engine(engines, pair_paths):
+    """The Qwen2.5-Coder 1.5B target drafted by its 0.5B sibling (n_ctx 2048)."""
+    return engines.get(pair_paths[0], pair_paths[1], n_ctx=2048, n_batch=512)
 
 
 def pytest_collection_modifyitems(items):

@@ -58,7 +58,7 @@ def installed(tmp_path_factory):
     home = base / "home"
     (home / "elsewhere").mkdir(parents=True)
     env.update(HOME=str(home), XDG_DATA_HOME=str(home / "data"), XDG_CONFIG_HOME=str(home / "config"),
-               LOCALSPEC_CACHE=str(home / "cache"), HF_HUB_OFFLINE="1")
+               LOCALSPEC_CACHE=str(home / "cache"), HF_HUB_OFFLINE="1", COLUMNS="300")
     env.pop("XDG_CACHE_HOME", None)
     return venv, wheel, env, home / "elsewhere"
 

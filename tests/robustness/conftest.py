@@ -5,18 +5,11 @@ Real-model tests use the tiny SmolLM2-135M; everything else runs on fakes.
 
 import pytest
 
-from localspec.backend.llama import LlamaModel
-from localspec.core.engine import SpeculativeEngine
 
-
-@pytest.fixture(scope="module")
-def tiny_engine(tiny_path):
-    """SmolLM2 drafting for itself, small context so overflow is cheap to reach."""
-    target = LlamaModel(tiny_path, n_ctx=512, n_batch=128, n_threads=1)
-    draft = LlamaModel(tiny_path, n_ctx=512, n_batch=128, n_threads=1)
-    engine = SpeculativeEngine(target, draft)
-    yield engine
-    engine.close()
+@pytest.fixture(scope="session")
+def tiny_engine(engines, tiny_path):
+    """SmolLM2 drafting for itself, small context so overflow is cheap to reach (one thread)."""
+    return engines.get(tiny_path, n_ctx=512, n_batch=128, n_threads=1)
 
 
 @pytest.fixture

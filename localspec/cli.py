@@ -15,7 +15,7 @@ import time
 from localspec.backend.calibration import LONG_CONTEXT
 from localspec.errors import ConfigError, LocalspecError
 from localspec.core.events import TokenKind
-from localspec.app.fileio import expand_path
+from localspec.app.prompt_input import read_prompt_input
 from localspec.app.flags import add_generation_arguments, add_option, add_model_arguments, settings_from_args
 
 #: terminal colour of each colour role of TokenKind.colour (the TUI takes its theme's)
@@ -112,73 +112,6 @@ def _format_stats(stats) -> list[tuple[str, str]]:
     ]
 
 
-def _read_file_text(name: str) -> str:
-    """A text file for the prompt (``--file``, ``--prediction``), any size
-    (:func:`localspec.app.fileio.read_text_file`). Raises ConfigError (exit code 2)."""
-    from localspec.app.fileio import FileError, read_text_file
-
-    try:
-        return read_text_file(name, max_bytes=None)
-    except FileError as e:
-        raise ConfigError(e.message, e.hint) from e
-
-
-def _read_messages(name: str) -> list[dict]:
-    """The ``--messages`` JSON file (UTF-8, with or without a BOM). Raises ConfigError."""
-    hint = 'write a JSON list like [{"role": "user", "content": "..."}]'
-    try:
-        messages = json.loads(expand_path(name).read_text(encoding="utf-8-sig"))
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"cannot read chat messages from {name}: {e}", hint) from e
-    if not (isinstance(messages, list) and all(isinstance(m, dict) and m.get("role") in ("system", "user", "assistant")
-                                               and isinstance(m.get("content"), str) for m in messages)):
-        raise ConfigError(f"{name} is not a list of {{role, content}} messages", hint)
-    return messages
-
-
-def with_system(messages: list[dict], system: str | None) -> list[dict]:
-    """``--system`` over chat messages: it replaces a leading system message, else it is
-    put first."""
-    if system is None:
-        return messages
-    rest = messages[1:] if messages and messages[0].get("role") == "system" else messages
-    return [{"role": "system", "content": system}, *rest]
-
-
-def _read_prompt(ns: argparse.Namespace) -> tuple[str | None, list[dict] | None]:
-    """(raw prompt, chat messages): exactly one of them is set.
-
-    Raises:
-        ConfigError: no or an empty prompt, an unreadable file, or options that
-            conflict (``--raw`` with ``--system`` or ``--messages``).
-    """
-    for flag, value in (("--system", ns.system), ("--messages", ns.messages)):
-        if ns.raw and value is not None:
-            raise ConfigError(f"--raw and {flag} conflict: a raw prompt is sent without the chat template, "
-                              f"so {flag} would have no effect",
-                              f"drop --raw to use the chat template, or drop {flag} and write everything into the prompt")
-    text = ns.prompt
-    if text == "-":
-        text = sys.stdin.read()
-    messages = _read_messages(ns.messages) if ns.messages else None
-    if text is None and messages is None:
-        raise ConfigError("no prompt given", 'localspec generate "your question" (or - to read stdin)')
-    if text is not None and not text.strip():
-        raise ConfigError("the prompt is empty", 'localspec generate "your question" (or - to read stdin)')
-    if ns.file:
-        if text is None:
-            raise ConfigError("--file needs a prompt to go with it", 'localspec generate --file F "what to do with it"')
-        from localspec.app.codeedit import file_form, longest_fence
-
-        body = file_form(_read_file_text(ns.file)).text
-        fence = "`" * max(3, longest_fence(body) + 1)
-        text = f"{text}\n\n{fence}\n{body.rstrip(chr(10))}\n{fence}"
-    if ns.raw:
-        return text, None
-    messages = (messages or []) + ([{"role": "user", "content": text}] if text is not None else [])
-    return None, with_system(messages, ns.system)
-
-
 def cmd_generate(ns: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.text import Text
@@ -187,13 +120,8 @@ def cmd_generate(ns: argparse.Namespace) -> int:
     from localspec.app.loader import load_engine
 
     settings = settings_from_args(ns)
-    raw, messages = _read_prompt(ns)
-    if ns.prediction:
-        from localspec.app.codeedit import file_form
-
-        predicted_text = file_form(_read_file_text(ns.prediction)).text  # as the model sees a file: LF, no BOM
-    else:
-        predicted_text = None
+    asked = read_prompt_input(ns.prompt, raw=ns.raw, system=ns.system, messages_file=ns.messages, file=ns.file,
+                              prediction_file=ns.prediction)
     err = Console(stderr=True, no_color=ns.no_color)
     out = Console(no_color=ns.no_color, highlight=False, soft_wrap=True)
     if not ns.json:
@@ -206,16 +134,16 @@ def cmd_generate(ns: argparse.Namespace) -> int:
                          steps=None if quiet else _step_printer(sys.stderr))
     try:
         print_notices(engine, err)
-        prediction = engine.tokenize(predicted_text, special=False) if predicted_text else None
-        if raw is not None:
-            prompt = engine.tokenize(raw)
+        prediction = engine.tokenize(asked.prediction, special=False) if asked.prediction else None
+        if asked.raw is not None:
+            prompt = engine.tokenize(asked.raw)
             gen = engine.generate(prompt, settings.sampling, settings.drafting, settings.generation,
                                   prediction=prediction)
         else:
             # chat: the oldest turns are dropped to fit the context (localspec.app.chat)
             from localspec.app.chat import ChatSession
 
-            session = ChatSession(engine, settings, messages=messages)
+            session = ChatSession(engine, settings, messages=asked.messages)
             gen = session.answer(prediction).generation
             if session.last_prompt.dropped and not ns.json:
                 err.print(f"[yellow]note: left out the {session.last_prompt.dropped} oldest messages "

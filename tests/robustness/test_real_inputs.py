@@ -17,6 +17,7 @@ from localspec.app.codeedit import apply_answer, continuation_prefix, edit_promp
 from localspec.config import DraftParams, GenerationParams, SamplingParams, Settings
 from localspec.errors import ModelError
 from localspec.core.events import EndReason, TokenEvent
+from localspec.app.prompt_input import read_messages, read_prompt_input, with_system
 from localspec.app.catalog import cache_dir, remove_stale_parts, resolve_model, weights_dir
 from localspec.app.settings_file import config_path, load_settings, save_settings
 
@@ -62,9 +63,9 @@ def test_system_with_messages_reaches_the_prompt(capsys, tiny_env):
 
 def test_system_replaces_the_leading_system_message():
     msgs = [{"role": "system", "content": "old"}, {"role": "user", "content": "q"}]
-    assert cli.with_system(msgs, "new") == [{"role": "system", "content": "new"}, {"role": "user", "content": "q"}]
-    assert cli.with_system(msgs[1:], "new")[0] == {"role": "system", "content": "new"}
-    assert cli.with_system(msgs, None) == msgs
+    assert with_system(msgs, "new") == [{"role": "system", "content": "new"}, {"role": "user", "content": "q"}]
+    assert with_system(msgs[1:], "new")[0] == {"role": "system", "content": "new"}
+    assert with_system(msgs, None) == msgs
 
 
 @pytest.mark.parametrize("extra", [["--system", "be brief"], ["--messages", "chat.json"]])
@@ -134,11 +135,10 @@ def test_preset_found_in_a_tilde_models_dir(home, monkeypatch, tiny_path):
 def test_tilde_in_file_and_messages(home):
     (home / "app.py").write_text("\ufeffdef load(p):\r\n    return p\r\n")
     (home / "chat.json").write_text('[{"role": "user", "content": "first"}]')
-    ns = cli.build_parser().parse_args(["generate", "--file", "~/app.py", "Rename load."])
-    raw, msgs = cli._read_prompt(ns)
+    msgs = read_prompt_input("Rename load.", file="~/app.py").messages
     assert msgs[-1]["content"] == "Rename load.\n\n```\ndef load(p):\n    return p\n```"  # no BOM, LF
-    ns = cli.build_parser().parse_args(["generate", "--messages", "$HOME/chat.json", "second"])
-    assert [m["content"] for m in cli._read_prompt(ns)[1]] == ["first", "second"]
+    assert [m["content"] for m in read_prompt_input("second", messages_file="$HOME/chat.json").messages] \
+        == ["first", "second"]
 
 
 # -- B9: hf:OWNER/REPO/GLOB resolved offline from the Hugging Face cache ----------------------------
@@ -289,7 +289,7 @@ def test_json_with_a_bom_is_accepted(tmp_path):
     assert load_conversation(conv).messages[0].content == "hi"
     msgs = tmp_path / "m.json"
     msgs.write_text('[{"role": "user", "content": "hi"}]', encoding="utf-8-sig")
-    assert cli._read_messages(str(msgs)) == [{"role": "user", "content": "hi"}]
+    assert read_messages(str(msgs)) == [{"role": "user", "content": "hi"}]
 
 
 # -- C13: leftovers, flags, ranges -------------------------------------------------------------------

@@ -12,9 +12,11 @@ same models; a ``pydantic.ValidationError`` becomes a readable message only ther
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 DraftMode = Literal["auto", "draft", "lookup", "none"]
 FlashAttn = Literal["auto", "on", "off"]
@@ -204,14 +206,68 @@ class Settings(_Strict):
     generation: GenerationParams = GenerationParams()
 
 
+#: the error type of a validator's message written whole for the user (:func:`user_error`)
+USER_ERROR = "localspec"
+
+
+def user_error(message: str, code: str | None = None, at: str | None = None) -> PydanticCustomError:
+    """A validator's error that the front-ends show as written (no "(got ...)" added). Raise it from
+    a pydantic validator.
+
+    Args:
+        message: the sentence shown.
+        code: the server's error code (``"unsupported_parameter"``), or None.
+        at: a path below the validated value that the error names (``"function.name"``), or None.
+    """
+    return PydanticCustomError(USER_ERROR, message, {k: v for k, v in (("code", code), ("at", at)) if v} or None)
+
+
+def error_path(loc: Sequence[str | int]) -> str:
+    """A pydantic error location as a path: ``("messages", 0, "content")`` -> ``"messages[0].content"``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+@dataclass(frozen=True)
+class InvalidValue:
+    """One invalid value of a pydantic validation error, as every front-end says it.
+
+    Attributes:
+        path: where it is (:func:`error_path`; ``""``: the whole input).
+        reason: pydantic's message without its ``"Value error, "`` prefix, or a :func:`user_error`'s.
+        got: ``" (got <repr>)"`` for a value that is not an object, else ``""``.
+        written: the reason is a :func:`user_error`'s, to be shown as it is.
+        code: a :func:`user_error`'s code, or None.
+    """
+
+    path: str
+    reason: str
+    got: str = ""
+    written: bool = False
+    code: str | None = None
+
+    def line(self, whole: str = "settings") -> str:
+        """``path: reason (got value)`` (``whole`` names an empty path); a :func:`user_error` as written."""
+        return self.reason if self.written else f"{self.path or whole}: {self.reason}{self.got}"
+
+
+def invalid_values(err: ValidationError | Sequence[dict], skip: int = 0) -> list[InvalidValue]:
+    """The one translator of pydantic errors (a ``ValidationError``, or FastAPI's
+    ``RequestValidationError.errors()``) into what the CLI, the TUI, the settings file and the server
+    say, in pydantic's order; ``skip`` drops leading location parts (FastAPI's ``"body"``)."""
+    out = []
+    for e in err.errors() if isinstance(err, ValidationError) else err:
+        written = e.get("type") == USER_ERROR
+        got = f" (got {e['input']!r})" if "input" in e and not isinstance(e["input"], dict) else ""
+        ctx = (e.get("ctx") or {}) if written else {}
+        path = ".".join(p for p in (error_path(tuple(e.get("loc", ()))[skip:]), ctx.get("at")) if p)
+        out.append(InvalidValue(path, e.get("msg", "invalid").removeprefix("Value error, "), got, written,
+                                ctx.get("code")))
+    return out
+
+
 def format_validation_error(err: ValidationError) -> str:
-    """One line per invalid field: ``field.path: reason (got value)``."""
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e.get("loc", ())) or "settings"
-        msg = e.get("msg", "invalid")
-        if "input" in e and not isinstance(e["input"], dict):
-            lines.append(f"{loc}: {msg} (got {e['input']!r})")
-        else:
-            lines.append(f"{loc}: {msg}")
-    return "\n".join(lines)
+    """One line per invalid field: ``field.path: reason (got value)`` (:func:`invalid_values`)."""
+    return "\n".join(v.line() for v in invalid_values(err))

@@ -14,8 +14,7 @@ from typing import Literal, get_args
 from pydantic import ValidationError
 
 from localspec.config import (TEMPERATURE_MAX, DraftParams, GenerationParams, ModelSettings, SamplingParams, Settings,
-                     constraints,
-                     format_validation_error, option_info)
+                              constraints, invalid_values, option_info)
 from localspec.errors import ConfigError
 
 
@@ -130,14 +129,13 @@ def _cli_errors(section: str, err: ValidationError, given: dict[str, str]) -> li
     the settings field (``sampling.top_p: ...``, a value from the settings file)."""
     flags = {field: _flag(dest) for dest, field in given.items()}
     lines = []
-    for line in format_validation_error(err).splitlines():
-        name, sep, rest = line.partition(": ")
-        if sep and name in flags:
-            lines.append(f"{flags[name]}: {rest}")
-        elif sep and name in SECTION_ARGS[section][0].model_fields:
-            lines.append(f"{section}.{name}: {rest}")
+    for v in invalid_values(err):
+        if v.path in flags:
+            lines.append(f"{flags[v.path]}: {v.reason}{v.got}")
+        elif v.path in SECTION_ARGS[section][0].model_fields:
+            lines.append(f"{section}.{v.line()}")
         else:  # a rule between fields (draft_min <= draft_max): name them by their flags
-            line = line.removeprefix("settings: ").replace("Value error, ", "")
+            line = f"{v.path}: {v.reason}{v.got}" if v.path else v.reason + v.got
             named = line
             for field, flag in flags.items():
                 if "_" in field:

@@ -206,6 +206,34 @@ class Settings(_Strict):
     generation: GenerationParams = GenerationParams()
 
 
+class ServerSettings(_Strict):
+    """How ``localspec serve`` listens, queues and limits requests; its flags are built from these
+    declarations (:mod:`localspec.app.flags`) and :func:`localspec.server.create_app` takes one."""
+
+    host: str = option("127.0.0.1", min_length=1, help="address to bind", default_text="127.0.0.1: this machine only")
+    port: int = option(8080, ge=0, le=65535, help="TCP port")
+    api_key: str | None = option(None, repr=False, help="require Authorization: Bearer KEY on every request",
+                                 default_text="$LOCALSPEC_API_KEY if set")
+    queue_size: int = option(8, ge=0, le=1 << 16, unit="requests",
+                             help="most requests waiting for the engine; beyond, 429")
+    max_body_mb: float = option(8.0, gt=0, le=1 << 14, unit="MiB", help="largest request body, MiB; beyond, 413")
+    shutdown_grace: float = option(5.0, ge=0, le=3600, unit="seconds",
+                                   help="on SIGTERM or Ctrl-C: seconds the running answer may take to finish "
+                                   "(waiting requests get 503 at once); then it ends with an error event saying why")
+    cors_origins: tuple[str, ...] = option((), help="let web pages from ORIGIN (e.g. http://localhost:3000) call the "
+                                           "server from a browser; repeatable; '*' allows any origin (warned); "
+                                           "default: no cross-origin access")
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = option("info", help="the server log's level")
+    default_max_tokens: int | None = option(None, ge=1, unit="tokens",
+                                            help="max_tokens of a chat request that leaves it out (--max-tokens)",
+                                            default_text="the room left in the context window")
+
+    @property
+    def max_body(self) -> int:
+        """The body limit in bytes."""
+        return int(self.max_body_mb * (1 << 20))
+
+
 #: the error type of a validator's message written whole for the user (:func:`user_error`)
 USER_ERROR = "localspec"
 

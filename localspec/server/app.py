@@ -36,7 +36,7 @@ from fastapi.responses import JSONResponse, Response
 from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from localspec.config import Settings
+from localspec.config import ServerSettings, Settings
 from localspec.server import tools
 from localspec.server.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from localspec.server.openai_api import (FINISH_REASONS, MAX_JSON_DEPTH, ApiError, ChatCompletionBody, CompletionBody,
@@ -101,24 +101,18 @@ class _CountRequests:
             self.metrics.requests.labels(endpoint, str(status)).inc()
 
 
-def create_app(engine, settings: Settings, *, api_key: str | None = None, max_queue: int = 8,
-               max_body: int = 8 << 20, default_max_tokens: int | None = None,
-               shutdown_grace: float = 5.0, cors_origins: list[str] | None = None) -> FastAPI:
+def create_app(engine, settings: Settings, server: ServerSettings | None = None) -> FastAPI:
     """Build the app around a loaded engine (the app starts and stops its worker thread).
 
     Args:
         engine: a loaded engine (:class:`~localspec.core.engine.Engine`, its public surface only).
         settings: the models' names, drafting settings and sampling defaults.
-        api_key: require ``Authorization: Bearer api_key`` (None: no authentication).
-        max_queue: most requests waiting for the engine; beyond, 429 with Retry-After.
-        max_body: largest request body, bytes; beyond, 413.
-        default_max_tokens: max_tokens of a chat request that leaves it out (None: the
-            room left in the context window).
-        shutdown_grace: seconds a running answer may take to finish once a shutdown began
-            (``app.state.worker.drain``); the stream is kept open that long plus 2 s.
-        cors_origins: origins allowed to call from a browser (``"*"``: any); None or
-            empty: no cross-origin access (no CORS headers, preflight refused).
+        server: the server's settings (:class:`~localspec.config.ServerSettings`: API key, queue size,
+            body limit, shutdown grace, CORS origins, default max_tokens); None: the defaults.
     """
+    server = server or ServerSettings()
+    api_key, max_queue, max_body = server.api_key, server.queue_size, server.max_body
+    default_max_tokens, shutdown_grace, cors_origins = server.default_max_tokens, server.shutdown_grace, server.cors_origins
     metrics: ServerMetrics | None = None
     worker = EngineWorker(engine, settings, max_queue=max_queue, default_max_tokens=default_max_tokens,
                           on_finished=lambda req, gen: metrics.observe(gen))
@@ -351,49 +345,47 @@ def log_to_stderr(level: str = "info") -> None:
     logger.setLevel(level.upper())
 
 
-def serve(engine, settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, api_key: str | None = None,
-          max_queue: int = 8, max_body: int = 8 << 20, default_max_tokens: int | None = None,
-          log_level: str = "info", shutdown_grace: float = 5.0, cors_origins: list[str] | None = None) -> None:
-    """Serve until SIGTERM or Ctrl-C (uvicorn). Warns when binding beyond loopback without an API key,
-    and when any origin (``*``) may call from a browser.
+def serve(engine, settings: Settings, server: ServerSettings) -> None:
+    """Serve until SIGTERM or Ctrl-C (uvicorn) on ``server.host``:``server.port``. Warns when binding
+    beyond loopback without an API key, and when any origin (``*``) may call from a browser.
 
     Shutdown: stop accepting connections, answer waiting requests 503, let the running answer
-    finish within ``shutdown_grace`` seconds (else end it with an error event, code
+    finish within ``server.shutdown_grace`` seconds (else end it with an error event, code
     ``server_shutdown``), then return (the CLI exits 0).
     """
     import uvicorn
 
-    log_to_stderr(log_level)
-    if host not in LOOPBACK and not api_key:
-        print(f"warning: serving on {host} without --api-key: anyone who can reach this port can use the model",
-              file=sys.stderr)
-    if cors_origins and "*" in cors_origins:
+    log_to_stderr(server.log_level)
+    if server.host not in LOOPBACK and not server.api_key:
+        print(f"warning: serving on {server.host} without --api-key: anyone who can reach this port can use the "
+              "model", file=sys.stderr)
+    if "*" in server.cors_origins:
         print("warning: --cors-origin '*': any web page open in this machine's browser can use the model"
-              + ("" if api_key else " (and no --api-key is set)"), file=sys.stderr)
-    app = create_app(engine, settings, api_key=api_key, max_queue=max_queue, max_body=max_body,
-                     default_max_tokens=default_max_tokens, shutdown_grace=shutdown_grace, cors_origins=cors_origins)
-    print(f"localspec serve: http://{host}:{port}/v1 (model {model_id(settings.target.model)}, "
+              + ("" if server.api_key else " (and no --api-key is set)"), file=sys.stderr)
+    app = create_app(engine, settings, server)
+    print(f"localspec serve: http://{server.host}:{server.port}/v1 (model {model_id(settings.target.model)}, "
           f"mode {settings.drafting.mode})", file=sys.stderr, flush=True)
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
-                            timeout_graceful_shutdown=shutdown_grace + 3)  # a backstop after the worker's own
+    grace = server.shutdown_grace
+    config = uvicorn.Config(app, host=server.host, port=server.port, log_level=server.log_level,
+                            timeout_graceful_shutdown=grace + 3)  # a backstop after the worker's own
 
     class DrainingServer(uvicorn.Server):
         """uvicorn's server; its first exit signal also starts the worker's drain."""
 
         def handle_exit(self, sig, frame) -> None:
             if not self.should_exit:
-                drain = lambda: app.state.worker.drain(shutdown_grace)  # noqa: E731
+                drain = lambda: app.state.worker.drain(grace)  # noqa: E731
                 try:  # a signal handler must not take locks: drain in the event loop
                     asyncio.get_running_loop().call_soon_threadsafe(drain)
                 except RuntimeError:  # no event loop running yet
                     drain()
             super().handle_exit(sig, frame)
 
-    server = DrainingServer(config)
+    uv = DrainingServer(config)
     # uvicorn raises the signal it caught again after serving, to the handler it found: with the
     # default one a SIGTERM would kill the process (exit -15) after a clean shutdown
     previous = signal.signal(signal.SIGTERM, lambda sig, frame: None)
     try:
-        server.run()
+        uv.run()
     finally:
         signal.signal(signal.SIGTERM, previous)

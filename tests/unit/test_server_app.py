@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fakes import FakeModel
-from localspec.config import DraftParams, ModelSettings, SamplingParams, Settings
+from localspec.config import DraftParams, ModelSettings, SamplingParams, ServerSettings, Settings
 from localspec.core.engine import SpeculativeEngine
 from localspec.server import create_app
 from localspec.server.app import bearer_token
@@ -101,7 +101,7 @@ def test_integral_numbers_are_integers():
 
 
 def test_openapi_documents_the_request_bodies():
-    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS, api_key="k")) as c:
+    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS, ServerSettings(api_key="k"))) as c:
         doc = c.get("/openapi.json").json()
     for path, model in (("/v1/chat/completions", "ChatCompletionBody"), ("/v1/completions", "CompletionBody")):
         ref = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
@@ -150,7 +150,7 @@ def test_a_cancelled_waiter_frees_its_place_at_once():
 
 
 def test_401s_are_counted_in_the_metrics():
-    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS, api_key="k")) as c:
+    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS, ServerSettings(api_key="k"))) as c:
         for headers in ({}, {"Authorization": "Bearer nope"}):
             assert c.post("/v1/completions", json={"prompt": "t3"}, headers=headers).status_code == 401
         assert c.post("/v1/completions", json={"prompt": "t3 t5", "max_tokens": 2},
@@ -237,7 +237,8 @@ def test_model_retrieve_cors_and_context_wording():
         assert r.json()["error"]["message"].startswith("This model's maximum context length is 256 tokens. However, "
                                                        "you requested 300 tokens (200 in the prompt, 100 in the "
                                                        "completion).")
-    app = create_app(SpeculativeEngine(FakeModel(), None), SETTINGS, cors_origins=["http://localhost:3000"])
+    app = create_app(SpeculativeEngine(FakeModel(), None), SETTINGS,
+                     ServerSettings(cors_origins=("http://localhost:3000",)))
     with TestClient(app) as c:
         r = c.options("/v1/chat/completions", headers={**pre, "Access-Control-Request-Headers": "authorization"})
         assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://localhost:3000"

@@ -16,7 +16,8 @@ from localspec.backend.calibration import LONG_CONTEXT
 from localspec.errors import ConfigError, LocalspecError
 from localspec.core.events import TokenKind
 from localspec.app.prompt_input import read_prompt_input
-from localspec.app.flags import add_generation_arguments, add_option, add_model_arguments, settings_from_args
+from localspec.app.flags import (add_generation_arguments, add_model_arguments, add_option, add_server_arguments,
+                                  server_settings_from_args, settings_from_args)
 
 #: terminal colour of each colour role of TokenKind.colour (the TUI takes its theme's)
 TERMINAL_COLOURS = {"success": "green", "error": "red", "warning": "yellow"}
@@ -188,14 +189,8 @@ def cmd_generate(ns: argparse.Namespace) -> int:
 def cmd_serve(ns: argparse.Namespace) -> int:
     from localspec.app.loader import load_engine
 
-    settings = settings_from_args(ns)
-    if not 0 <= ns.port <= 65535:
-        raise ConfigError(f"--port must be 0..65535 (got {ns.port})", "pick a free TCP port, e.g. --port 8080")
-    if ns.queue_size < 0 or ns.max_body_mb <= 0:
-        raise ConfigError("--queue-size must be >= 0 and --max-body-mb > 0", "e.g. --queue-size 8 --max-body-mb 8")
-    if not 0 <= ns.shutdown_grace <= 3600:
-        raise ConfigError(f"--shutdown-grace must be 0..3600 seconds (got {ns.shutdown_grace:g})",
-                          "e.g. --shutdown-grace 5")
+    settings = settings_from_args(ns, command="serve")
+    server = server_settings_from_args(ns, api_key_env=os.environ.get("LOCALSPEC_API_KEY"))
     try:
         from localspec.server import serve
     except ImportError as e:
@@ -208,9 +203,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
                          steps=_step_printer(sys.stderr))
     try:
         print_notices(engine, Console(stderr=True))
-        serve(engine, settings, host=ns.host, port=ns.port, api_key=ns.api_key or os.environ.get("LOCALSPEC_API_KEY"),
-              max_queue=ns.queue_size, max_body=int(ns.max_body_mb * (1 << 20)), default_max_tokens=ns.max_tokens,
-              log_level=ns.log_level, shutdown_grace=ns.shutdown_grace, cors_origins=ns.cors_origin)
+        serve(engine, settings, server)
     finally:
         engine.close()
     return 0
@@ -280,20 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_generation_arguments(e)
     add_model_arguments(e)
     sv = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions)")
-    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    sv.add_argument("--port", type=int, default=8080, help="TCP port (default 8080)")
-    sv.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on every request "
-                    "(default: $LOCALSPEC_API_KEY if set)")
-    sv.add_argument("--queue-size", type=int, default=8, help="most requests waiting for the engine; beyond, 429 "
-                    "(default 8)")
-    sv.add_argument("--max-body-mb", type=float, default=8.0, help="largest request body, MiB; beyond, 413 (default 8)")
-    sv.add_argument("--shutdown-grace", type=float, default=5.0, metavar="SECONDS",
-                    help="on SIGTERM or Ctrl-C: seconds the running answer may take to finish (waiting requests "
-                         "get 503 at once); then it ends with an error event saying why (default 5)")
-    sv.add_argument("--cors-origin", action="append", default=None, metavar="ORIGIN",
-                    help="let web pages from ORIGIN (e.g. http://localhost:3000) call the server from a browser; "
-                         "repeatable; '*' allows any origin (warned); default: no cross-origin access")
-    sv.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    add_server_arguments(sv)
     add_generation_arguments(sv)
     add_model_arguments(sv)
     sub.add_parser("bench", help="benchmark modes side by side (localspec bench --help)", add_help=False)

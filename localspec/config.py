@@ -12,9 +12,11 @@ same models; a ``pydantic.ValidationError`` becomes a readable message only ther
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 DraftMode = Literal["auto", "draft", "lookup", "none"]
 FlashAttn = Literal["auto", "on", "off"]
@@ -204,14 +206,96 @@ class Settings(_Strict):
     generation: GenerationParams = GenerationParams()
 
 
+class ServerSettings(_Strict):
+    """How ``localspec serve`` listens, queues and limits requests; its flags are built from these
+    declarations (:mod:`localspec.app.flags`) and :func:`localspec.server.create_app` takes one."""
+
+    host: str = option("127.0.0.1", min_length=1, help="address to bind", default_text="127.0.0.1: this machine only")
+    port: int = option(8080, ge=0, le=65535, help="TCP port")
+    api_key: str | None = option(None, repr=False, help="require Authorization: Bearer KEY on every request",
+                                 default_text="$LOCALSPEC_API_KEY if set")
+    queue_size: int = option(8, ge=0, le=1 << 16, unit="requests",
+                             help="most requests waiting for the engine; beyond, 429")
+    max_body_mb: float = option(8.0, gt=0, le=1 << 14, unit="MiB", help="largest request body, MiB; beyond, 413")
+    shutdown_grace: float = option(5.0, ge=0, le=3600, unit="seconds",
+                                   help="on SIGTERM or Ctrl-C: seconds the running answer may take to finish "
+                                   "(waiting requests get 503 at once); then it ends with an error event saying why")
+    cors_origins: tuple[str, ...] = option((), help="let web pages from ORIGIN (e.g. http://localhost:3000) call the "
+                                           "server from a browser; repeatable; '*' allows any origin (warned); "
+                                           "default: no cross-origin access")
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = option("info", help="the server log's level")
+    default_max_tokens: int | None = option(None, ge=1, unit="tokens",
+                                            help="max_tokens of a chat request that leaves it out (--max-tokens)",
+                                            default_text="the room left in the context window")
+
+    @property
+    def max_body(self) -> int:
+        """The body limit in bytes."""
+        return int(self.max_body_mb * (1 << 20))
+
+
+#: the error type of a validator's message written whole for the user (:func:`user_error`)
+USER_ERROR = "localspec"
+
+
+def user_error(message: str, code: str | None = None, at: str | None = None) -> PydanticCustomError:
+    """A validator's error that the front-ends show as written (no "(got ...)" added). Raise it from
+    a pydantic validator.
+
+    Args:
+        message: the sentence shown.
+        code: the server's error code (``"unsupported_parameter"``), or None.
+        at: a path below the validated value that the error names (``"function.name"``), or None.
+    """
+    return PydanticCustomError(USER_ERROR, message, {k: v for k, v in (("code", code), ("at", at)) if v} or None)
+
+
+def error_path(loc: Sequence[str | int]) -> str:
+    """A pydantic error location as a path: ``("messages", 0, "content")`` -> ``"messages[0].content"``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+@dataclass(frozen=True)
+class InvalidValue:
+    """One invalid value of a pydantic validation error, as every front-end says it.
+
+    Attributes:
+        path: where it is (:func:`error_path`; ``""``: the whole input).
+        reason: pydantic's message without its ``"Value error, "`` prefix, or a :func:`user_error`'s.
+        got: ``" (got <repr>)"`` for a value that is not an object, else ``""``.
+        written: the reason is a :func:`user_error`'s, to be shown as it is.
+        code: a :func:`user_error`'s code, or None.
+    """
+
+    path: str
+    reason: str
+    got: str = ""
+    written: bool = False
+    code: str | None = None
+
+    def line(self, whole: str = "settings") -> str:
+        """``path: reason (got value)`` (``whole`` names an empty path); a :func:`user_error` as written."""
+        return self.reason if self.written else f"{self.path or whole}: {self.reason}{self.got}"
+
+
+def invalid_values(err: ValidationError | Sequence[dict], skip: int = 0) -> list[InvalidValue]:
+    """The one translator of pydantic errors (a ``ValidationError``, or FastAPI's
+    ``RequestValidationError.errors()``) into what the CLI, the TUI, the settings file and the server
+    say, in pydantic's order; ``skip`` drops leading location parts (FastAPI's ``"body"``)."""
+    out = []
+    for e in err.errors() if isinstance(err, ValidationError) else err:
+        written = e.get("type") == USER_ERROR
+        got = f" (got {e['input']!r})" if "input" in e and not isinstance(e["input"], dict) else ""
+        ctx = (e.get("ctx") or {}) if written else {}
+        path = ".".join(p for p in (error_path(tuple(e.get("loc", ()))[skip:]), ctx.get("at")) if p)
+        out.append(InvalidValue(path, e.get("msg", "invalid").removeprefix("Value error, "), got, written,
+                                ctx.get("code")))
+    return out
+
+
 def format_validation_error(err: ValidationError) -> str:
-    """One line per invalid field: ``field.path: reason (got value)``."""
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e.get("loc", ())) or "settings"
-        msg = e.get("msg", "invalid")
-        if "input" in e and not isinstance(e["input"], dict):
-            lines.append(f"{loc}: {msg} (got {e['input']!r})")
-        else:
-            lines.append(f"{loc}: {msg}")
-    return "\n".join(lines)
+    """One line per invalid field: ``field.path: reason (got value)`` (:func:`invalid_values`)."""
+    return "\n".join(v.line() for v in invalid_values(err))

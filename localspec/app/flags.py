@@ -13,9 +13,8 @@ from typing import Literal, get_args
 
 from pydantic import ValidationError
 
-from localspec.config import (TEMPERATURE_MAX, DraftParams, GenerationParams, ModelSettings, SamplingParams, Settings,
-                     constraints,
-                     format_validation_error, option_info)
+from localspec.config import (TEMPERATURE_MAX, DraftParams, GenerationParams, ModelSettings, SamplingParams,
+                              ServerSettings, Settings, constraints, invalid_values, option_info)
 from localspec.errors import ConfigError
 
 
@@ -53,6 +52,12 @@ SECTION_ARGS: dict[str, tuple[type, dict[str, str]]] = {
 }
 
 
+#: ``localspec serve``'s flags: command-line dest -> :class:`~localspec.config.ServerSettings` field
+SERVER_ARGS: dict[str, str] = {"host": "host", "port": "port", "api_key": "api_key", "queue_size": "queue_size",
+                               "max_body_mb": "max_body_mb", "shutdown_grace": "shutdown_grace",
+                               "cors_origin": "cors_origins", "log_level": "log_level"}
+
+
 def _flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
@@ -87,23 +92,60 @@ def add_option(g, dest: str, help: str | None = None, default_text: str | None =
     if help is None and model is ModelSettings and len(_sections_of(dest)) == 1:
         what = f"{section} {what}"
     kind = info.annotation
-    if dest == "stop":
-        g.add_argument(_flag(dest), action="append", default=None, help=what)
-    elif kind is bool:
-        g.add_argument(_flag(dest), choices=["on", "off"], default=None, help=what)
-    elif getattr(kind, "__origin__", None) is Literal:
-        g.add_argument(_flag(dest), choices=list(get_args(kind)), default=None, help=what)
-    elif kind is str:
+    if kind is str:
         default = getattr(Settings(), section).model_dump()[name]
         note = Settings.model_fields[section].description  # what this model must be (the draft's tokenizer)
         g.add_argument(_flag(dest), default=None, help=f"{what} (default {default})" + (f"; {note}" if note else ""))
     else:
+        _add_field(g, dest, model, name, what, default_text)
+
+
+def _add_field(g, dest: str, model: type, name: str, what: str, default_text: str | None = None) -> None:
+    """Add flag ``--dest`` for field ``name`` of ``model``, as its declaration says (see :func:`add_option`)."""
+    kind = model.model_fields[name].annotation
+    if getattr(kind, "__origin__", None) is tuple:  # repeatable: --stop, --cors-origin
+        g.add_argument(_flag(dest), action="append", default=None, metavar=dest.split("_")[-1].upper(), help=what)
+    elif kind is bool:
+        g.add_argument(_flag(dest), choices=["on", "off"], default=None, help=what)
+    elif getattr(kind, "__origin__", None) is Literal:
+        g.add_argument(_flag(dest), choices=list(get_args(kind)), default=None, help=what)
+    elif str in (kind, *get_args(kind)):
+        default = default_text if default_text is not None else _default_text(model, name)
+        g.add_argument(_flag(dest), default=None, metavar=dest.split("_")[-1].upper(), help=f"{what} (default {default})")
+    else:
         number = int if int in (kind, *get_args(kind)) else float
-        var = "N" if number is int else "X"
+        var = "N" if number is int else "SECONDS" if option_info(model, name).get("unit") == "seconds" else "X"
         rng = value_range(model, name, var)
         default = default_text if default_text is not None else _default_text(model, name)
         g.add_argument(_flag(dest), type=number, default=None, metavar=var,
                        help=f"{what} ({rng}" + (f"; default {default}" if default else "") + ")")
+
+
+def add_server_arguments(p: argparse.ArgumentParser) -> None:
+    """``localspec serve``'s own flags, from :class:`~localspec.config.ServerSettings`."""
+    g = p.add_argument_group("server")
+    for dest, name in SERVER_ARGS.items():
+        _add_field(g, dest, ServerSettings, name, ServerSettings.model_fields[name].description or "")
+
+
+def server_settings_from_args(ns: argparse.Namespace, api_key_env: str | None = None) -> ServerSettings:
+    """The server's settings from ``localspec serve``'s flags (``api_key_env``: the key when
+    ``--api-key`` is not given; ``--max-tokens``: the default max_tokens of a chat request).
+
+    Raises:
+        ConfigError: with one line per invalid value, each naming its flag.
+    """
+    data = _pick(ns, SERVER_ARGS)
+    data["cors_origins"] = tuple(data.get("cors_origins") or ())
+    data["api_key"] = data.get("api_key") or api_key_env or None
+    data["default_max_tokens"] = getattr(ns, "max_tokens", None)
+    try:
+        return ServerSettings(**data)
+    except ValidationError as e:
+        flags = {field: _flag(dest) for dest, field in SERVER_ARGS.items()} | {"default_max_tokens": "--max-tokens"}
+        lines = [f"{flags.get(v.path, v.path)}: {v.reason}{v.got}" for v in invalid_values(e)]
+        raise ConfigError("invalid settings:\n" + "\n".join(lines), "see localspec serve --help for the allowed "
+                          "values") from None
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -130,14 +172,13 @@ def _cli_errors(section: str, err: ValidationError, given: dict[str, str]) -> li
     the settings field (``sampling.top_p: ...``, a value from the settings file)."""
     flags = {field: _flag(dest) for dest, field in given.items()}
     lines = []
-    for line in format_validation_error(err).splitlines():
-        name, sep, rest = line.partition(": ")
-        if sep and name in flags:
-            lines.append(f"{flags[name]}: {rest}")
-        elif sep and name in SECTION_ARGS[section][0].model_fields:
-            lines.append(f"{section}.{name}: {rest}")
+    for v in invalid_values(err):
+        if v.path in flags:
+            lines.append(f"{flags[v.path]}: {v.reason}{v.got}")
+        elif v.path in SECTION_ARGS[section][0].model_fields:
+            lines.append(f"{section}.{v.line()}")
         else:  # a rule between fields (draft_min <= draft_max): name them by their flags
-            line = line.removeprefix("settings: ").replace("Value error, ", "")
+            line = f"{v.path}: {v.reason}{v.got}" if v.path else v.reason + v.got
             named = line
             for field, flag in flags.items():
                 if "_" in field:

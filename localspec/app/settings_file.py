@@ -19,7 +19,7 @@ from typing import Callable
 
 from pydantic import ValidationError
 
-from localspec.config import Settings, format_validation_error
+from localspec.config import Settings, invalid_values
 from localspec.app.fileio import atomic_write_text, expand_path
 
 log = logging.getLogger(__name__)
@@ -99,8 +99,8 @@ def _lenient(data: dict, where: Path, report: ReportFn) -> Settings:
                 model.model_validate(kept | {k: v})
                 kept[k] = v
             except ValidationError as e:
-                reason = format_validation_error(e).splitlines()[0].split(": ", 1)[-1]
-                invalid.append(f"{key}.{k}: {reason.removeprefix('Value error, ')}; using {kept.get(k)!r}")
+                first = invalid_values(e)[0]
+                invalid.append(f"{key}.{k}: {first.reason}{first.got}; using {kept.get(k)!r}")
         sections[key] = model.model_validate(kept)
     if unknown:
         report(f"{where}: ignored unknown settings {', '.join(unknown)} (left in the file as they are; "

@@ -1,13 +1,14 @@
-"""The FastAPI app: routes, authentication, body limit, errors as OpenAI's error object.
+"""The FastAPI app: routes (module-level routers reading ``app.state.served``), authentication,
+body limit, errors as OpenAI's error object.
 
 Routes: ``GET /health``, ``GET /v1/models``, ``GET /v1/models/{id}``,
 ``POST /v1/chat/completions`` (with tool calling, :mod:`.tools`), ``POST /v1/completions``,
 ``GET /metrics``, and ``GET /openapi.json`` (the request bodies' schemas). Cross-origin
 requests (CORS, for browser-based clients) get no CORS headers unless origins are allowed
-(``cors_origins``); then preflight ``OPTIONS`` requests are answered. With an API key, every
-route but ``/health`` and ``/openapi.json`` needs
+(``cors_origins`` of :class:`~localspec.config.ServerSettings`); then preflight ``OPTIONS``
+requests are answered. With an API key, every route but ``/health`` and ``/openapi.json`` needs
 ``Authorization: Bearer KEY`` (the scheme case-insensitive, RFC 9110 §11.1; the key compared
-in constant time). A request body over ``max_body`` bytes is refused with 413 without being
+in constant time). A request body over ``max_body_mb`` MiB is refused with 413 without being
 kept in memory; one that is not JSON, nests deeper than
 :data:`~localspec.server.openai_api.MAX_JSON_DEPTH` or holds a lone UTF-16 surrogate gets a
 400. No error sends a traceback to the client; a bug is logged and answered with a 500.
@@ -27,20 +28,24 @@ import signal
 import sys
 import time
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable, Coroutine
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.routing import APIRoute
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from localspec.config import Settings
+from localspec.config import ServerSettings, Settings
 from localspec.server import tools
 from localspec.server.metrics import CONTENT_TYPE_LATEST, ServerMetrics
-from localspec.server.openai_api import (FINISH_REASONS, MAX_JSON_DEPTH, ApiError, ChatCompletionBody, CompletionBody,
-                         ResponseShape, check_json, parse_request, speculation, usage)
+from localspec.server.openai_api import (ERROR_RESPONSES, FINISH_REASONS, MAX_JSON_DEPTH, ApiError, ChatCompletionBody, CompletionBody,
+                                         GenerationRequest, ResponseShape, api_error, check_json, speculation, usage)
 from localspec.server.worker import EngineWorker, Failed, Finished, Job, Started, Tokens, drafting_for, sampling_for
 
 log = logging.getLogger("localspec.server")
@@ -101,34 +106,289 @@ class _CountRequests:
             self.metrics.requests.labels(endpoint, str(status)).inc()
 
 
-def create_app(engine, settings: Settings, *, api_key: str | None = None, max_queue: int = 8,
-               max_body: int = 8 << 20, default_max_tokens: int | None = None,
-               shutdown_grace: float = 5.0, cors_origins: list[str] | None = None) -> FastAPI:
+@dataclass
+class Served:
+    """What the routes read (``app.state.served``): the engine, its settings, the server's, the
+    worker and the metrics, and the names the models are served as."""
+
+    engine: Any
+    settings: Settings
+    server: ServerSettings
+    worker: EngineWorker
+    metrics: ServerMetrics
+    target_id: str
+    draft_id: str | None
+    loaded_at: int
+    template: str | None
+    tool_fmt: Any
+
+
+def served(request: Request) -> Served:
+    """What the app serves (set by :func:`create_app`)."""
+    return request.app.state.served
+
+
+async def authorize(request: Request) -> None:
+    """Raises ApiError 401 unless the request carries the server's API key (when it has one)."""
+    api_key = served(request).server.api_key
+    if api_key is None:
+        return
+    token = bearer_token(request.headers.get("authorization", ""))
+    if token is None or not hmac.compare_digest(token.encode(), api_key.encode()):
+        raise ApiError(401, "missing or wrong API key: send Authorization: Bearer <key>", None, "invalid_api_key",
+                       headers={"WWW-Authenticate": "Bearer"})
+
+
+async def read_json(request: Request, max_body: int) -> tuple[bytes, Any]:
+    """The request body (bytes, at most ``max_body``) and its JSON, checked by :func:`check_json`.
+
+    Raises:
+        ApiError: 413 over the limit (read to the end, not kept); 400 ``invalid_json`` or
+            ``invalid_unicode``.
+    """
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > _HOPELESS * max_body:
+        raise ApiError(413, f"the request body is {declared} bytes; the limit is {max_body}", None,
+                       "request_too_large", headers={"Connection": "close"})
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size <= max_body:
+            chunks.append(chunk)
+    if size > max_body:  # read to the end (not kept) so the client gets the answer
+        raise ApiError(413, f"the request body is {size} bytes; the limit is {max_body}", None, "request_too_large")
+    raw = b"".join(chunks)
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ApiError(400, f"the request body is not valid JSON: {e}", None, "invalid_json") from None
+    except RecursionError:  # nested deeper than Python's parser recurses (about 1000 levels)
+        raise ApiError(400, f"the request body nests arrays and objects more than {MAX_JSON_DEPTH} levels deep",
+                       None, "invalid_json") from None
+    check_json(body)
+    return raw, body
+
+
+class CheckedJsonRoute(APIRoute):
+    """A generation route: the API key is checked first, then the body is read under the limit and
+    checked as JSON (:func:`read_json`), then FastAPI validates it against the route's body model
+    (whatever the request's Content-Type said, the body is read as JSON, as before)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        validate_and_run = super().get_route_handler()
+
+        async def handler(request: Request) -> Response:
+            await authorize(request)
+            raw, _ = await read_json(request, served(request).server.max_body)
+            headers = [(k, v) for k, v in request.scope["headers"] if k != b"content-type"]
+            checked = Request({**request.scope, "headers": [*headers, (b"content-type", b"application/json")]},
+                              request.receive)
+            checked._body = raw  # what FastAPI reads (Starlette's cache of the body)
+            return await validate_and_run(checked)
+
+        return handler
+
+
+generation = APIRouter(route_class=CheckedJsonRoute, responses=ERROR_RESPONSES)
+api = APIRouter(dependencies=[Depends(authorize)], responses=ERROR_RESPONSES)
+
+
+@generation.post("/v1/chat/completions")
+async def chat_completions(body: ChatCompletionBody, request: Request) -> Response:
+    return await generate(request, body.request("chat"))
+
+
+@generation.post("/v1/completions")
+async def completions(body: CompletionBody, request: Request) -> Response:
+    return await generate(request, body.request("completion"))
+
+
+@api.get("/v1/models")
+async def models(request: Request) -> dict:
+    return {"object": "list", "data": [model_object(served(request))]}
+
+
+@api.get("/v1/models/{name:path}")
+async def model(name: str, request: Request) -> dict:
+    """Any name answers with the loaded model, as chat requests do (the name is not checked)."""
+    return model_object(served(request))
+
+
+@api.get("/metrics")
+async def prometheus_metrics(request: Request) -> Response:
+    return Response(served(request).metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+
+health = APIRouter()
+
+
+@health.get("/health")
+async def health_status(request: Request) -> dict:
+    worker = served(request).worker
+    return {"status": "shutting_down" if worker.draining else "ok", "busy": worker.busy, "waiting": worker.waiting}
+
+
+def model_object(s: Served) -> dict:
+    return {"id": s.target_id, "object": "model", "created": s.loaded_at, "owned_by": "localspec",
+            "draft": s.draft_id, "mode": s.settings.drafting.mode, "n_ctx": s.engine.n_ctx}
+
+
+async def generate(request: Request, req: GenerationRequest) -> Response:
+    """Queue a checked request and answer it: a stream of server-sent events or one JSON object."""
+    s = served(request)
+    if req.tools is not None and (req.tools.tools or req.tools.history):
+        if s.tool_fmt is None:
+            raise tools.unsupported_error(s.target_id, s.template, "tools" if req.tools.tools else "messages")
+        req.tools.format = s.tool_fmt
+    job = Job(req, sampling_for(s.settings, req), asyncio.get_running_loop(),
+              drafting=drafting_for(s.settings, req, s.engine.has_draft_model))
+    s.worker.submit(job)
+    first = await next_message(job, request)
+    if first is None:  # gone while waiting (its place in the queue is freed)
+        return Response(status_code=499)
+    if isinstance(first, Failed):
+        raise first.error
+    assert isinstance(first, Started)
+    shape = ResponseShape(req.kind, s.target_id)
+    if req.stream:
+        # sse-starlette ends streams when uvicorn begins to shut down; give the running answer
+        # the grace period (the worker ends it then, with an error event saying why)
+        return EventSourceResponse(_stream(s, job, req, shape), sep="\n",
+                                   shutdown_grace_period=s.server.shutdown_grace + 2)
+    return await _collect(s, job, request, shape, req)
+
+
+async def next_message(job: Job, request: Request):
+    """The job's next message; cancels the job if the client goes away while waiting."""
+    while True:
+        try:
+            return await asyncio.wait_for(job.out.get(), timeout=0.25)
+        except asyncio.TimeoutError:
+            if await request.is_disconnected():
+                job.cancel()
+                return None
+
+
+def _extra(s: Served, job: Job, gen) -> dict:
+    drafting = job.drafting or s.settings.drafting
+    return {"speculation": speculation(drafting.mode, gen.stats, gen.rounds, drafting.cap),
+            "queue": {"arrival": job.arrival, "served": job.served, "wait_seconds": job.wait_seconds}}
+
+
+async def _collect(s: Served, job: Job, request: Request, shape: ResponseShape, req: GenerationRequest) -> Response:
+    while True:
+        msg = await next_message(job, request)
+        if msg is None:
+            return Response(status_code=499)
+        if isinstance(msg, Failed):
+            raise msg.error
+        if isinstance(msg, Finished):
+            gen = msg.generation
+            extra = {"usage": usage(gen.stats, gen.rounds), **_extra(s, job, gen)}
+            if req.tools is not None and req.tools.parses:
+                return JSONResponse(tools.complete(shape, req.tools, gen.text,
+                                                   FINISH_REASONS[gen.stats.end_reason], extra))
+            return JSONResponse(shape.complete(gen.text, FINISH_REASONS[gen.stats.end_reason], extra))
+
+
+async def _stream(s: Served, job: Job, req: GenerationRequest, shape: ResponseShape):
+    """Server-sent events; sse-starlette cancels this when the client disconnects."""
+    calls = tools.ToolStream(shape, req.tools, req.include_usage) if req.tools and req.tools.parses else None
+    try:
+        yield json.dumps(shape.chunk("", first=True, include_usage=req.include_usage))
+        while True:
+            msg = await job.out.get()
+            if isinstance(msg, Tokens):
+                text = "".join(t.text for t in msg.tokens)
+                if calls is not None:
+                    for chunk in calls.feed(text, msg.tokens):
+                        yield json.dumps(chunk)
+                elif msg.tokens:
+                    yield json.dumps(shape.chunk(text, tokens=msg.tokens, include_usage=req.include_usage))
+            elif isinstance(msg, Finished):
+                for chunk in _last_chunks(s, job, req, shape, msg.generation, calls):
+                    yield json.dumps(chunk) if isinstance(chunk, dict) else chunk
+                return
+            elif isinstance(msg, Failed):
+                yield json.dumps(msg.error.body())
+                return
+    finally:
+        job.cancel()  # no effect once finished; otherwise the generation ends after this round
+
+
+def _last_chunks(s: Served, job: Job, req: GenerationRequest, shape: ResponseShape, gen, calls) -> list:
+    """A finished stream's last events: pending calls, the finish chunk, the usage chunk, ``[DONE]``."""
+    out: list = []
+    reason = FINISH_REASONS[gen.stats.end_reason]
+    if calls is not None:
+        out += calls.finish()
+        reason = calls.finish_reason(reason)
+    extra = _extra(s, job, gen)
+    out.append(shape.chunk(None, reason, include_usage=req.include_usage, extra=extra))
+    if req.include_usage:
+        out.append(shape.usage_chunk(usage(gen.stats, gen.rounds), extra))
+    return [*out, "[DONE]"]
+
+
+# -- errors as OpenAI's error object ---------------------------------------------------------
+async def _api_error(request: Request, e: ApiError) -> JSONResponse:
+    return _error_response(e)
+
+
+async def _invalid_request(request: Request, e: RequestValidationError) -> JSONResponse:
+    return _error_response(api_error(e.errors(), skip=1))  # FastAPI's locations start with "body"
+
+
+async def _http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
+    code = "not_found" if e.status_code == 404 else None
+    hint = ("; cross-origin requests are off: start localspec serve with --cors-origin ORIGIN"
+            if request.method == "OPTIONS" and e.status_code == 405 and not served(request).server.cors_origins
+            else "")
+    return _error_response(ApiError(e.status_code, f"{request.method} {request.url.path}: {e.detail}{hint}",
+                                    None, code))
+
+
+async def _bug(request: Request, e: Exception) -> JSONResponse:
+    log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=e)
+    return _error_response(ApiError(500, "internal server error (see the server log)"))
+
+
+ERROR_HANDLERS = {ApiError: _api_error, RequestValidationError: _invalid_request,
+                  StarletteHTTPException: _http_error, Exception: _bug}
+
+
+def _openapi(app: FastAPI) -> Callable[[], dict]:
+    """FastAPI's document (the request bodies come from the routes' models), with the bearer
+    scheme when the server has an API key."""
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            doc = get_openapi(title="localspec", version="1", routes=app.routes,
+                              description="OpenAI-compatible API of localspec serve")
+            if app.state.served.server.api_key is not None:
+                doc.setdefault("components", {})["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+                doc["security"] = [{"bearer": []}]
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    return openapi
+
+
+def create_app(engine, settings: Settings, server: ServerSettings | None = None) -> FastAPI:
     """Build the app around a loaded engine (the app starts and stops its worker thread).
 
     Args:
-        engine: a loaded engine (:class:`~localspec.core.engine.Engine`, its public surface only).
+        engine: a loaded engine (:class:`~localspec.core.engine.SpeculativeEngine`, its public surface only).
         settings: the models' names, drafting settings and sampling defaults.
-        api_key: require ``Authorization: Bearer api_key`` (None: no authentication).
-        max_queue: most requests waiting for the engine; beyond, 429 with Retry-After.
-        max_body: largest request body, bytes; beyond, 413.
-        default_max_tokens: max_tokens of a chat request that leaves it out (None: the
-            room left in the context window).
-        shutdown_grace: seconds a running answer may take to finish once a shutdown began
-            (``app.state.worker.drain``); the stream is kept open that long plus 2 s.
-        cors_origins: origins allowed to call from a browser (``"*"``: any); None or
-            empty: no cross-origin access (no CORS headers, preflight refused).
+        server: the server's settings (:class:`~localspec.config.ServerSettings`: API key, queue size,
+            body limit, shutdown grace, CORS origins, default max_tokens); None: the defaults.
     """
+    server = server or ServerSettings()
     metrics: ServerMetrics | None = None
-    worker = EngineWorker(engine, settings, max_queue=max_queue, default_max_tokens=default_max_tokens,
+    worker = EngineWorker(engine, settings, max_queue=server.queue_size, default_max_tokens=server.default_max_tokens,
                           on_finished=lambda req, gen: metrics.observe(gen))
     metrics = ServerMetrics(lambda: worker.waiting, lambda: int(worker.busy))
-    target_id = model_id(settings.target.model)
-    draft_id = model_id(settings.draft.model) if engine.has_draft_model else None
-    mode = settings.drafting.mode
-    loaded_at = int(time.time())
     template = engine.chat_template()
-    tool_fmt = tools.tool_format(template)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -138,198 +398,19 @@ def create_app(engine, settings: Settings, *, api_key: str | None = None, max_qu
         finally:
             await asyncio.to_thread(worker.stop)
 
-    app = FastAPI(title="localspec", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url="/openapi.json")
-    app.state.worker = worker
-    app.state.metrics = metrics
+    app = FastAPI(title="localspec", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url="/openapi.json",
+                  exception_handlers=ERROR_HANDLERS)
+    app.state.served = Served(engine, settings, server, worker, metrics, model_id(settings.target.model),
+                              model_id(settings.draft.model) if engine.has_draft_model else None, int(time.time()),
+                              template, tools.tool_format(template))
+    app.state.worker, app.state.metrics = worker, metrics
+    for router in (health, api, generation):
+        app.include_router(router)
+    app.openapi = _openapi(app)
     app.add_middleware(_CountRequests, metrics=metrics)
-
-    def openapi() -> dict:
-        """FastAPI's document, with the request bodies the generation routes read themselves."""
-        if app.openapi_schema is None:
-            doc = get_openapi(title="localspec", version="1", routes=app.routes,
-                              description="OpenAI-compatible API of localspec serve")
-            schemas = doc.setdefault("components", {}).setdefault("schemas", {})
-            for model, path in ((ChatCompletionBody, "/v1/chat/completions"), (CompletionBody, "/v1/completions")):
-                js = model.model_json_schema(ref_template="#/components/schemas/{model}")
-                schemas.update(js.pop("$defs", {}))
-                schemas[model.__name__] = js
-                doc["paths"][path]["post"]["requestBody"] = {
-                    "required": True,
-                    "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}
-            if api_key is not None:
-                doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
-                doc["security"] = [{"bearer": []}]
-            app.openapi_schema = doc
-        return app.openapi_schema
-
-    app.openapi = openapi
-    if cors_origins:  # outermost, so that every answer (errors too) carries the CORS headers
-        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST", "OPTIONS"],
-                           allow_headers=["*"], max_age=600)
-
-    @app.exception_handler(ApiError)
-    async def _api_error(request: Request, e: ApiError):
-        return _error_response(e)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, e: StarletteHTTPException):
-        code = "not_found" if e.status_code == 404 else None
-        hint = ("; cross-origin requests are off: start localspec serve with --cors-origin ORIGIN"
-                if request.method == "OPTIONS" and e.status_code == 405 and not cors_origins else "")
-        return _error_response(ApiError(e.status_code, f"{request.method} {request.url.path}: {e.detail}{hint}",
-                                        None, code))
-
-    @app.exception_handler(Exception)
-    async def _bug(request: Request, e: Exception):
-        log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=e)
-        return _error_response(ApiError(500, "internal server error (see the server log)"))
-
-    async def authorize(request: Request) -> None:
-        if api_key is None:
-            return
-        token = bearer_token(request.headers.get("authorization", ""))
-        if token is None or not hmac.compare_digest(token.encode(), api_key.encode()):
-            raise ApiError(401, "missing or wrong API key: send Authorization: Bearer <key>", None, "invalid_api_key",
-                           headers={"WWW-Authenticate": "Bearer"})
-
-    async def read_json(request: Request):
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > _HOPELESS * max_body:
-            raise ApiError(413, f"the request body is {declared} bytes; the limit is {max_body}", None,
-                           "request_too_large", headers={"Connection": "close"})
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size <= max_body:
-                chunks.append(chunk)
-        if size > max_body:  # read to the end (not kept) so the client gets the answer
-            raise ApiError(413, f"the request body is {size} bytes; the limit is {max_body}", None,
-                           "request_too_large")
-        try:
-            body = json.loads(b"".join(chunks))
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ApiError(400, f"the request body is not valid JSON: {e}", None, "invalid_json") from None
-        except RecursionError:  # nested deeper than Python's parser recurses (about 1000 levels)
-            raise ApiError(400, f"the request body nests arrays and objects more than {MAX_JSON_DEPTH} levels deep",
-                           None, "invalid_json") from None
-        check_json(body)
-        return body
-
-    async def next_message(job: Job, request: Request):
-        """The job's next message; cancels the job if the client goes away while waiting."""
-        while True:
-            try:
-                return await asyncio.wait_for(job.out.get(), timeout=0.25)
-            except asyncio.TimeoutError:
-                if await request.is_disconnected():
-                    job.cancel()
-                    return None
-
-    async def generate(request: Request, kind: str) -> Response:
-        req = parse_request(await read_json(request), kind)
-        if req.tools is not None and (req.tools.tools or req.tools.history):
-            if tool_fmt is None:
-                raise tools.unsupported_error(target_id, template, "tools" if req.tools.tools else "messages")
-            req.tools.format = tool_fmt
-        job = Job(req, sampling_for(settings, req), asyncio.get_running_loop(),
-                  drafting=drafting_for(settings, req, engine.has_draft_model))
-        worker.submit(job)
-        first = await next_message(job, request)
-        if first is None:  # gone while waiting (its place in the queue is freed)
-            return Response(status_code=499)
-        if isinstance(first, Failed):
-            raise first.error
-        assert isinstance(first, Started)
-        shape = ResponseShape(kind, target_id)
-        if req.stream:
-            # sse-starlette ends streams when uvicorn begins to shut down; give the running answer
-            # the grace period (the worker ends it then, with an error event saying why)
-            return EventSourceResponse(_stream(job, req, shape), sep="\n", shutdown_grace_period=shutdown_grace + 2)
-        return await _collect(job, request, shape, req)
-
-    def _extra(job: Job, gen) -> dict:
-        drafting = job.drafting or settings.drafting
-        return {"speculation": speculation(drafting.mode, gen.stats, gen.rounds, drafting.cap),
-                "queue": {"arrival": job.arrival, "served": job.served, "wait_seconds": job.wait_seconds}}
-
-    async def _collect(job: Job, request: Request, shape: ResponseShape, req) -> Response:
-        while True:
-            msg = await next_message(job, request)
-            if msg is None:
-                return Response(status_code=499)
-            if isinstance(msg, Failed):
-                raise msg.error
-            if isinstance(msg, Finished):
-                gen = msg.generation
-                extra = {"usage": usage(gen.stats, gen.rounds), **_extra(job, gen)}
-                if req.tools is not None and req.tools.parses:
-                    return JSONResponse(tools.complete(shape, req.tools, gen.text,
-                                                       FINISH_REASONS[gen.stats.end_reason], extra))
-                return JSONResponse(shape.complete(gen.text, FINISH_REASONS[gen.stats.end_reason], extra))
-
-    async def _stream(job: Job, req, shape: ResponseShape):
-        """Server-sent events; sse-starlette cancels this when the client disconnects."""
-        calls = tools.ToolStream(shape, req.tools, req.include_usage) if req.tools and req.tools.parses else None
-        try:
-            yield json.dumps(shape.chunk("", first=True, include_usage=req.include_usage))
-            while True:
-                msg = await job.out.get()
-                if isinstance(msg, Tokens):
-                    text = "".join(t.text for t in msg.tokens)
-                    if calls is not None:
-                        for chunk in calls.feed(text, msg.tokens):
-                            yield json.dumps(chunk)
-                    elif msg.tokens:
-                        yield json.dumps(shape.chunk(text, tokens=msg.tokens, include_usage=req.include_usage))
-                elif isinstance(msg, Finished):
-                    gen = msg.generation
-                    extra = _extra(job, gen)
-                    reason = FINISH_REASONS[gen.stats.end_reason]
-                    if calls is not None:
-                        for chunk in calls.finish():
-                            yield json.dumps(chunk)
-                        reason = calls.finish_reason(reason)
-                    yield json.dumps(shape.chunk(None, reason, include_usage=req.include_usage, extra=extra))
-                    if req.include_usage:
-                        yield json.dumps(shape.usage_chunk(usage(gen.stats, gen.rounds), extra))
-                    yield "[DONE]"
-                    return
-                elif isinstance(msg, Failed):
-                    yield json.dumps(msg.error.body())
-                    return
-        finally:
-            job.cancel()  # no effect once finished; otherwise the generation ends after this round
-
-    @app.get("/health")
-    async def health():
-        return {"status": "shutting_down" if worker.draining else "ok", "busy": worker.busy,
-                "waiting": worker.waiting}
-
-    def model_object() -> dict:
-        return {"id": target_id, "object": "model", "created": loaded_at, "owned_by": "localspec",
-                "draft": draft_id, "mode": mode, "n_ctx": engine.n_ctx}
-
-    @app.get("/v1/models", dependencies=[Depends(authorize)])
-    async def models():
-        return {"object": "list", "data": [model_object()]}
-
-    @app.get("/v1/models/{name:path}", dependencies=[Depends(authorize)])
-    async def model(name: str):
-        """Any name answers with the loaded model, as chat requests do (the name is not checked)."""
-        return model_object()
-
-    @app.post("/v1/chat/completions", dependencies=[Depends(authorize)])
-    async def chat_completions(request: Request):
-        return await generate(request, "chat")
-
-    @app.post("/v1/completions", dependencies=[Depends(authorize)])
-    async def completions(request: Request):
-        return await generate(request, "completion")
-
-    @app.get("/metrics", dependencies=[Depends(authorize)])
-    async def prometheus_metrics():
-        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
-
+    if server.cors_origins:  # outermost, so that every answer (errors too) carries the CORS headers
+        app.add_middleware(CORSMiddleware, allow_origins=list(server.cors_origins),
+                           allow_methods=["GET", "POST", "OPTIONS"], allow_headers=["*"], max_age=600)
     return app
 
 
@@ -351,49 +432,47 @@ def log_to_stderr(level: str = "info") -> None:
     logger.setLevel(level.upper())
 
 
-def serve(engine, settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, api_key: str | None = None,
-          max_queue: int = 8, max_body: int = 8 << 20, default_max_tokens: int | None = None,
-          log_level: str = "info", shutdown_grace: float = 5.0, cors_origins: list[str] | None = None) -> None:
-    """Serve until SIGTERM or Ctrl-C (uvicorn). Warns when binding beyond loopback without an API key,
-    and when any origin (``*``) may call from a browser.
+def serve(engine, settings: Settings, server: ServerSettings) -> None:
+    """Serve until SIGTERM or Ctrl-C (uvicorn) on ``server.host``:``server.port``. Warns when binding
+    beyond loopback without an API key, and when any origin (``*``) may call from a browser.
 
     Shutdown: stop accepting connections, answer waiting requests 503, let the running answer
-    finish within ``shutdown_grace`` seconds (else end it with an error event, code
+    finish within ``server.shutdown_grace`` seconds (else end it with an error event, code
     ``server_shutdown``), then return (the CLI exits 0).
     """
     import uvicorn
 
-    log_to_stderr(log_level)
-    if host not in LOOPBACK and not api_key:
-        print(f"warning: serving on {host} without --api-key: anyone who can reach this port can use the model",
-              file=sys.stderr)
-    if cors_origins and "*" in cors_origins:
+    log_to_stderr(server.log_level)
+    if server.host not in LOOPBACK and not server.api_key:
+        print(f"warning: serving on {server.host} without --api-key: anyone who can reach this port can use the "
+              "model", file=sys.stderr)
+    if "*" in server.cors_origins:
         print("warning: --cors-origin '*': any web page open in this machine's browser can use the model"
-              + ("" if api_key else " (and no --api-key is set)"), file=sys.stderr)
-    app = create_app(engine, settings, api_key=api_key, max_queue=max_queue, max_body=max_body,
-                     default_max_tokens=default_max_tokens, shutdown_grace=shutdown_grace, cors_origins=cors_origins)
-    print(f"localspec serve: http://{host}:{port}/v1 (model {model_id(settings.target.model)}, "
+              + ("" if server.api_key else " (and no --api-key is set)"), file=sys.stderr)
+    app = create_app(engine, settings, server)
+    print(f"localspec serve: http://{server.host}:{server.port}/v1 (model {model_id(settings.target.model)}, "
           f"mode {settings.drafting.mode})", file=sys.stderr, flush=True)
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
-                            timeout_graceful_shutdown=shutdown_grace + 3)  # a backstop after the worker's own
+    grace = server.shutdown_grace
+    config = uvicorn.Config(app, host=server.host, port=server.port, log_level=server.log_level,
+                            timeout_graceful_shutdown=grace + 3)  # a backstop after the worker's own
 
     class DrainingServer(uvicorn.Server):
         """uvicorn's server; its first exit signal also starts the worker's drain."""
 
         def handle_exit(self, sig, frame) -> None:
             if not self.should_exit:
-                drain = lambda: app.state.worker.drain(shutdown_grace)  # noqa: E731
+                drain = lambda: app.state.worker.drain(grace)  # noqa: E731
                 try:  # a signal handler must not take locks: drain in the event loop
                     asyncio.get_running_loop().call_soon_threadsafe(drain)
                 except RuntimeError:  # no event loop running yet
                     drain()
             super().handle_exit(sig, frame)
 
-    server = DrainingServer(config)
+    uv = DrainingServer(config)
     # uvicorn raises the signal it caught again after serving, to the handler it found: with the
     # default one a SIGTERM would kill the process (exit -15) after a clean shutdown
     previous = signal.signal(signal.SIGTERM, lambda sig, frame: None)
     try:
-        server.run()
+        uv.run()
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -1,11 +1,15 @@
-"""OpenAI's request and response shapes: parse and check requests, build responses.
+"""OpenAI's request and response shapes: the request bodies as pydantic models, the error object,
+the responses.
 
-Requests are checked here, before they are queued: a bad value is a 400 with OpenAI's
-error object naming the parameter. Fields that do not change the output (``user``,
-``metadata``, ``store``, ...) are accepted and ignored; fields we cannot honour
-(``logprobs``, a non-text ``response_format``, ``n`` > 1, ...) are refused with a 400
-that names them, unless they are sent with their no-op value. ``tools``, ``tool_choice``,
-``parallel_tool_calls`` and the tool messages are checked by :mod:`localspec.server.tools`.
+The request bodies (:class:`ChatCompletionBody`, :class:`CompletionBody`) are declared once: the
+routes take them, so FastAPI validates a request with them before it is queued and publishes
+them in ``/openapi.json``. A bad value is a 400 with OpenAI's error object naming the parameter
+(:func:`api_error`, from :func:`localspec.config.invalid_values`, the translator the CLI and
+the TUI use); a field's own message is declared beside it (:func:`localspec.config.user_error`).
+Fields that do not change the output (``user``, ``metadata``, ``store``, ...) are accepted and
+ignored; fields we cannot honour (``logprobs``, a non-text ``response_format``, ``n`` > 1, ...)
+are refused with a 400 that names them, unless they are sent with their no-op value
+(:data:`UNSUPPORTED`). The tool fields are turned into a :class:`localspec.server.tools.ToolRequest`.
 
 Reference: the OpenAI API reference for ``/v1/chat/completions`` and ``/v1/completions``
 (objects ``chat.completion``, ``chat.completion.chunk``, ``text_completion``, ``usage``
@@ -15,14 +19,18 @@ with ``completion_tokens_details.accepted_prediction_tokens`` /
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Callable, ClassVar, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo,
+                      WithJsonSchema, WrapValidator, field_validator, model_validator)
 
-from localspec.config import DraftMode, DraftParams, SamplingParams, request_field
+from pydantic_core import PydanticCustomError
+
+from localspec.config import DraftMode, DraftParams, SamplingParams, invalid_values, request_field, user_error
 from localspec.core.events import DrafterId, EndReason, GenerationStats, RoundStats, TokenEvent, drafter_tallies
 
 #: ``error.type`` per HTTP status, as OpenAI names them
@@ -54,6 +62,23 @@ class ApiError(Exception):
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": ERROR_TYPES.get(self.status, "invalid_request_error"),
                           "param": self.param, "code": self.code}}
+
+
+class ErrorObject(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorBody(BaseModel):
+    """OpenAI's error object, the body of every 4xx and 5xx answer (:meth:`ApiError.body`)."""
+
+    error: ErrorObject
+
+
+#: the error answers as ``/openapi.json`` documents them (instead of FastAPI's 422)
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {"4XX": {"model": ErrorBody, "description": "OpenAI's error object"}}
 
 
 #: the deepest nesting of arrays and objects a request body may have (OpenAI's request bodies
@@ -128,166 +153,31 @@ UNSUPPORTED: dict[str, tuple[Any, str]] = {
 }
 
 
-class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-    include_usage: bool | None = None
+#: OpenAI's rule for function names (plus ``.``): also keeps names free of template markup
+FUNCTION_NAME = r"^[A-Za-z0-9_.\-]{1,64}$"
+TOOL_SHAPE = 'a tool must be {"type": "function", "function": {"name": ..., "parameters": ...}}'
+PREDICTION_SHAPE = 'prediction must be {"type": "content", "content": ...}'
+TOOL_CHOICE_SHAPE = 'tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}'
 
 
-class SamplingFields(BaseModel):
-    """The scalar fields both endpoints share (JSON types checked strictly). The sampling
-    fields take their range and help from the options' one declaration
-    (:class:`~localspec.config.SamplingParams`); absent, they keep the server's settings."""
-
-    model_config = ConfigDict(extra="allow", strict=True)
-
-    model: str | None = None
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = request_field(SamplingParams, "temperature")
-    top_p: float | None = request_field(SamplingParams, "top_p")
-    seed: int | None = request_field(SamplingParams, "seed")
-    stop: str | list[str] | None = None
-    stream: bool | None = None
-    stream_options: StreamOptions | None = None
-    # extensions with llama.cpp's names
-    top_k: int | None = request_field(SamplingParams, "top_k")
-    min_p: float | None = request_field(SamplingParams, "min_p")
-
-    @field_validator("max_tokens", "max_completion_tokens", "seed", "top_k", mode="before")
-    @classmethod
-    def _integral_number(cls, v: Any) -> Any:
-        """JSON has one number type: ``4.0`` is the integer 4 (as JSON Schema says); ``4.5`` stays refused."""
-        return int(v) if isinstance(v, float) and v.is_integer() else v
+def _nonempty_array(value: Any) -> Any:
+    if not isinstance(value, list) or not value:
+        raise user_error("messages must be a non-empty array")
+    return value
 
 
-class TextPart(BaseModel):
-    """A text content part (the only kind served)."""
-
-    model_config = ConfigDict(extra="allow")
-    type: Literal["text"]
-    text: str
-
-
-class ChatMessage(BaseModel):
-    """A system, developer (read as system) or user message."""
-
-    model_config = ConfigDict(extra="allow")
-    role: Literal["system", "developer", "user"]
-    content: str | list[TextPart]
+def _tools_array(value: Any) -> Any:
+    if value is None or value == []:
+        return None
+    if not isinstance(value, list):
+        raise user_error("tools must be an array of function tools")
+    return value
 
 
-class FunctionCall(BaseModel):
-    """A call's function: its name and its arguments as a JSON string of an object."""
-
-    model_config = ConfigDict(extra="allow")
-    name: str
-    arguments: str | None = None
-
-
-class ToolCallItem(BaseModel):
-    """One call in an assistant message of the history."""
-
-    model_config = ConfigDict(extra="allow")
-    id: str | None = None
-    type: Literal["function"] | None = None
-    function: FunctionCall
-
-
-class AssistantMessage(BaseModel):
-    """An assistant message of the history; its content may be null (then it holds tool calls)."""
-
-    model_config = ConfigDict(extra="allow")
-    role: Literal["assistant"]
-    content: str | list[TextPart] | None = None
-    tool_calls: list[ToolCallItem] | None = None
-
-
-class ToolMessage(BaseModel):
-    """A tool's result, answering the call ``tool_call_id``."""
-
-    model_config = ConfigDict(extra="allow")
-    role: Literal["tool"]
-    content: str | list[TextPart]
-    tool_call_id: str | None = None
-
-
-class FunctionDefinition(BaseModel):
-    """A function the model may call (:mod:`localspec.server.tools`)."""
-
-    model_config = ConfigDict(extra="allow")
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")]
-    description: str | None = None
-    parameters: dict[str, Any] | None = Field(None, description="a JSON Schema object")
-
-
-class FunctionTool(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    type: Literal["function"]
-    function: FunctionDefinition
-
-
-class NamedFunction(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    name: str
-
-
-class NamedToolChoice(BaseModel):
-    """``tool_choice`` naming one of the tools: the answer is a call to it."""
-
-    model_config = ConfigDict(extra="allow")
-    type: Literal["function"]
-    function: NamedFunction
-
-
-class Prediction(BaseModel):
-    """OpenAI's Predicted Outputs: text the answer will mostly repeat (drafted first)."""
-
-    model_config = ConfigDict(extra="allow")
-    type: Literal["content"]
-    content: str | list[TextPart]
-
-
-StopString = Annotated[str, Field(min_length=1)]
-
-
-class ChatCompletionBody(SamplingFields):
-    """``POST /v1/chat/completions``: the request body as documented in ``/openapi.json``
-    (:func:`parse_request` checks it and names the parameter at fault)."""
-
-    messages: list[Annotated[ChatMessage | AssistantMessage | ToolMessage,
-                             Field(discriminator="role")]] = Field(min_length=1)
-    prediction: Prediction | None = None
-    stop: StopString | list[StopString] | None = None
-    tools: list[FunctionTool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
-    parallel_tool_calls: bool | None = None
-
-
-class CompletionBody(SamplingFields):
-    """``POST /v1/completions``: the request body as documented in ``/openapi.json``."""
-
-    prompt: Annotated[str, Field(min_length=1)] | Annotated[list[Annotated[str, Field(min_length=1)]],
-                                                            Field(min_length=1, max_length=1)]
-    prediction: Prediction | None = None
-    stop: StopString | list[StopString] | None = None
-
-
-class SpeculationFields(BaseModel):
-    """The request's ``speculation`` extension: how this request is drafted (llama.cpp's server
-    has no per-request control). Unknown keys are refused; absent ones keep the server's settings
-    (``localspec serve --mode/--draft-max``).
-
-    Attributes:
-        mode: ``auto`` | ``draft`` | ``lookup`` | ``none`` (``draft`` needs a draft model loaded).
-        draft_max: most tokens drafted per round, 1..:data:`~localspec.config.DRAFT_MAX_LIMIT`
-            (a cap; mode auto chooses each round's length up to it); declared by
-            :class:`~localspec.config.DraftParams`.
-    """
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    mode: DraftMode | None = None
-    draft_max: int | None = request_field(DraftParams, "draft_max")
+def _nonempty_prompt(prompt: str) -> str:
+    if not prompt:
+        raise user_error("the prompt is empty")
+    return prompt
 
 
 @dataclass
@@ -327,132 +217,393 @@ class GenerationRequest:
         return "messages" if self.kind == "chat" else "prompt"
 
 
-def _param(loc: tuple) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
+def _said(message: str | Callable[[Any], str]) -> WrapValidator:
+    """A field's one error message: whatever fails in the field's own validation is reported as
+    ``message`` (or ``message(value)``) at the field."""
+
+    def wrap(value: Any, handler) -> Any:
+        try:
+            return handler(value)
+        except ValidationError:
+            raise user_error(message(value) if callable(message) else message) from None
+
+    return WrapValidator(wrap)
 
 
-def _text(value: Any, param: str, allow_none: bool = False) -> str:
-    """A message content: a string, or a list of text parts (joined with newlines)."""
-    if value is None and allow_none:
-        return ""
-    if isinstance(value, str):
+def _object(message: str, absent_as_null: tuple[str, ...] = (), at: str | None = None):
+    """A model's before-validator: a value that is not a JSON object is refused with ``message``;
+    the keys ``absent_as_null`` are read as null when absent (so their fields' own messages apply)."""
+
+    def check(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise user_error(message, at=at)
+        return {**dict.fromkeys(absent_as_null), **value}
+
+    return model_validator(mode="before")(classmethod(check))
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    include_usage: bool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _an_object(cls, value: Any) -> Any:
+        """Refused as pydantic refuses it (FastAPI validates from attributes too, which words it otherwise)."""
+        if not isinstance(value, dict):
+            raise PydanticCustomError("model_type", "Input should be a valid dictionary or instance of StreamOptions")
         return value
-    if isinstance(value, list):
-        texts = []
-        for j, part in enumerate(value):
-            if not isinstance(part, dict):
-                raise ApiError(400, "a content part must be an object", f"{param}[{j}]")
-            if part.get("type") != "text":
-                raise ApiError(400, f"content parts of type {part.get('type')!r} are not supported (text only)",
-                               f"{param}[{j}].type")
-            if not isinstance(part.get("text"), str):
-                raise ApiError(400, "a text part needs a string 'text'", f"{param}[{j}].text")
-            texts.append(part["text"])
-        return "\n".join(texts)
-    raise ApiError(400, "content must be a string or a list of text parts", param)
 
 
-def _messages(raw: Any) -> list[dict]:
-    if not isinstance(raw, list) or not raw:
-        raise ApiError(400, "messages must be a non-empty array", "messages")
-    out = []
-    for i, m in enumerate(raw):
-        if not isinstance(m, dict):
-            raise ApiError(400, "a message must be an object", f"messages[{i}]")
-        role = m.get("role")
-        role = "system" if role == "developer" else role
-        if role not in ("system", "user", "assistant", "tool"):
-            raise ApiError(400, f"messages with role {m.get('role')!r} are not supported "
-                                "(system, developer, user, assistant, tool)", f"messages[{i}].role")
-        if _nonempty(m.get("function_call")):
-            raise ApiError(400, "the deprecated function_call is not supported (send tool_calls)",
-                           f"messages[{i}].function_call")
-        msg = {"role": role, "content": _text(m.get("content"), f"messages[{i}].content",
-                                              allow_none=role == "assistant")}
-        if role == "assistant" and _nonempty(m.get("tool_calls")):
-            from localspec.server.tools import history_tool_calls  # tools imports this module
+class TextPart(BaseModel):
+    """A text content part (the only kind served)."""
 
-            msg["tool_calls"] = history_tool_calls(m["tool_calls"], f"messages[{i}].tool_calls")
-        if role == "tool":
-            msg["tool_call_id"] = str(m.get("tool_call_id") or "")
-            if isinstance(m.get("name"), str):
-                msg["name"] = m["name"]
-        out.append(msg)
-    return out
+    model_config = ConfigDict(extra="allow")
+    _an_object = _object("a content part must be an object", ("type", "text"))
+    type: Annotated[Literal["text"],
+                    _said(lambda t: f"content parts of type {t!r} are not supported (text only)")]
+    text: Annotated[str, Field(strict=True), _said("a text part needs a string 'text'")]
 
 
-def _prediction(raw: Any) -> str | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, dict) or raw.get("type") != "content":
-        raise ApiError(400, 'prediction must be {"type": "content", "content": ...}', "prediction.type")
-    return _text(raw.get("content"), "prediction.content") or None
+def _as_parts(value: Any) -> Any:
+    if isinstance(value, str):
+        return [{"type": "text", "text": value}]
+    if not isinstance(value, list):
+        raise user_error("content must be a string or a list of text parts")
+    return value
 
 
-def _speculation(raw: Any) -> dict:
-    """The ``speculation`` extension's overrides (:class:`SpeculationFields`); ApiError 400 naming the key."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ApiError(400, 'speculation must be an object such as {"mode": "auto", "draft_max": 64}',
-                       "speculation")
-    try:
-        f = SpeculationFields.model_validate(raw)
-    except ValidationError as e:
-        err = e.errors()[0]
-        param = _param(("speculation", *err.get("loc", ())))
-        raise ApiError(400, f"{param}: {err.get('msg', 'invalid value')} (got {err.get('input')!r})", param) from None
-    return f.model_dump(exclude_none=True)
+#: a message's content: a string, or a list of text parts (read as their texts joined with newlines)
+Content = Annotated[list[TextPart], BeforeValidator(_as_parts),
+                    WithJsonSchema({"anyOf": [{"type": "string"},
+                                              {"type": "array", "items": TextPart.model_json_schema()}]})]
+
+
+def joined(parts: list[TextPart] | None) -> str:
+    """The text of a :data:`Content` (texts joined with newlines; None: ``""``)."""
+    return "\n".join(p.text for p in parts or ())
+
+
+class FunctionCall(BaseModel):
+    """A call's function: its name and its arguments, a JSON string of an object (read as the
+    object: chat templates write it with ``tojson``; another string is kept as it is)."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str
+    arguments: str | dict[str, Any] | None = None
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _decoded(cls, args: Any) -> Any:
+        if isinstance(args, str):
+            try:
+                decoded = json.loads(args) if args.strip() else {}
+            except ValueError:
+                decoded = None
+            return decoded if isinstance(decoded, dict) else args
+        if args is None or isinstance(args, dict):
+            return args or {}
+        raise user_error("function.arguments must be a JSON string")
+
+
+class ToolCallItem(BaseModel):
+    """One call in an assistant message of the history."""
+
+    model_config = ConfigDict(extra="allow")
+    id: Annotated[str, BeforeValidator(lambda v: str(v or ""))] = ""
+    type: Annotated[Literal["function"], BeforeValidator(lambda v: "function")] = "function"
+    function: FunctionCall
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_call(cls, call: Any) -> Any:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise user_error('a tool call must be {"id", "type": "function", "function": {"name", "arguments"}}')
+        return call
+
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+class ChatMessage(BaseModel):
+    """A message: system, developer (read as system), user, assistant (content may be null, then
+    it holds ``tool_calls``) or tool (a tool's result, answering ``tool_call_id``)."""
+
+    model_config = ConfigDict(extra="allow")
+    _an_object = _object("a message must be an object", ("role",))
+    role: Annotated[Literal["system", "developer", "user", "assistant", "tool"],
+                    _said(lambda r: f"messages with role {r!r} are not supported ({', '.join(ROLES)})")]
+    function_call: Any = Field(None, description="deprecated: refused (send tool_calls)")
+    content: Content | None = Field(None, validate_default=True)
+    tool_calls: list[ToolCallItem] | None = Field(None, description="an assistant message's calls")
+    tool_call_id: Annotated[str, BeforeValidator(lambda v: str(v or ""))] | None = None
+    name: Annotated[str | None, BeforeValidator(lambda v: v if isinstance(v, str) else None)] = None
+
+    @field_validator("function_call")
+    @classmethod
+    def _no_function_call(cls, value: Any) -> Any:
+        if _nonempty(value):
+            raise user_error("the deprecated function_call is not supported (send tool_calls)")
+        return value
+
+    @field_validator("content")
+    @classmethod
+    def _content_unless_assistant(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None and info.data.get("role", "assistant") != "assistant":
+            raise user_error("content must be a string or a list of text parts")
+        return value
+
+    @field_validator("tool_calls", mode="before")
+    @classmethod
+    def _calls_of_assistant(cls, value: Any, info: ValidationInfo) -> Any:
+        """Only an assistant's calls are read (another role's are ignored, as an empty list is)."""
+        if info.data.get("role") != "assistant" or not _nonempty(value):
+            return None
+        if not isinstance(value, list):
+            raise user_error("tool_calls must be an array")
+        return value
+
+    def template_message(self) -> dict:
+        """The message as the chat template takes it: ``{"role", "content"}`` (content a string), with
+        ``tool_calls`` (arguments as objects) or ``tool_call_id`` and ``name``."""
+        msg: dict[str, Any] = {"role": "system" if self.role == "developer" else self.role,
+                               "content": joined(self.content)}
+        if self.tool_calls:
+            msg["tool_calls"] = [{"id": c.id, "type": "function",
+                                  "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                                 for c in self.tool_calls]
+        if self.role == "tool":
+            msg["tool_call_id"] = self.tool_call_id or ""
+            if self.name is not None:
+                msg["name"] = self.name
+        return msg
+
+
+class FunctionDefinition(BaseModel):
+    """A function the model may call (:mod:`localspec.server.tools`)."""
+
+    model_config = ConfigDict(extra="allow")
+    _an_object = _object(TOOL_SHAPE, ("name",))
+    name: Annotated[str, Field(pattern=FUNCTION_NAME),
+                    _said(lambda n: f"function.name must be 1-64 letters, digits, '_', '-' or '.' (got {n!r})")]
+    description: Annotated[str | None, _said("function.description must be a string")] = None
+    parameters: Annotated[dict[str, Any] | None, _said("function.parameters must be a JSON Schema object")] = Field(
+        None, description="a JSON Schema object")
+
+
+class FunctionTool(BaseModel):
+    """A tool: a function the model may call."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["function"]
+    function: FunctionDefinition
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_function_tool(cls, tool: Any) -> Any:
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(tool.get("function"), dict):
+            raise user_error(TOOL_SHAPE)
+        return tool
+
+    def template_tool(self) -> dict:
+        """The tool as the chat template takes it (description and parameters when given)."""
+        fn = {"name": self.function.name}
+        fn |= {k: v for k in ("description", "parameters") if (v := getattr(self.function, k)) is not None}
+        return {"type": "function", "function": fn}
+
+
+class NamedFunction(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    #: a function's name (any value is read: one not among the tools is refused, naming it)
+    name: Annotated[Any, WithJsonSchema({"type": "string"})] = None
+
+
+class NamedToolChoice(BaseModel):
+    """``tool_choice`` naming one of the tools: the answer is a call to it."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class Prediction(BaseModel):
+    """OpenAI's Predicted Outputs: text the answer will mostly repeat (drafted first)."""
+
+    model_config = ConfigDict(extra="allow")
+    _an_object = _object(PREDICTION_SHAPE, ("type", "content"), at="type")
+    type: Annotated[Literal["content"], _said(PREDICTION_SHAPE)]
+    content: Content
+
+
+class SpeculationFields(BaseModel):
+    """The request's ``speculation`` extension: how this request is drafted (llama.cpp's server
+    has no per-request control). Unknown keys are refused; absent ones keep the server's settings
+    (``localspec serve --mode/--draft-max``).
+
+    Attributes:
+        mode: ``auto`` | ``draft`` | ``lookup`` | ``none`` (``draft`` needs a draft model loaded).
+        draft_max: most tokens drafted per round, 1..:data:`~localspec.config.DRAFT_MAX_LIMIT`
+            (a cap; mode auto chooses each round's length up to it); declared by
+            :class:`~localspec.config.DraftParams`.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    _an_object = _object('speculation must be an object such as {"mode": "auto", "draft_max": 64}')
+
+    mode: DraftMode | None = None
+    draft_max: int | None = request_field(DraftParams, "draft_max")
+
+
+class SamplingFields(BaseModel):
+    """What both endpoints share: the body is a JSON object; parameters we cannot honour are refused
+    (:data:`UNSUPPORTED`); the scalar fields' JSON types are checked strictly. The sampling fields
+    take their range and help from the options' one declaration
+    (:class:`~localspec.config.SamplingParams`); absent, they keep the server's settings."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = request_field(SamplingParams, "temperature")
+    top_p: float | None = request_field(SamplingParams, "top_p")
+    seed: int | None = request_field(SamplingParams, "seed")
+    stop: str | list[str] | None = Field(None, description="stop strings, not empty")
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    # extensions with llama.cpp's names
+    top_k: int | None = request_field(SamplingParams, "top_k")
+    min_p: float | None = request_field(SamplingParams, "min_p")
+    speculation: SpeculationFields | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _supported(cls, body: Any) -> Any:
+        if not isinstance(body, dict):
+            raise user_error("the request body must be a JSON object")
+        for name, (refused, why) in UNSUPPORTED.items():
+            if name in body and refused(body[name]):
+                raise user_error(f"{name}: {why} by localspec serve", "unsupported_parameter", at=name)
+        return {**dict.fromkeys(cls.absent_as_null), **body}
+
+    #: the fields read as null when absent (so that their own message says what is missing)
+    absent_as_null: ClassVar[tuple[str, ...]] = ()
+
+    @field_validator("max_tokens", "max_completion_tokens", "seed", "top_k", mode="before")
+    @classmethod
+    def _integral_number(cls, v: Any) -> Any:
+        """JSON has one number type: ``4.0`` is the integer 4 (as JSON Schema says); ``4.5`` stays refused."""
+        return int(v) if isinstance(v, float) and v.is_integer() else v
+
+    @field_validator("stop")
+    @classmethod
+    def _no_empty_stop(cls, stop: Any) -> Any:
+        if stop == "" or (isinstance(stop, list) and "" in stop):
+            raise user_error("stop strings must not be empty")
+        return stop
+
+    def request(self, kind: Literal["chat", "completion"]) -> "GenerationRequest":
+        """The fields both endpoints share, as a :class:`GenerationRequest` of ``kind``."""
+        return GenerationRequest(
+            kind=kind, stop=(self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ()),
+            stream=bool(self.stream), include_usage=bool(self.stream_options and self.stream_options.include_usage),
+            max_tokens=self.max_completion_tokens or self.max_tokens,
+            sampling={k: v for k in ("temperature", "top_p", "seed", "top_k", "min_p")
+                      if (v := getattr(self, k)) is not None},
+            speculation=self.speculation.model_dump(exclude_none=True) if self.speculation else {})
+
+
+class ChatCompletionBody(SamplingFields):
+    """``POST /v1/chat/completions``: the request body, validated and documented in ``/openapi.json``
+    (an error names the parameter at fault: :func:`api_error`)."""
+
+    absent_as_null: ClassVar[tuple[str, ...]] = ("messages",)
+    messages: Annotated[list[ChatMessage], BeforeValidator(_nonempty_array)] = Field(min_length=1)
+    prediction: Prediction | None = None
+    tools: Annotated[list[FunctionTool] | None, BeforeValidator(_tools_array)] = None
+    parallel_tool_calls: Annotated[bool | None, Field(strict=True),
+                                   _said("parallel_tool_calls must be true or false")] = None
+    tool_choice: Annotated[Literal["none", "auto", "required"] | NamedToolChoice | None,
+                           _said(TOOL_CHOICE_SHAPE)] = None
+
+    @field_validator("tools")
+    @classmethod
+    def _distinct_names(cls, tools: list[FunctionTool] | None) -> list[FunctionTool] | None:
+        names = [t.function.name for t in tools or ()]
+        if len(set(names)) != len(names):
+            raise user_error("two tools have the same function name")
+        return tools
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _choice_among_tools(cls, choice: Any, info: ValidationInfo) -> Any:
+        if "tools" not in info.data:  # the tools were refused: that error is reported
+            return choice
+        names = [t.function.name for t in info.data["tools"] or ()]
+        if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
+            raise user_error(f"tool_choice names the function {choice.function.name!r}, which is not among the "
+                             f"tools ({', '.join(names) or 'none sent'})", at="function.name")
+        if choice == "required" and not names:
+            raise user_error('tool_choice "required" needs tools')
+        return choice
+
+    def request(self, kind: Literal["chat", "completion"] = "chat") -> "GenerationRequest":
+        """The checked request (:class:`GenerationRequest`), its tool fields as a
+        :class:`~localspec.server.tools.ToolRequest` (None without tools in the request or its history)."""
+        from localspec.server.tools import tool_request  # tools imports this module
+
+        req = super().request("chat")
+        req.messages = [m.template_message() for m in self.messages]
+        req.prediction = joined(self.prediction.content) or None if self.prediction else None
+        req.tools = tool_request(self, req.messages)
+        return req
+
+
+class CompletionBody(SamplingFields):
+    """``POST /v1/completions``: the request body, validated and documented in ``/openapi.json``."""
+
+    absent_as_null: ClassVar[tuple[str, ...]] = ("prompt",)
+    prompt: Annotated[str, BeforeValidator(lambda p: p[0] if isinstance(p, list) and len(p) == 1 else p),
+                      _said("prompt must be a string (or a list of one string)"),
+                      AfterValidator(_nonempty_prompt),
+                      WithJsonSchema({"anyOf": [{"type": "string", "minLength": 1},
+                                                {"type": "array", "items": {"type": "string", "minLength": 1},
+                                                 "minItems": 1, "maxItems": 1}]})]
+    prediction: Prediction | None = None
+
+    def request(self, kind: Literal["chat", "completion"] = "completion") -> "GenerationRequest":
+        """The checked request (:class:`GenerationRequest`); max_tokens 16 when absent (OpenAI's default)."""
+        req = super().request("completion")
+        req.prompt = self.prompt
+        req.prediction = joined(self.prediction.content) or None if self.prediction else None
+        if req.max_tokens is None:
+            req.max_tokens = 16  # OpenAI's default for /v1/completions
+        return req
+
+
+BODIES: dict[str, type[SamplingFields]] = {"chat": ChatCompletionBody, "completion": CompletionBody}
+
+
+def api_error(err: ValidationError | Sequence[dict], skip: int = 0) -> ApiError:
+    """A request's validation error (pydantic's, or FastAPI's ``RequestValidationError.errors()`` with
+    ``skip=1`` for its ``"body"``) as OpenAI's error object: 400 naming the first parameter at fault
+    (:func:`localspec.config.invalid_values`, the translator the CLI and the TUI use)."""
+    first = invalid_values(err, skip)[0]
+    return ApiError(400, first.line(whole="the body"), first.path or None, first.code)
 
 
 def parse_request(body: Any, kind: Literal["chat", "completion"]) -> GenerationRequest:
-    """Check a decoded JSON body and turn it into a :class:`GenerationRequest`.
+    """Validate a decoded JSON body with its declared model (:data:`BODIES`) and turn it into a
+    :class:`GenerationRequest`.
 
     Raises:
         ApiError: 400 naming the first parameter at fault.
     """
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
-    for name, (refused, why) in UNSUPPORTED.items():
-        if name in body and refused(body[name]):
-            raise ApiError(400, f"{name}: {why} by localspec serve", name, "unsupported_parameter")
     try:
-        f = SamplingFields.model_validate(body)
+        return BODIES[kind].model_validate(body).request(kind)
     except ValidationError as e:
-        err = e.errors()[0]
-        param = _param(err.get("loc", ()))
-        raise ApiError(400, f"{param}: {err.get('msg', 'invalid value')} (got {err.get('input')!r})", param) from None
-    stop = (f.stop,) if isinstance(f.stop, str) else tuple(f.stop or ())
-    if any(s == "" for s in stop):
-        raise ApiError(400, "stop strings must not be empty", "stop")
-    req = GenerationRequest(kind=kind, stop=stop, stream=bool(f.stream),
-                            include_usage=bool(f.stream_options and f.stream_options.include_usage),
-                            max_tokens=f.max_completion_tokens or f.max_tokens,
-                            sampling={k: v for k in ("temperature", "top_p", "seed", "top_k", "min_p")
-                                      if (v := getattr(f, k)) is not None},
-                            speculation=_speculation(body.get("speculation")))
-    if kind == "chat":
-        req.messages = _messages(body.get("messages"))
-        req.prediction = _prediction(body.get("prediction"))
-        from localspec.server.tools import parse_tool_request  # tools imports this module
-
-        req.tools = parse_tool_request(body, req.messages)
-    else:
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-            prompt = prompt[0]
-        if not isinstance(prompt, str):
-            raise ApiError(400, "prompt must be a string (or a list of one string)", "prompt")
-        if not prompt:
-            raise ApiError(400, "the prompt is empty", "prompt")
-        req.prompt = prompt
-        req.prediction = _prediction(body.get("prediction"))
-        if req.max_tokens is None:
-            req.max_tokens = 16  # OpenAI's default for /v1/completions
-    return req
+        raise api_error(e) from None
 
 
 # -- responses ----------------------------------------------------------------------------

@@ -41,9 +41,6 @@ from typing import Any
 from localspec.backend.llama import json_schema_grammar
 from localspec.server.openai_api import ApiError, ResponseShape
 
-#: OpenAI's rule for function names (plus ``.``): also keeps names free of template markup
-NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-
 
 @dataclass(frozen=True)
 class ToolFormat:
@@ -134,107 +131,26 @@ class ToolRequest:
         return self.format is not None and self.choice in ("required", "named")
 
 
-def _function(raw: Any, param: str) -> dict:
-    if not isinstance(raw, dict) or raw.get("type") != "function" or not isinstance(raw.get("function"), dict):
-        raise ApiError(400, 'a tool must be {"type": "function", "function": {"name": ..., "parameters": ...}}',
-                       param)
-    fn = raw["function"]
-    name = fn.get("name")
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        raise ApiError(400, f"function.name must be 1-64 letters, digits, '_', '-' or '.' (got {name!r})",
-                       f"{param}.function.name")
-    if "description" in fn and not isinstance(fn["description"], (str, type(None))):
-        raise ApiError(400, "function.description must be a string", f"{param}.function.description")
-    if "parameters" in fn and not isinstance(fn["parameters"], (dict, type(None))):
-        raise ApiError(400, "function.parameters must be a JSON Schema object", f"{param}.function.parameters")
-    out = {"name": name}
-    for key in ("description", "parameters"):
-        if fn.get(key) is not None:
-            out[key] = fn[key]
-    return {"type": "function", "function": out}
-
-
-def parse_tool_request(body: dict, messages: list[dict]) -> ToolRequest | None:
-    """Check ``tools``, ``tool_choice``, ``parallel_tool_calls`` and the tool messages.
+def tool_request(body, messages: list[dict]) -> ToolRequest | None:
+    """The tool fields of a validated chat body
+    (:class:`~localspec.server.openai_api.ChatCompletionBody`: ``tools``, ``tool_choice``,
+    ``parallel_tool_calls``) and whether its ``messages`` (as the template takes them) use tools.
 
     Returns:
         None when the request neither sends tools nor uses them in its history.
-
-    Raises:
-        ApiError: 400 naming the parameter at fault.
     """
-    raw = body.get("tools")
     history = any(m["role"] == "tool" or m.get("tool_calls") for m in messages)
-    if raw is None or raw == []:
-        tools: list[dict] = []
-    elif not isinstance(raw, list):
-        raise ApiError(400, "tools must be an array of function tools", "tools")
-    else:
-        tools = [_function(t, f"tools[{i}]") for i, t in enumerate(raw)]
+    tools = [t.template_tool() for t in body.tools or ()]
     names = tuple(t["function"]["name"] for t in tools)
-    if len(set(names)) != len(names):
-        raise ApiError(400, "two tools have the same function name", "tools")
-    parallel = body.get("parallel_tool_calls", True)
-    if parallel is None:
-        parallel = True
-    if not isinstance(parallel, bool):
-        raise ApiError(400, "parallel_tool_calls must be true or false", "parallel_tool_calls")
-    choice_raw = body.get("tool_choice")
     choice, name = "auto", None
-    if choice_raw in (None, "auto"):
-        pass
-    elif choice_raw in ("none", "required"):
-        choice = choice_raw
-    elif isinstance(choice_raw, dict) and choice_raw.get("type") == "function" \
-            and isinstance(choice_raw.get("function"), dict):
-        choice, name = "named", choice_raw["function"].get("name")
-        if name not in names:
-            raise ApiError(400, f"tool_choice names the function {name!r}, which is not among the tools "
-                                f"({', '.join(names) or 'none sent'})", "tool_choice.function.name")
-    else:
-        raise ApiError(400, 'tool_choice must be "none", "auto", "required" or '
-                            '{"type": "function", "function": {"name": ...}}', "tool_choice")
-    if choice == "required" and not tools:
-        raise ApiError(400, 'tool_choice "required" needs tools', "tool_choice")
+    if body.tool_choice in ("none", "required"):
+        choice = body.tool_choice
+    elif body.tool_choice not in (None, "auto"):  # a NamedToolChoice, checked against the tools
+        choice, name = "named", body.tool_choice.function.name
     if not tools and not history:
         return None
-    if choice == "none":
-        tools = []
-    return ToolRequest(tools=tools, names=names, choice=choice, name=name, parallel=parallel, history=history)
-
-
-def history_tool_calls(raw: Any, param: str) -> list[dict]:
-    """An assistant message's ``tool_calls`` as the template takes them (arguments as an object).
-
-    OpenAI sends ``function.arguments`` as a JSON string; chat templates (Qwen's ``tojson``)
-    expect the object, so a string holding a JSON object is decoded, other strings kept.
-
-    Raises:
-        ApiError: 400 naming the malformed call.
-    """
-    if not isinstance(raw, list):
-        raise ApiError(400, "tool_calls must be an array", param)
-    out = []
-    for j, call in enumerate(raw):
-        p = f"{param}[{j}]"
-        fn = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-            raise ApiError(400, 'a tool call must be {"id", "type": "function", "function": {"name", "arguments"}}',
-                           p)
-        args = fn.get("arguments")
-        if isinstance(args, str):
-            try:
-                decoded = json.loads(args) if args.strip() else {}
-            except ValueError:
-                decoded = None
-            args = decoded if isinstance(decoded, dict) else args
-        elif args is None:
-            args = {}
-        elif not isinstance(args, dict):
-            raise ApiError(400, "function.arguments must be a JSON string", f"{p}.function.arguments")
-        out.append({"id": str(call.get("id") or ""), "type": "function",
-                    "function": {"name": fn["name"], "arguments": args}})
-    return out
+    return ToolRequest(tools=[] if choice == "none" else tools, names=names, choice=choice, name=name,
+                       parallel=body.parallel_tool_calls is not False, history=history)
 
 
 def _special_tokens(engine, text: str) -> list[int]:

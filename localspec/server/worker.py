@@ -28,7 +28,7 @@ from typing import Callable
 from pydantic import ValidationError
 
 from localspec.config import (DraftParams, GenerationParams, SamplingParams, Settings, context_room, fits_context,
-                      format_validation_error)
+                              format_validation_error, invalid_values)
 from localspec.core.engine import Generation
 from localspec.errors import BackendError, LocalspecError
 from localspec.core.events import RoundStats, TokenEvent
@@ -113,9 +113,7 @@ def sampling_for(settings: Settings, req: GenerationRequest) -> SamplingParams:
     try:
         return SamplingParams(**(settings.sampling.model_dump() | req.sampling))
     except ValidationError as e:
-        err = e.errors()[0]
-        param = str(err["loc"][0]) if err.get("loc") else None
-        raise ApiError(400, format_validation_error(e), param) from None
+        raise ApiError(400, format_validation_error(e), invalid_values(e)[0].path or None) from None
 
 
 def drafting_for(settings: Settings, req: GenerationRequest, has_draft_model: bool = True) -> DraftParams:
@@ -136,9 +134,8 @@ def drafting_for(settings: Settings, req: GenerationRequest, has_draft_model: bo
     try:
         return DraftParams(**(settings.drafting.model_dump() | over))
     except ValidationError as e:
-        msg = format_validation_error(e).replace("Value error, ", "")
         param = "speculation.draft_max" if "draft_max" in over else "speculation.mode"
-        raise ApiError(400, f"speculation: {msg}", param) from None
+        raise ApiError(400, f"speculation: {format_validation_error(e)}", param) from None
 
 
 class EngineWorker:

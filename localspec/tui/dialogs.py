@@ -14,7 +14,7 @@ from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, DirectoryTree, Input, Label, Select, Static
 
-from localspec.config import ModelSettings, Settings, option_info
+from localspec.config import ModelSettings, Settings, invalid_values, option_info
 
 #: the settings the form edits, in order (dotted paths into Settings); each field's label, kind
 #: and blank meaning come from the option's declaration (:func:`localspec.config.option`)
@@ -79,10 +79,10 @@ def build_settings(base: Settings, values: dict[str, object]) -> tuple[Settings 
         return Settings.model_validate(data), {}
     except ValidationError as e:
         errors: dict[str, str] = {}
-        for err in e.errors():
+        for err, invalid in zip(e.errors(), invalid_values(e)):
             loc = [str(p) for p in err.get("loc", ())]
             path = ".".join(loc[:2]) if len(loc) >= 2 and ".".join(loc[:2]) in values else ""
-            msg = err.get("msg", "invalid").removeprefix("Value error, ")
+            msg = invalid.reason
             if path == "" and loc:
                 msg = f"{'.'.join(loc)}: {msg}"
             errors.setdefault(path, msg)

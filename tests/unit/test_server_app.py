@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fakes import FakeModel
-from localspec.config import DraftParams, ModelSettings, SamplingParams, Settings
+from localspec.config import DraftParams, ModelSettings, SamplingParams, ServerSettings, Settings
 from localspec.core.engine import SpeculativeEngine
 from localspec.server import create_app
 from localspec.server.app import bearer_token
@@ -101,7 +101,7 @@ def test_integral_numbers_are_integers():
 
 
 def test_openapi_documents_the_request_bodies():
-    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS, api_key="k")) as c:
+    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS, ServerSettings(api_key="k"))) as c:
         doc = c.get("/openapi.json").json()
     for path, model in (("/v1/chat/completions", "ChatCompletionBody"), ("/v1/completions", "CompletionBody")):
         ref = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
@@ -150,7 +150,7 @@ def test_a_cancelled_waiter_frees_its_place_at_once():
 
 
 def test_401s_are_counted_in_the_metrics():
-    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS, api_key="k")) as c:
+    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS, ServerSettings(api_key="k"))) as c:
         for headers in ({}, {"Authorization": "Bearer nope"}):
             assert c.post("/v1/completions", json={"prompt": "t3"}, headers=headers).status_code == 401
         assert c.post("/v1/completions", json={"prompt": "t3 t5", "max_tokens": 2},
@@ -237,7 +237,8 @@ def test_model_retrieve_cors_and_context_wording():
         assert r.json()["error"]["message"].startswith("This model's maximum context length is 256 tokens. However, "
                                                        "you requested 300 tokens (200 in the prompt, 100 in the "
                                                        "completion).")
-    app = create_app(SpeculativeEngine(FakeModel(), None), SETTINGS, cors_origins=["http://localhost:3000"])
+    app = create_app(SpeculativeEngine(FakeModel(), None), SETTINGS,
+                     ServerSettings(cors_origins=("http://localhost:3000",)))
     with TestClient(app) as c:
         r = c.options("/v1/chat/completions", headers={**pre, "Access-Control-Request-Headers": "authorization"})
         assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://localhost:3000"
@@ -331,3 +332,78 @@ def test_the_servers_own_log_lines_reach_stderr(capsys):
         assert "not at info" not in err
     finally:
         logger.handlers[:], _ = before[0], logger.setLevel(before[1])
+
+
+# -- issue 30: the server on declared schemas ------------------------------------------------------
+@pytest.mark.parametrize("body, param, message", [
+    ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role",
+     "messages with role 'robot' are not supported (system, developer, user, assistant, tool)"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content[0].type",
+     "content parts of type 'image_url' are not supported (text only)"),
+    ({"messages": [{"role": "user", "content": "t3"}], "temperature": 5}, "temperature",
+     "temperature: Input should be less than or equal to 2 (got 5)"),
+    ({"messages": [{"role": "user", "content": "t3"}], "n": 2}, "n",
+     "n: only n = 1 is supported (one engine generates one answer at a time) by localspec serve"),
+    ({"messages": [{"role": "user", "content": "t3"}], "speculation": {"gamma": 4}}, "speculation.gamma",
+     "speculation.gamma: Extra inputs are not permitted (got 4)"),
+    ({"messages": [{"role": "user", "content": "t3"}], "tools": [{"type": "function", "function": {"name": "f"}}],
+      "tool_choice": {"type": "function", "function": {"name": "g"}}}, "tool_choice.function.name",
+     "tool_choice names the function 'g', which is not among the tools (f)"),
+    ([1], None, "the request body must be a JSON object"),
+])
+def test_the_body_models_validate_and_name_the_parameter(body, param, message):
+    """One declaration: FastAPI validates with the body model, the translator gives OpenAI's error
+    object, and parse_request (the same model) says the same."""
+    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS)) as c:
+        err = c.post("/v1/chat/completions", json=body).json()["error"]
+    assert (err["param"], err["message"], err["type"]) == (param, message, "invalid_request_error")
+    with pytest.raises(ApiError) as e:
+        parse_request(body, "chat")
+    assert (e.value.param, e.value.message) == (param, message)
+
+
+def test_a_body_without_a_json_content_type_is_read_as_json():
+    """``curl -d`` sends application/x-www-form-urlencoded; the body is JSON all the same."""
+    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS)) as c:
+        for headers in ({}, {"Content-Type": "application/x-www-form-urlencoded"}, {"Content-Type": "text/plain"}):
+            r = c.post("/v1/completions", content=b'{"prompt": "t3 t5", "max_tokens": 2}', headers=headers)
+            assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
+
+
+def test_openapi_documents_the_error_object_not_fastapis_422():
+    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS)) as c:
+        doc = c.get("/openapi.json").json()
+    responses = doc["paths"]["/v1/completions"]["post"]["responses"]
+    assert "422" not in responses and responses["4XX"]["content"]["application/json"]["schema"]["$ref"] == \
+        "#/components/schemas/ErrorBody"
+    assert "securitySchemes" not in doc.get("components", {})  # no API key, no bearer scheme
+
+
+def test_serve_flags_come_from_the_server_settings(monkeypatch):
+    from localspec.app.flags import server_settings_from_args
+    from localspec.cli import build_parser
+    from localspec.errors import ConfigError
+
+    ns = build_parser().parse_args(["serve", "--port", "9000", "--cors-origin", "http://a", "--cors-origin", "*",
+                                    "--queue-size", "2", "--max-tokens", "7", "--log-level", "warning"])
+    server = server_settings_from_args(ns, api_key_env="from-env")
+    assert server == ServerSettings(port=9000, cors_origins=("http://a", "*"), queue_size=2, default_max_tokens=7,
+                                    log_level="warning", api_key="from-env")
+    assert server.max_body == 8 << 20 and "from-env" not in repr(server)
+    ns = build_parser().parse_args(["serve", "--port", "70000", "--shutdown-grace", "-1"])
+    with pytest.raises(ConfigError) as e:
+        server_settings_from_args(ns)
+    assert "--port: Input should be less than or equal to 65535 (got 70000)" in e.value.message
+    assert "--shutdown-grace: Input should be greater than or equal to 0 (got -1.0)" in e.value.message
+
+
+def test_one_translator_drops_pydantics_value_error_prefix():
+    from pydantic import ValidationError
+
+    from localspec.config import format_validation_error, invalid_values
+
+    with pytest.raises(ValidationError) as e:
+        DraftParams(draft_max=4, draft_min=8)
+    (v,) = invalid_values(e.value)
+    assert v.reason == "draft_min (8) must not exceed draft_max (4)" and not v.written
+    assert format_validation_error(e.value) == "settings: draft_min (8) must not exceed draft_max (4)"

@@ -14,15 +14,16 @@ import time
 
 from localspec.backend.calibration import LONG_CONTEXT
 from localspec.errors import ConfigError, LocalspecError
-from localspec.core.events import TokenKind
 from localspec.app.fileio import expand_path
 from localspec.app.flags import add_generation_arguments, add_option, add_model_arguments, settings_from_args
+from localspec.tui.kinds import LOOKS
 
-#: terminal colour of each colour role of TokenKind.colour (the TUI takes its theme's)
+#: terminal colour of each colour role of localspec.tui.kinds (the TUI takes its theme's)
 TERMINAL_COLOURS = {"success": "green", "error": "red", "warning": "yellow"}
-#: terminal style per token kind, from TokenKind.colour/.bold; labels: TokenKind.label
-KIND_STYLES = {k.value: " ".join((["bold"] if k.bold else []) + ([TERMINAL_COLOURS[k.colour]] if k.colour else []))
-               for k in TokenKind}
+#: terminal style per token kind, from its colour role and weight (localspec.tui.kinds.LOOKS)
+KIND_STYLES = {k.value: " ".join((["bold"] if look.bold else []) + ([TERMINAL_COLOURS[look.colour]] if look.colour
+                                                                     else []))
+               for k, look in LOOKS.items()}
 
 
 def _progress_printer(stream):
@@ -224,7 +225,7 @@ def cmd_generate(ns: argparse.Namespace) -> int:
             gen.on_prefill = _prefill_printer(sys.stderr)
             legend = Text("legend: ")
             for kind in TokenKind:
-                legend.append(kind.label, style=KIND_STYLES[kind.value] or "default")
+                legend.append(LOOKS[kind].label, style=KIND_STYLES[kind.value] or "default")
                 legend.append("  ")
             err.print(legend)
         interrupted = False

@@ -49,7 +49,7 @@ class LocalspecApp(App):
     """Chat, code-edit and race modes over one speculative engine."""
 
     CSS_PATH = "app.tcss"
-    CSS = token_css()  # the token colours, from TokenKind (one definition for the CLI and the TUI)
+    CSS = token_css()  # the token colours, from localspec.tui.kinds (one definition for the CLI and the TUI)
     TITLE = "localspec"
     MODES = {"chat": ChatScreen, "edit": EditScreen, "race": RaceScreen}
     BINDINGS = [

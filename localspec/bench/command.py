@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from localspec.errors import ConfigError
-from localspec.backend.machine import load_average
+from localspec.backend.load import load_average
 from localspec.app.flags import add_model_arguments, add_option, settings_from_args
 from localspec.bench.report import format_table, plot
 from localspec.bench.runner import build_modes, run_bench

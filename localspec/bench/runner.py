@@ -13,7 +13,8 @@ import numpy as np
 from localspec.config import DraftParams, GenerationParams, SamplingParams
 from localspec.core.costmodel import acceptance_by_position, expected_tokens, verify_cost
 from localspec.core.events import GenerationStats, drafter_tallies
-from localspec.backend.machine import BUSY_THRESHOLD, CpuMeter, run_order
+from localspec.app.run_order import run_order
+from localspec.backend.load import BUSY_THRESHOLD, CpuMeter
 from localspec.bench.report import summarise
 from localspec.bench.suite import Task
 

@@ -21,7 +21,7 @@ from textual.widgets import HelpPanel
 
 from localspec.config import DraftParams, Settings
 from localspec.errors import LocalspecError
-from localspec.backend.machine import run_order
+from localspec.app.run_order import run_order
 
 from localspec.tui.dialogs import SettingsScreen
 from localspec.tui.driver import RaceSide, drive, race, warm_up

@@ -145,7 +145,7 @@ def main(argv: list[str]) -> int:
     repack = bool(verdict and verdict.use)
     print(f"target {describe_choice(repack, verdict)}; llama-cpp-python's server loads it the same way",
           file=sys.stderr)
-    peer_main = ("import runpy, llama_cpp\nfrom localspec.backend.llama import peer_extra_bufts\n"
+    peer_main = ("import runpy, llama_cpp\nfrom localspec.bench.peer import peer_extra_bufts\n"
                  f"with peer_extra_bufts(llama_cpp, {repack}):\n"
                  "    runpy.run_module('llama_cpp.server', run_name='__main__', alter_sys=True)")
     peer = [sys.executable, "-c", peer_main, "--model", target, "--host", "127.0.0.1", "--port", "{port}", *common]

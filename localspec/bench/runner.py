@@ -120,7 +120,7 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
     peers load the target with ``repack``, the weight-repacking choice our target was loaded with
     (:mod:`localspec.backend.repack`), so both sides run the same kernels.
     """
-    from localspec.backend.llama import close_llama_cpp_peers, run_llama_cpp_peer
+    from localspec.bench.peer import close_llama_cpp_peers, run_llama_cpp_peer
 
     sampling = SamplingParams(temperature=0.0)
     # auto drafts up to its own default cap (or the longest fixed length), so the oracle is within its reach

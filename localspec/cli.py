@@ -13,6 +13,7 @@ import sys
 import time
 
 from localspec.backend.calibration import LONG_CONTEXT
+from localspec.config import AUTO_DRAFT_MAX
 from localspec.errors import ConfigError, LocalspecError
 from localspec.app.fileio import expand_path
 from localspec.app.flags import add_generation_arguments, add_option, add_model_arguments, settings_from_args
@@ -379,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"the long context measured, tokens (default {LONG_CONTEXT}; capped by --n-ctx)")
     cal.add_argument("--no-draft", action="store_true", help="measure the target only")
     cal.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    add_option(cal.add_argument_group("decoding"), "draft_max", default_text="64, mode auto's")
+    add_option(cal.add_argument_group("decoding"), "draft_max", default_text=f"{AUTO_DRAFT_MAX}, mode auto's")
     add_model_arguments(cal)
     return p
 

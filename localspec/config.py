@@ -204,7 +204,12 @@ class GenerationParams(_Strict):
 
 
 class Settings(_Strict):
-    """Everything needed to load models and generate: what the CLI and TUI share."""
+    """Everything needed to load models and generate: what the CLI and TUI share.
+
+    The default ``target`` and ``draft`` are the catalog's default pair
+    (``localspec/app/catalog.toml``, ``default_pair``): the one source; this bottom layer cannot
+    read the catalog, so it repeats the two names and ``tests/unit/test_catalog.py`` keeps them equal.
+    """
 
     target: ModelSettings = ModelSettings(model="qwen2.5-coder-1.5b")
     draft: ModelSettings = Field(ModelSettings(model="qwen2.5-coder-0.5b"), description="same tokenizer as the target")

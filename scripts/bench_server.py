@@ -42,7 +42,7 @@ from pathlib import Path
 import openai
 
 from localspec.bench import _EDIT_FILE, BUILTIN_TASKS
-from localspec.app.catalog import resolve_model
+from localspec.app.catalog import load_catalog, resolve_model
 from localspec.backend.repack import decide_repack, describe_choice
 from localspec.server.process import ServerProcess
 
@@ -136,7 +136,7 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"error: unknown task {unknown[0]!r}\nhint: choose from {', '.join(all_tasks)}", file=sys.stderr)
         return 2
-    target = str(resolve_model("qwen2.5-coder-1.5b"))
+    target = str(resolve_model(load_catalog().default.target))
     tmp = Path(tempfile.mkdtemp(prefix="localspec-bench-server-"))
     common = ["--n_threads", str(args.threads), "--n_threads_batch", str(args.threads), "--n_ctx", str(args.n_ctx)]
     # both sides load the weights with the same repacking choice: localspec's probe decides it once

@@ -4,7 +4,7 @@ The packages are the layers, each importing only from those below it (docs/archi
 
 - front-ends: :mod:`localspec.cli`, :mod:`localspec.bench`, :mod:`localspec.tui`, :mod:`localspec.server`
 - :mod:`localspec.app`: what the front-ends share (catalog, loader, flags, settings file, jobs)
-- :mod:`localspec.backend`: llama.cpp (only :mod:`localspec.backend.llama` imports llama_cpp) and this machine
+- :mod:`localspec.backend`: llama.cpp (:mod:`localspec.backend.llama` loads it) and this machine
 - :mod:`localspec.core`: the speculative loop (drafting, acceptance, sampling, cost model, rounds)
 - :mod:`localspec.config`, :mod:`localspec.errors`: settings models and the error types
 

@@ -13,17 +13,19 @@ import sys
 import time
 
 from localspec.backend.calibration import LONG_CONTEXT
+from localspec.config import AUTO_DRAFT_MAX
 from localspec.errors import ConfigError, LocalspecError
-from localspec.core.events import TokenKind
 from localspec.app.prompt_input import read_prompt_input
 from localspec.app.flags import (add_generation_arguments, add_model_arguments, add_option, add_server_arguments,
                                   server_settings_from_args, settings_from_args)
+from localspec.tui.kinds import LOOKS
 
-#: terminal colour of each colour role of TokenKind.colour (the TUI takes its theme's)
+#: terminal colour of each colour role of localspec.tui.kinds (the TUI takes its theme's)
 TERMINAL_COLOURS = {"success": "green", "error": "red", "warning": "yellow"}
-#: terminal style per token kind, from TokenKind.colour/.bold; labels: TokenKind.label
-KIND_STYLES = {k.value: " ".join((["bold"] if k.bold else []) + ([TERMINAL_COLOURS[k.colour]] if k.colour else []))
-               for k in TokenKind}
+#: terminal style per token kind, from its colour role and weight (localspec.tui.kinds.LOOKS)
+KIND_STYLES = {k.value: " ".join((["bold"] if look.bold else []) + ([TERMINAL_COLOURS[look.colour]] if look.colour
+                                                                     else []))
+               for k, look in LOOKS.items()}
 
 
 def _progress_printer(stream):
@@ -153,7 +155,7 @@ def cmd_generate(ns: argparse.Namespace) -> int:
             gen.on_prefill = _prefill_printer(sys.stderr)
             legend = Text("legend: ")
             for kind in TokenKind:
-                legend.append(kind.label, style=KIND_STYLES[kind.value] or "default")
+                legend.append(LOOKS[kind].label, style=KIND_STYLES[kind.value] or "default")
                 legend.append("  ")
             err.print(legend)
         interrupted = False
@@ -286,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"the long context measured, tokens (default {LONG_CONTEXT}; capped by --n-ctx)")
     cal.add_argument("--no-draft", action="store_true", help="measure the target only")
     cal.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    add_option(cal.add_argument_group("decoding"), "draft_max", default_text="64, mode auto's")
+    add_option(cal.add_argument_group("decoding"), "draft_max", default_text=f"{AUTO_DRAFT_MAX}, mode auto's")
     add_model_arguments(cal)
     return p
 

@@ -112,12 +112,12 @@ class SamplingParams(_Strict):
         return self.temperature == 0.0
 
 
-#: most tokens a round drafts in mode ``auto`` when the user sets no ``draft_max``: the policy drafts
-#: as long as the evidence and the measured verify curve make pay, up to this (llama-server's
-#: ngram-mod drafts up to 64 too); calibration measures the verify cost up to it + 1
-AUTO_DRAFT_MAX = 64
-#: the largest ``draft_max`` a user (or a request) may set
+#: the largest ``draft_max`` (and ``draft_min``) a user (or a request) may set, tokens
 DRAFT_MAX_LIMIT = 64
+#: most tokens a round drafts in mode ``auto`` when the user sets no ``draft_max``: the limit. The
+#: policy drafts as long as the evidence and the measured verify curve make pay, up to this
+#: (llama-server's ngram-mod drafts up to 64 too); calibration measures the verify cost up to it + 1
+AUTO_DRAFT_MAX = DRAFT_MAX_LIMIT
 #: tokens a round drafts in the fixed modes (``draft``, ``lookup``) when the user sets no ``draft_max``
 FIXED_DRAFT_MAX = 8
 
@@ -139,7 +139,7 @@ class DraftParams(_Strict):
                                    f"to it by the measured costs; {FIXED_DRAFT_MAX} in draft and lookup",
                                    blank=f"blank: the mode's own ({AUTO_DRAFT_MAX} in auto, "
                                    f"{FIXED_DRAFT_MAX} otherwise)")
-    draft_min: int = option(0, ge=0, le=64, unit="tokens",
+    draft_min: int = option(0, ge=0, le=DRAFT_MAX_LIMIT, unit="tokens",
                             help="drafts shorter than this are not verified; at most --draft-max")
     draft_p_min: float = option(0.0, ge=0.0, le=1.0, label="draft p-min",
                                 help="the draft model stops below this top-1 probability")
@@ -183,6 +183,16 @@ class ModelSettings(_Strict):
                             "some virtualized AMX Xeons); on; off (llama-server's --no-repack)")
 
 
+def check_stop(stop: Sequence[str]) -> None:
+    """The stop strings' one rule, for the settings and the server's requests: none is empty.
+
+    Raises:
+        ValueError: "stop strings must not be empty".
+    """
+    if any(s == "" for s in stop):
+        raise ValueError("stop strings must not be empty")
+
+
 class GenerationParams(_Strict):
     """Per-request limits."""
 
@@ -191,13 +201,17 @@ class GenerationParams(_Strict):
 
     @model_validator(mode="after")
     def _no_empty_stop(self) -> "GenerationParams":
-        if any(s == "" for s in self.stop):
-            raise ValueError("stop strings must not be empty")
+        check_stop(self.stop)
         return self
 
 
 class Settings(_Strict):
-    """Everything needed to load models and generate: what the CLI and TUI share."""
+    """Everything needed to load models and generate: what the CLI and TUI share.
+
+    The default ``target`` and ``draft`` are the catalog's default pair
+    (``localspec/app/catalog.toml``, ``default_pair``): the one source; this bottom layer cannot
+    read the catalog, so it repeats the two names and ``tests/unit/test_catalog.py`` keeps them equal.
+    """
 
     target: ModelSettings = ModelSettings(model="qwen2.5-coder-1.5b")
     draft: ModelSettings = Field(ModelSettings(model="qwen2.5-coder-0.5b"), description="same tokenizer as the target")

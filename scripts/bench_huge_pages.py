@@ -28,8 +28,10 @@ import numpy as np
 
 
 def main() -> None:
+    from localspec.app.catalog import load_catalog
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="qwen2.5-coder-1.5b", help="catalog name or .gguf path")
+    ap.add_argument("--model", default=load_catalog().default.target, help="catalog name or .gguf path")
     ap.add_argument("--tokens", type=int, default=48, help="tokens decoded per block")
     ap.add_argument("--blocks", type=int, default=10, help="blocks per variant (order alternates)")
     ap.add_argument("--threads", type=int, default=None)

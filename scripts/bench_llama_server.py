@@ -63,7 +63,7 @@ from pathlib import Path
 import openai
 
 from localspec.bench import _EDIT_FILE, BUILTIN_TASKS
-from localspec.app.catalog import resolve_model
+from localspec.app.catalog import load_catalog, resolve_model
 from localspec.server.process import ServerProcess
 
 HERE = Path(__file__).resolve().parent
@@ -258,8 +258,9 @@ def print_table(runs: list[dict], names: list[str], servers: list[str], cpu: str
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--llama-server", default=None, help="path to a llama-server binary (needed for the ls-* servers)")
-    p.add_argument("--target", default="qwen2.5-coder-1.5b", help="preset or .gguf (default qwen2.5-coder-1.5b)")
-    p.add_argument("--draft", default="qwen2.5-coder-0.5b", help="preset or .gguf (default qwen2.5-coder-0.5b)")
+    pair = load_catalog().default
+    p.add_argument("--target", default=pair.target, help=f"preset or .gguf (default {pair.target})")
+    p.add_argument("--draft", default=pair.draft, help=f"preset or .gguf (default {pair.draft})")
     p.add_argument("--tasks", default="code-edit,colorsys-docstrings,fnmatch-rename,chat")
     p.add_argument("--servers", default=",".join(SERVERS), help=f"subset of {','.join(SERVERS + OPTIONAL_SERVERS)} "
                    "(the reference is needed for the ratios)")

@@ -42,7 +42,7 @@ from pathlib import Path
 import openai
 
 from localspec.bench import _EDIT_FILE, BUILTIN_TASKS
-from localspec.app.catalog import resolve_model
+from localspec.app.catalog import load_catalog, resolve_model
 from localspec.backend.repack import decide_repack, describe_choice
 from localspec.server.process import ServerProcess
 
@@ -136,7 +136,7 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"error: unknown task {unknown[0]!r}\nhint: choose from {', '.join(all_tasks)}", file=sys.stderr)
         return 2
-    target = str(resolve_model("qwen2.5-coder-1.5b"))
+    target = str(resolve_model(load_catalog().default.target))
     tmp = Path(tempfile.mkdtemp(prefix="localspec-bench-server-"))
     common = ["--n_threads", str(args.threads), "--n_threads_batch", str(args.threads), "--n_ctx", str(args.n_ctx)]
     # both sides load the weights with the same repacking choice: localspec's probe decides it once
@@ -145,7 +145,7 @@ def main(argv: list[str]) -> int:
     repack = bool(verdict and verdict.use)
     print(f"target {describe_choice(repack, verdict)}; llama-cpp-python's server loads it the same way",
           file=sys.stderr)
-    peer_main = ("import runpy, llama_cpp\nfrom localspec.backend.llama import peer_extra_bufts\n"
+    peer_main = ("import runpy, llama_cpp\nfrom localspec.bench.peer import peer_extra_bufts\n"
                  f"with peer_extra_bufts(llama_cpp, {repack}):\n"
                  "    runpy.run_module('llama_cpp.server', run_name='__main__', alter_sys=True)")
     peer = [sys.executable, "-c", peer_main, "--model", target, "--host", "127.0.0.1", "--port", "{port}", *common]

@@ -32,10 +32,11 @@ def tiny_path():
 
 @pytest.fixture(scope="session")
 def pair_paths():
-    """The default Qwen2.5-Coder 1.5B target and 0.5B draft."""
-    from localspec.app.catalog import resolve_model
+    """The catalog's default pair: the Qwen2.5-Coder 1.5B target and 0.5B draft."""
+    from localspec.app.catalog import load_catalog, resolve_model
 
-    return resolve_model("qwen2.5-coder-1.5b"), resolve_model("qwen2.5-coder-0.5b")
+    pair = load_catalog().default
+    return resolve_model(pair.target), resolve_model(pair.draft)
 
 
 class EngineCache:

@@ -79,6 +79,16 @@ class Catalog(BaseModel):
             raise ValueError(f"default_pair {self.default_pair!r} is not a pair")
         return self
 
+    @property
+    def default(self) -> PairPreset:
+        """The default pair (``default_pair``): the models ``localspec`` loads when none is named.
+
+        The one source of the default target and draft; :class:`localspec.config.Settings` (the
+        bottom layer, which cannot read the catalog) repeats the two names as its defaults, and
+        ``tests/unit/test_catalog.py`` keeps them equal.
+        """
+        return self.pairs[self.default_pair]
+
 
 def load_catalog(path: Path = CATALOG_PATH) -> Catalog:
     """Read and validate the catalog. Raises ConfigError with the invalid fields."""

@@ -36,7 +36,7 @@ import numpy as np
 
 from localspec.core.costmodel import calibration_points, context_points, interpolate_curve, shifted_curve, verify_cost
 from localspec.errors import BackendError, LocalspecError
-from localspec.backend.machine import BUSY_THRESHOLD, CpuMeter, load_average
+from localspec.backend.load import BUSY_THRESHOLD, CpuMeter, load_average
 
 #: models.md: time of one decode of b tokens / time of one token, Qwen2.5-Coder-1.5B Q4_K_M,
 #: 2 threads. Used only until a measurement exists (see :func:`default_curve`).
@@ -86,7 +86,7 @@ def _model_name(model) -> str:
 
 def model_cost_key(model) -> dict:
     """What a measurement depends on: model file, context settings, llama.cpp build, machine."""
-    from localspec.backend.machine import file_key, machine_key
+    from localspec.backend.cache_keys import file_key, machine_key
 
     return {
         "format": COST_FORMAT,
@@ -148,7 +148,7 @@ class ModelCosts:
         point_seconds: ``point_seconds[i][j]`` = median seconds of a decode of
             ``points_at(i)[j]`` tokens at ``contexts[i]`` (what the curves were made from).
         other_cpu: share of all CPUs other processes used while measuring (None unknown); over
-            :data:`~localspec.backend.machine.BUSY_THRESHOLD` the curve is :attr:`disturbed`.
+            :data:`~localspec.backend.load.BUSY_THRESHOLD` the curve is :attr:`disturbed`.
     """
 
     seconds: list[float]

@@ -1,20 +1,23 @@
-"""The only module that imports llama_cpp: load a GGUF, tokenize, decode, logits, rollback.
+"""The native model: load a GGUF, tokenize, decode, logits, rollback; llama.cpp's init and error log.
 
-One class per native resource (:class:`LlamaModel`), closed by a context manager, with
-typed errors on a null handle or a nonzero decode status; the rest of the code never
-sees ctypes. Logits come from ``llama_get_logits_ith`` for the positions asked only:
-no ``logits_all``, no n_ctx x n_vocab score matrix.
+One class per native resource (:class:`LlamaModel`; the grammar sampler it makes is
+:class:`localspec.backend.grammar.Grammar`), closed by a context manager, with typed errors
+on a null handle or a nonzero decode status; the rest of the code never sees ctypes. Logits
+come from ``llama_get_logits_ith`` for the positions asked only: no ``logits_all``, no
+n_ctx x n_vocab score matrix. The module that loads llama.cpp; besides it only
+:mod:`localspec.backend.grammar` (llama-cpp-python's JSON-schema converter) and
+:mod:`localspec.bench.peer` (llama-cpp-python's ``Llama``, a benchmark peer) import llama_cpp.
+Chat prompts are split into markup and content as pure text in
+:mod:`localspec.backend.chat_template`.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import re
-import secrets
 import threading
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -22,6 +25,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from localspec.backend import hugepages
+from localspec.backend.chat_template import TOKEN_ATTR_SPECIAL, chat_fragments, split_rendered_chat
+from localspec.backend.grammar import Grammar
+from localspec.backend.native import NativeResource
 from localspec.errors import BackendError, CacheRollbackError, ConfigError, ContextOverflowError, DecodeAborted, ModelError
 
 _init_lock = threading.Lock()
@@ -36,7 +42,7 @@ def _last_error() -> str:
 
 
 def _llama():
-    import llama_cpp  # noqa: WPS433 - the one place
+    import llama_cpp  # noqa: WPS433 - loaded here, on first use
 
     return llama_cpp
 
@@ -148,7 +154,7 @@ def _flag_abort_callback(lc):
     return _abort_fn or None
 
 
-def _set_extra_bufts(mparams, on: bool) -> bool:
+def set_extra_bufts(mparams, on: bool) -> bool:
     """Set ``use_extra_bufts`` (weight repacking) on llama.cpp model params; False if the build lacks it."""
     if not hasattr(mparams, "use_extra_bufts"):  # pragma: no cover - older llama-cpp-python
         return False
@@ -156,136 +162,7 @@ def _set_extra_bufts(mparams, on: bool) -> bool:
     return True
 
 
-# -- chat prompts: the template's markup as special tokens, message content as text --------
-#: llama.cpp's token attributes (``enum llama_token_attr``)
-TOKEN_ATTR_UNKNOWN = 1 << 0
-TOKEN_ATTR_CONTROL = 1 << 3
-TOKEN_ATTR_USER_DEFINED = 1 << 4
-TOKEN_ATTR_LSTRIP = 1 << 7
-TOKEN_ATTR_RSTRIP = 1 << 8
-#: the tokens llama.cpp's tokenizer matches as text when parsing special tokens (its
-#: ``cache_special_tokens``)
-TOKEN_ATTR_SPECIAL = TOKEN_ATTR_CONTROL | TOKEN_ATTR_USER_DEFINED | TOKEN_ATTR_UNKNOWN
-#: what a template may do to a message's content before writing it (tried in this order)
-_CONTENT_FORMS: tuple[Callable[[str], str], ...] = (lambda c: c, str.strip)
-
-
-@dataclass(frozen=True)
-class ChatPiece:
-    """A piece of a rendered chat prompt: the template's own text, or a message's content."""
-
-    text: str
-    is_content: bool
-
-
-def split_rendered_chat(messages: Sequence[dict], render: Callable[[list[dict]], str]) -> list[ChatPiece] | None:
-    """Split a chat prompt into the template's markup and the messages' contents.
-
-    The template is rendered twice: as is, and with every non-empty string ``content``
-    replaced by a unique placeholder (other keys, e.g. ``tool_calls``, pass through unchanged). The
-    placeholders mark where each content sits; the split is kept only if writing each
-    content back (as is, or stripped, as a ``| trim`` filter does) into the placeholders
-    gives exactly the real rendering.
-
-    Args:
-        messages: chat messages (dicts with ``role``, ``content`` and any other keys).
-        render: renders a list of messages to the prompt text (the chat template).
-
-    Returns:
-        The pieces in order, their texts concatenated equal to ``render(messages)``; or
-        None when the template writes content in another form (escaped, split, only in
-        part) or its markup depends on the content, so the split cannot be trusted.
-    """
-    nonce = secrets.token_hex(8)
-    # an empty content holds no markers and stays as it is (templates test it: ``if message.content``)
-    slots = {i: f"LSPC{nonce}M{i}E" for i, m in enumerate(messages) if isinstance(m.get("content"), str)
-             and m["content"]}
-    masked = [{**m, "content": slots[i]} if i in slots else dict(m) for i, m in enumerate(messages)]
-    real = render([dict(m) for m in messages])
-    if any(nonce in m["content"] for i, m in enumerate(messages) if i in slots):
-        return None  # pragma: no cover - a 64-bit random nonce
-    parts = re.split(f"LSPC{nonce}M(\\d+)E", render(masked))
-    for form in _CONTENT_FORMS:
-        pieces = [ChatPiece(parts[0], False)]
-        for k in range(1, len(parts), 2):
-            pieces.append(ChatPiece(form(messages[int(parts[k])]["content"]), True))
-            pieces.append(ChatPiece(parts[k + 1], False))
-        if "".join(p.text for p in pieces) == real:
-            return [p for p in pieces if p.text]
-    return None
-
-
-def chat_fragments(pieces: Sequence[ChatPiece], specials: dict[str, tuple[int, int]]) -> list[int | str]:
-    """The special tokens of the markup, and the text between them, in order.
-
-    Mirrors llama.cpp's special-token partition (``tokenizer_st_partition``): a special
-    token's text becomes its id, the text between two special tokens is one fragment for
-    the text tokenizer, and a token with the LSTRIP (RSTRIP) attribute strips the
-    whitespace before (after) it. Only markup is searched for special tokens; a content's
-    text, whatever special-token text it holds, stays inside its fragment.
-
-    Args:
-        pieces: from :func:`split_rendered_chat`.
-        specials: special-token text -> (id, llama.cpp token attributes).
-
-    Returns:
-        Token ids (int) and non-empty texts (str) to tokenize without special parsing.
-    """
-    pattern = re.compile("|".join(re.escape(t) for t in sorted(specials, key=len, reverse=True) if t))
-    out: list[int | str] = []
-    run: list[str] = []
-    rstrip_next = False
-
-    def flush(lstrip: bool) -> None:
-        text = "".join(run)
-        run.clear()
-        if rstrip_next:
-            text = text.lstrip(_ASCII_SPACE)
-        if lstrip:
-            text = text.rstrip(_ASCII_SPACE)
-        if text:
-            out.append(text)
-
-    for piece in pieces:
-        if piece.is_content or not specials:
-            run.append(piece.text)
-            continue
-        at = 0
-        for m in pattern.finditer(piece.text):
-            run.append(piece.text[at:m.start()])
-            token, attrs = specials[m.group()]
-            flush(bool(attrs & TOKEN_ATTR_LSTRIP))
-            out.append(token)
-            rstrip_next = bool(attrs & TOKEN_ATTR_RSTRIP)
-            at = m.end()
-        run.append(piece.text[at:])
-    flush(False)
-    return out
-
-
-_ASCII_SPACE = " \t\n\v\f\r"  # C isspace(), as llama.cpp strips
-
-
-class _NativeResource:
-    """``close()`` frees a native handle: a ``with`` block, or the garbage collector as a last resort."""
-
-    def close(self) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:  # pragma: no cover - best effort
-        try:
-            self.close()
-        except Exception:
-            pass
-
-
-class LlamaModel(_NativeResource):
+class LlamaModel(NativeResource):
     """A loaded GGUF model with one llama.cpp context and one sequence (id 0).
 
     Tracks exactly which tokens sit in the KV cache (:attr:`cached_tokens`).
@@ -341,9 +218,9 @@ class LlamaModel(_NativeResource):
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers < 0 else n_gpu_layers
         #: whether the weights were loaded into llama.cpp's extra (repacked) buffer types
-        self.repack = bool(repack) and _set_extra_bufts(mparams, True)
+        self.repack = bool(repack) and set_extra_bufts(mparams, True)
         if not self.repack:
-            _set_extra_bufts(mparams, False)
+            set_extra_bufts(mparams, False)
         # every layer on a GPU: the CPU streams no weights, so nothing is gained from huge pages
         all_on_gpu = n_gpu_layers < 0 and bool(lc.llama_supports_gpu_offload())
         self.huge_pages = huge_pages = bool(huge_pages) and not all_on_gpu and hugepages.available()
@@ -681,7 +558,12 @@ class LlamaModel(_NativeResource):
         Raises:
             ConfigError: llama.cpp cannot parse the grammar (or ``root`` is not one of its rules).
         """
-        return Grammar(self, gbnf, root)
+        _recent_errors.clear()
+        sampler = self._lc.llama_sampler_init_grammar(self._vocab, gbnf.encode(), root.encode())
+        if not sampler:
+            raise ConfigError(f"llama.cpp could not parse the grammar{_last_error()}",
+                              "check the GBNF text and that its root rule exists")
+        return Grammar(self._lc, sampler, self.n_vocab)
 
     # -- decoding -------------------------------------------------------------------
     @property
@@ -813,175 +695,3 @@ class LlamaModel(_NativeResource):
             common += 1
         self.truncate(common)
         return common
-
-
-# -- peers: llama-cpp-python's own high-level API, for side-by-side benchmarks ------------
-_peer_cache: dict[tuple, object] = {}
-
-
-def json_schema_grammar(schema: dict, prop_order: Sequence[str] = ()) -> str:
-    """GBNF text for JSON following ``schema`` (a JSON Schema), start rule ``root``.
-
-    llama-cpp-python's converter (``llama_cpp.llama_grammar.json_schema_to_gbnf``, a port of
-    llama.cpp's ``json_schema_to_grammar``); object properties in ``prop_order`` come first.
-
-    Raises:
-        Exception: what the converter raises on a schema it cannot read (AssertionError,
-            KeyError, ValueError, ...).
-    """
-    import json
-
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-
-    return json_schema_to_gbnf(json.dumps(schema), prop_order=list(prop_order))
-
-
-#: ``llama_token_data`` as numpy sees it: (id int32, logit float32, p float32), C layout
-_TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")], align=True)
-
-
-class Grammar(_NativeResource):
-    """A GBNF grammar's state over one model's vocabulary: llama.cpp's grammar sampler.
-
-    The constraint of a constrained generation (:class:`localspec.core.acceptance.Constraint`): the
-    acceptance rule masks each target row with :meth:`mask` (or checks a single token with
-    :meth:`allows`) before choosing, and :meth:`accept` moves the state past each committed
-    token. Once the grammar is complete only end-of-generation tokens are allowed. Made by
-    :meth:`LlamaModel.grammar`; free it with :meth:`close` (or a ``with`` block).
-
-    Only ever :meth:`accept` a token the state allows: llama.cpp aborts on one it does not.
-    """
-
-    def __init__(self, model: "LlamaModel", gbnf: str, root: str) -> None:
-        self._lc = lc = model._lc
-        self.n_vocab = model.n_vocab
-        _recent_errors.clear()
-        self._smpl = lc.llama_sampler_init_grammar(model._vocab, gbnf.encode(), root.encode())
-        if not self._smpl:
-            raise ConfigError(f"llama.cpp could not parse the grammar{_last_error()}",
-                              "check the GBNF text and that its root rule exists")
-        self._one = np.zeros(1, dtype=_TOKEN_DATA)
-        self._all = np.zeros(self.n_vocab, dtype=_TOKEN_DATA)
-        self._all["id"] = np.arange(self.n_vocab, dtype=np.int32)
-
-    def _apply(self, arr: np.ndarray) -> None:
-        lc = self._lc
-        data = lc.llama_token_data_array(data=arr.ctypes.data_as(ctypes.POINTER(lc.llama_token_data)),
-                                         size=len(arr), selected=-1, sorted=False)
-        lc.llama_sampler_apply(self._smpl, ctypes.byref(data))
-
-    def allows(self, token: int) -> bool:
-        """Whether the grammar's state allows ``token`` next (cheap: one candidate)."""
-        one = self._one
-        one["id"], one["logit"] = token, 0.0
-        self._apply(one)
-        return bool(np.isfinite(one["logit"][0]))
-
-    def mask(self, logits: np.ndarray) -> np.ndarray:
-        """``logits`` (shape (n_vocab,), float32) with every token the state forbids set to -inf (a copy).
-
-        Costs a walk of the grammar over the whole vocabulary: tens of milliseconds for a
-        150k-token vocabulary on a CPU.
-        """
-        arr = self._all
-        arr["id"] = np.arange(self.n_vocab, dtype=np.int32)  # llama.cpp may reorder candidates
-        arr["logit"] = logits[: self.n_vocab]
-        self._apply(arr)
-        out = np.full(logits.shape, -np.inf, dtype=np.float32)
-        out[arr["id"]] = arr["logit"]
-        return out
-
-    def accept(self, token: int) -> None:
-        """Move the state past ``token``, which it must allow."""
-        self._lc.llama_sampler_accept(self._smpl, int(token))
-
-    def close(self) -> None:
-        if getattr(self, "_smpl", None):
-            self._lc.llama_sampler_free(self._smpl)
-            self._smpl = None
-
-
-@contextmanager
-def peer_extra_bufts(lc, on: bool):
-    """While a ``Llama`` loads, its model params get ``use_extra_bufts = on``."""
-    low = lc.llama_cpp
-    original = low.llama_model_default_params
-
-    def params():
-        mp = original()
-        _set_extra_bufts(mp, on)
-        return mp
-
-    low.llama_model_default_params = params
-    try:
-        yield
-    finally:
-        low.llama_model_default_params = original
-
-
-def run_llama_cpp_peer(
-    path: str | os.PathLike,
-    prompt_tokens: Sequence[int],
-    max_tokens: int,
-    n_ctx: int = 4096,
-    n_threads: int | None = None,
-    lookup_num_pred_tokens: int | None = None,
-    n_gpu_layers: int = 0,
-    n_batch: int = 512,
-    repack: bool = False,
-) -> tuple[list[int], str, float]:
-    """Greedy generation through llama-cpp-python's ``Llama.create_completion`` (a peer).
-
-    With ``lookup_num_pred_tokens`` the peer is ``Llama(draft_model=LlamaPromptLookupDecoding(
-    num_pred_tokens=...), logits_all=True)`` (llama-cpp-python 0.3.36 crashes on its first
-    batched verify without ``logits_all``). The ``Llama`` object is loaded once per
-    (path, settings) and kept, so its own prompt cache works across calls like ours.
-    ``repack`` is the same weight-repacking choice as :class:`LlamaModel`'s (a fair race);
-    ``Llama`` has no argument for it, so its model params are set while it loads.
-
-    Args:
-        path: GGUF file.
-        prompt_tokens: prompt ids (already templated and tokenized by the caller).
-        max_tokens: most tokens generated.
-
-    Returns:
-        (generated token ids, generated text, wall seconds of the ``create_completion`` call).
-        The token ids are those llama-cpp-python evaluated or sampled after the prompt.
-    """
-    import time
-
-    lc = _llama()
-    threads = n_threads or os.cpu_count() or 1
-    key = (str(path), n_ctx, threads, lookup_num_pred_tokens, n_gpu_layers, n_batch, bool(repack))
-    llm = _peer_cache.get(key)
-    if llm is None:
-        kwargs = dict(model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                      n_gpu_layers=n_gpu_layers, n_batch=n_batch, verbose=False)
-        if lookup_num_pred_tokens is not None:
-            from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-
-            kwargs["draft_model"] = LlamaPromptLookupDecoding(num_pred_tokens=lookup_num_pred_tokens)
-            kwargs["logits_all"] = True
-        with peer_extra_bufts(lc, bool(repack)):
-            llm = _peer_cache[key] = lc.Llama(**kwargs)
-    t0 = time.perf_counter()
-    out = llm.create_completion(list(prompt_tokens), max_tokens=max_tokens, temperature=0.0, top_k=1,
-                                top_p=1.0, min_p=0.0, repeat_penalty=1.0, stream=False)
-    seconds = time.perf_counter() - t0
-    n_out = int(out["usage"]["completion_tokens"])
-    ids = [int(t) for t in llm._input_ids[len(prompt_tokens) :]][:n_out]  # evaluated ids after the prompt
-    if len(ids) < n_out:
-        # the newest sampled token is not evaluated yet; greedy: it is the argmax of the last logits row
-        row = np.ctypeslib.as_array(lc.llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),))
-        ids.append(int(np.argmax(row)))
-    return ids, out["choices"][0]["text"], seconds
-
-
-def close_llama_cpp_peers() -> None:
-    """Free every peer ``Llama`` kept by :func:`run_llama_cpp_peer`."""
-    for llm in _peer_cache.values():
-        try:
-            llm.close()
-        except Exception:  # pragma: no cover - best effort
-            pass
-    _peer_cache.clear()

@@ -132,7 +132,8 @@ class RepackVerdict:
 
 def probe_key(path: str | os.PathLike, n_threads: int, n_gpu_layers: int) -> dict:
     """What a verdict depends on: the model file, threads, GPU layers, llama.cpp build and machine."""
-    from localspec.backend.machine import file_key, machine_key, vector_extensions
+    from localspec.backend.cache_keys import file_key, machine_key
+    from localspec.backend.machine import vector_extensions
 
     return {"format": VERDICT_FORMAT, **file_key(path), "n_threads": int(n_threads), "n_gpu_layers": int(n_gpu_layers),
             **machine_key(), "cpu_flags": " ".join(vector_extensions())}

@@ -16,7 +16,8 @@ target-only decoding, and a difference is reported with its position and the tar
 top-2 logit gap there (``shared/cases.md`` C1).
 
 The package: :mod:`.suite` (the tasks), :mod:`.runner` (running them, metering the machine),
-:mod:`.report` (medians, oracle, goals, table, plot), :mod:`.command` (``localspec bench``).
+:mod:`.peer` (llama-cpp-python's ``Llama``, the peer modes), :mod:`.report` (medians, oracle,
+goals, table, plot), :mod:`.command` (``localspec bench``).
 """
 
 from localspec.bench.command import cli_bench

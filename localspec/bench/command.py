@@ -9,8 +9,9 @@ import sys
 import time
 from pathlib import Path
 
+from localspec.config import AUTO_DRAFT_MAX, FIXED_DRAFT_MAX
 from localspec.errors import ConfigError
-from localspec.backend.machine import load_average
+from localspec.backend.load import load_average
 from localspec.app.flags import add_model_arguments, add_option, settings_from_args
 from localspec.bench.report import format_table, plot
 from localspec.bench.runner import build_modes, run_bench
@@ -33,7 +34,7 @@ def cli_bench(argv: list[str]) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(p)
     add_option(p, "draft_max", help="most tokens drafted per round in the settings",
-               default_text="64 in mode auto, 8 otherwise")
+               default_text=f"{AUTO_DRAFT_MAX} in mode auto, {FIXED_DRAFT_MAX} otherwise")
     p.add_argument("--out", default="bench-out", help="output folder for bench.json and bench.png (default bench-out/)")
     p.add_argument("--prompts", type=Path, default=None, help="extra prompts: .jsonl or text separated by --- lines")
     p.add_argument("--only-prompts", action="store_true", help="run the --prompts file only, not the built-in suite")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from localspec.core.costmodel import ceiling, textbook_speedup
 from localspec.core.events import GenerationStats
-from localspec.backend.machine import load_average
+from localspec.backend.load import load_average
 
 if TYPE_CHECKING:
     from localspec.bench.runner import Run

@@ -10,10 +10,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from localspec.config import DraftParams, GenerationParams, SamplingParams
+from localspec.config import DRAFT_MAX_LIMIT, DraftParams, GenerationParams, SamplingParams
 from localspec.core.costmodel import acceptance_by_position, expected_tokens, verify_cost
 from localspec.core.events import GenerationStats, drafter_tallies
-from localspec.backend.machine import BUSY_THRESHOLD, CpuMeter, run_order
+from localspec.app.run_order import run_order
+from localspec.backend.load import BUSY_THRESHOLD, CpuMeter
 from localspec.bench.report import summarise
 from localspec.bench.suite import Task
 
@@ -119,12 +120,12 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
     peers load the target with ``repack``, the weight-repacking choice our target was loaded with
     (:mod:`localspec.backend.repack`), so both sides run the same kernels.
     """
-    from localspec.backend.llama import close_llama_cpp_peers, run_llama_cpp_peer
+    from localspec.bench.peer import close_llama_cpp_peers, run_llama_cpp_peer
 
     sampling = SamplingParams(temperature=0.0)
     # auto drafts up to its own default cap (or the longest fixed length), so the oracle is within its reach
     fixed = [m.g for m in modes if m.family in ("lookup", "draft")]
-    draft_max_auto = min(64, max([DraftParams(mode="auto").cap] + fixed))
+    draft_max_auto = min(DRAFT_MAX_LIMIT, max([DraftParams(mode="auto").cap] + fixed))
     ec = engine.calibrated_costs(draft_max_auto, remeasure=recalibrate)
     verify = list(ec.target.seconds)
     t1 = verify[0]

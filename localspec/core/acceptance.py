@@ -16,7 +16,7 @@ Three rules, chosen from what the draft carries (habit from huggingface/transfor
 Each rule returns the number of accepted draft tokens and exactly one more target
 token: resampled at the first rejection, or a bonus token when every draft was accepted.
 
-A :class:`Constraint` (a grammar, :class:`localspec.backend.llama.Grammar`) makes the target
+A :class:`Constraint` (a grammar, :class:`localspec.backend.grammar.Grammar`) makes the target
 distribution at each position the target's restricted to the tokens the constraint allows
 there, renormalized (llama.cpp applies its grammar sampler the same way, before the rest of
 the chain). The rules run unchanged on the masked rows, row by row, the constraint moving

@@ -14,41 +14,12 @@ from typing import Iterable
 
 
 class TokenKind(str, enum.Enum):
-    """How a committed token came to be."""
+    """How a committed token came to be (how each kind is drawn: :mod:`localspec.tui.kinds`)."""
 
     ACCEPTED = "accepted"  #: a draft token the target accepted
     RESAMPLED = "resampled"  #: the target's token at the first rejected draft position
     BONUS = "bonus"  #: the target's extra token after a fully accepted draft
     TARGET = "target"  #: a token of target-only decoding (nothing was drafted this round)
-
-    @property
-    def label(self) -> str:
-        """The legend's name of the kind (CLI and TUI): "accepted draft", "resampled", "bonus", "target-only"."""
-        return _KIND_LABELS[self]
-
-    @property
-    def detail(self) -> str:
-        """What the kind means, where the legend has room for it ("" when the label says it)."""
-        return _KIND_DETAILS.get(self, "")
-
-    @property
-    def colour(self) -> str | None:
-        """The kind's colour, as a role both front-ends map to their palette: "success"
-        (accepted), "error" (resampled), "warning" (bonus); None: the normal text colour
-        (target-only). The CLI maps roles to terminal colours, the TUI to its theme's."""
-        return _KIND_COLOURS[self]
-
-    @property
-    def bold(self) -> bool:
-        """Whether the kind is drawn bold (the target's own tokens in a speculative round)."""
-        return self in (TokenKind.RESAMPLED, TokenKind.BONUS)
-
-
-_KIND_LABELS = {TokenKind.ACCEPTED: "accepted draft", TokenKind.RESAMPLED: "resampled", TokenKind.BONUS: "bonus",
-                TokenKind.TARGET: "target-only"}
-_KIND_DETAILS = {TokenKind.RESAMPLED: "target corrected"}
-_KIND_COLOURS = {TokenKind.ACCEPTED: "success", TokenKind.RESAMPLED: "error", TokenKind.BONUS: "warning",
-                 TokenKind.TARGET: None}
 
 
 class DrafterId(str, enum.Enum):

@@ -30,7 +30,8 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 
 from pydantic_core import PydanticCustomError
 
-from localspec.config import DraftMode, DraftParams, SamplingParams, invalid_values, request_field, user_error
+from localspec.config import (AUTO_DRAFT_MAX, DraftMode, DraftParams, SamplingParams, check_stop, invalid_values,
+                              request_field, user_error)
 from localspec.core.events import DrafterId, EndReason, GenerationStats, RoundStats, TokenEvent, drafter_tallies
 
 #: ``error.type`` per HTTP status, as OpenAI names them
@@ -449,7 +450,7 @@ class SpeculationFields(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    _an_object = _object('speculation must be an object such as {"mode": "auto", "draft_max": 64}')
+    _an_object = _object('speculation must be an object such as {"mode": "auto", "draft_max": %d}' % AUTO_DRAFT_MAX)
 
     mode: DraftMode | None = None
     draft_max: int | None = request_field(DraftParams, "draft_max")
@@ -499,8 +500,10 @@ class SamplingFields(BaseModel):
     @field_validator("stop")
     @classmethod
     def _no_empty_stop(cls, stop: Any) -> Any:
-        if stop == "" or (isinstance(stop, list) and "" in stop):
-            raise user_error("stop strings must not be empty")
+        try:
+            check_stop([stop] if isinstance(stop, str) else stop if isinstance(stop, list) else [])
+        except ValueError as e:
+            raise user_error(str(e)) from None
         return stop
 
     def request(self, kind: Literal["chat", "completion"]) -> "GenerationRequest":

@@ -38,7 +38,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from localspec.backend.llama import json_schema_grammar
+from localspec.backend.grammar import json_schema_grammar
 from localspec.server.openai_api import ApiError, ResponseShape
 
 

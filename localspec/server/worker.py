@@ -32,7 +32,7 @@ from localspec.config import (DraftParams, GenerationParams, SamplingParams, Set
 from localspec.core.engine import Generation
 from localspec.errors import BackendError, LocalspecError
 from localspec.core.events import RoundStats, TokenEvent
-from localspec.backend.machine import machine_is_quiet
+from localspec.backend.load import machine_is_quiet
 from localspec.server.openai_api import ApiError, GenerationRequest
 from localspec.server.tools import GRAMMAR_ROOT, call_grammar, prompt_tokens
 

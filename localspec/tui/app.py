@@ -21,7 +21,7 @@ from textual.widgets import HelpPanel
 
 from localspec.config import DraftParams, Settings
 from localspec.errors import LocalspecError
-from localspec.backend.machine import run_order
+from localspec.app.run_order import run_order
 
 from localspec.tui.dialogs import SettingsScreen
 from localspec.tui.driver import RaceSide, drive, race, warm_up
@@ -49,7 +49,7 @@ class LocalspecApp(App):
     """Chat, code-edit and race modes over one speculative engine."""
 
     CSS_PATH = "app.tcss"
-    CSS = token_css()  # the token colours, from TokenKind (one definition for the CLI and the TUI)
+    CSS = token_css()  # the token colours, from localspec.tui.kinds (one definition for the CLI and the TUI)
     TITLE = "localspec"
     MODES = {"chat": ChatScreen, "edit": EditScreen, "race": RaceScreen}
     BINDINGS = [

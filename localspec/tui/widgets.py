@@ -1,7 +1,7 @@
 """Widgets: the coloured token stream, its legend, the statistics panel, the round inspector.
 
 Token colours are CSS component classes (``tok--accepted`` ...) styled by :func:`token_css` from
-the colour roles of ``TokenKind`` (theme variables: no literal colour is written here).
+the colour roles of :mod:`localspec.tui.kinds` (theme variables: no literal colour is written here).
 """
 
 from __future__ import annotations
@@ -26,23 +26,25 @@ from textual.widgets import Sparkline, Static
 
 from localspec.core.events import DrafterId, TokenKind
 
+from localspec.tui.kinds import LOOKS
 from localspec.tui.stats import LiveStats, fmt_rate, plural
 
 #: the token kinds (localspec.core.events.TokenKind, in its order) and their legend labels; colours: token_css()
 KINDS = tuple(k.value for k in TokenKind)
-KIND_LABELS = {k.value: k.label + (f" ({k.detail})" if k.detail else "") for k in TokenKind}
+KIND_LABELS = {k.value: look.label + (f" ({look.detail})" if look.detail else "") for k, look in LOOKS.items()}
 TOKEN_CLASSES = {f"tok--{k}" for k in KINDS} | {"tok--selected"}
 
 
 def token_css() -> str:
-    """The CSS of the token colours (component classes ``tok--<kind>``), from TokenKind.colour
-    and .bold: a colour role becomes the theme's ``$text-<role>`` on ``$<role>-muted``, so the
-    tokens stay readable on light and dark themes. The app adds it to its CSS (app.tcss)."""
+    """The CSS of the token colours (component classes ``tok--<kind>``), from each kind's colour
+    role and weight (:data:`localspec.tui.kinds.LOOKS`): a colour role becomes the theme's
+    ``$text-<role>`` on ``$<role>-muted``, so the tokens stay readable on light and dark
+    themes. The app adds it to its CSS (app.tcss)."""
     rules = []
-    for k in TokenKind:
+    for k, look in LOOKS.items():
         sel = ", ".join(f"{w} > .tok--{k.value}" for w in ("TokenStream", "Legend", "RoundInspector"))
-        body = ([f"color: $text-{k.colour};", f"background: ${k.colour}-muted;"] if k.colour
-                else ["color: $foreground;"]) + (["text-style: bold;"] if k.bold else [])
+        body = ([f"color: $text-{look.colour};", f"background: ${look.colour}-muted;"] if look.colour
+                else ["color: $foreground;"]) + (["text-style: bold;"] if look.bold else [])
         rules.append(f"{sel} {{\n    " + "\n    ".join(body) + "\n}")
     return "\n".join(rules) + "\n"
 

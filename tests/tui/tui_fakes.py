@@ -29,6 +29,7 @@ import numpy as np
 from fakes import FakeModel
 from localspec.backend.llama import VocabInfo
 from localspec.backend.calibration import EngineCosts, ModelCosts
+from localspec.config import AUTO_DRAFT_MAX
 from localspec.core.engine import SpeculativeEngine
 from localspec.errors import DecodeAborted
 
@@ -209,7 +210,7 @@ class FakeEngine(SpeculativeEngine):
     def __init__(self, clock: FakeClock | None = None, reply: str = REPLY, *, replies: dict[str, str] | None = None,
                  has_draft: bool = True, round_delay: float = 0.0, prefill_seconds: float = 0.05,
                  verify_seconds: float = 0.05, draft_seconds: float = 0.01, catchup_seconds: float = 0.1,
-                 n_ctx: int = 4096, draft_max: int = 64) -> None:
+                 n_ctx: int = 4096, draft_max: int = AUTO_DRAFT_MAX) -> None:
         clock = clock or FakeClock()
         self.script = Script(reply, replies)
         self.prefill_seconds, self.verify_seconds = prefill_seconds, verify_seconds

@@ -5,6 +5,7 @@ loader, the cost model importing the engine, ...) fails here. import-linter runs
 process: it reconfigures logging, which other tests read.
 """
 
+import ast
 import re
 import subprocess
 import sys
@@ -59,3 +60,16 @@ def test_every_module_is_in_a_layer():
         contract = next(c for c in CONTRACTS if c["layers"][0].startswith(f"localspec.{package}."))
         missing = _children(ROOT / "localspec" / package, f"localspec.{package}") - _named(contract)
         assert missing == set(), f"modules of localspec.{package} outside its layers: {sorted(missing)}"
+
+
+def test_llama_cpp_is_imported_by_the_three_modules_docs_architecture_names():
+    """llama.py (the native model), grammar.py (llama-cpp-python's JSON-schema converter) and the
+    bench's peer (llama-cpp-python's ``Llama``): no other module of localspec imports llama_cpp."""
+    importers = set()
+    for path in (ROOT / "localspec").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            if any(n == "llama_cpp" or n.startswith("llama_cpp.") for n in names):
+                importers.add(path.relative_to(ROOT).as_posix())
+    assert importers == {"localspec/backend/llama.py", "localspec/backend/grammar.py", "localspec/bench/peer.py"}

@@ -198,7 +198,7 @@ def test_the_bench_peer_loads_with_the_same_choice(monkeypatch):
     """run_llama_cpp_peer sets use_extra_bufts on the Llama's model params while it loads."""
     import llama_cpp
 
-    from localspec.backend import llama as backend
+    from localspec.bench import peer
 
     seen = []
 
@@ -210,7 +210,7 @@ def test_the_bench_peer_loads_with_the_same_choice(monkeypatch):
     monkeypatch.setattr(llama_cpp, "Llama", FakeLlama)
     for on in (False, True):
         with pytest.raises(RuntimeError):
-            backend.run_llama_cpp_peer("/nonexistent.gguf", [1, 2], 1, repack=on)
+            peer.run_llama_cpp_peer("/nonexistent.gguf", [1, 2], 1, repack=on)
     assert seen == [False, True]
     # and the patch is undone afterwards
     assert llama_cpp.llama_cpp.llama_model_default_params().use_extra_bufts is True

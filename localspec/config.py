@@ -12,11 +12,15 @@ same models; a ``pydantic.ValidationError`` becomes a readable message only ther
 from __future__ import annotations
 
 import os
+import tomllib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
+
+from localspec.errors import ConfigError
 
 DraftMode = Literal["auto", "draft", "lookup", "none"]
 FlashAttn = Literal["auto", "on", "off"]
@@ -205,16 +209,36 @@ class GenerationParams(_Strict):
         return self
 
 
+#: the model catalog (package data): :mod:`localspec.app.catalog` validates and resolves it
+CATALOG_PATH = Path(__file__).resolve().with_name("catalog.toml")
+
+
+def default_pair(path: Path = CATALOG_PATH) -> tuple[str, str]:
+    """(target, draft) preset names of the catalog's ``default_pair``: its one declaration, read
+    here so that the settings' defaults are always the pair ``localspec models`` marks as default.
+
+    Raises:
+        ConfigError: the catalog cannot be read or names no such pair (the full check of the
+            catalog is :func:`localspec.app.catalog.load_catalog`'s).
+    """
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        pair = data["pairs"][data["default_pair"]]
+        return str(pair["target"]), str(pair["draft"])
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as e:
+        raise ConfigError(f"cannot read the default model pair from {path}: {type(e).__name__}: {e}",
+                          "reinstall localspec (the catalog ships with the package)") from e
+
+
 class Settings(_Strict):
     """Everything needed to load models and generate: what the CLI and TUI share.
 
-    The default ``target`` and ``draft`` are the catalog's default pair
-    (``localspec/app/catalog.toml``, ``default_pair``): the one source; this bottom layer cannot
-    read the catalog, so it repeats the two names and ``tests/unit/test_catalog.py`` keeps them equal.
+    The default ``target`` and ``draft`` are the catalog's default pair (:func:`default_pair`).
     """
 
-    target: ModelSettings = ModelSettings(model="qwen2.5-coder-1.5b")
-    draft: ModelSettings = Field(ModelSettings(model="qwen2.5-coder-0.5b"), description="same tokenizer as the target")
+    target: ModelSettings = Field(default_factory=lambda: ModelSettings(model=default_pair()[0]))
+    draft: ModelSettings = Field(default_factory=lambda: ModelSettings(model=default_pair()[1]),
+                                 description="same tokenizer as the target")
     sampling: SamplingParams = SamplingParams()
     drafting: DraftParams = DraftParams()
     generation: GenerationParams = GenerationParams()

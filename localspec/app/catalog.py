@@ -30,11 +30,10 @@ from typing import Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from localspec.config import CATALOG_PATH, format_validation_error
 from localspec.errors import ConfigError, ModelError
 from localspec.app.fileio import expand_path
 
-#: the catalog ships inside the package (package data), so a wheel or pipx install has it
-CATALOG_PATH = Path(__file__).resolve().with_name("catalog.toml")
 
 #: progress callback: (stage, bytes done, bytes total)
 ProgressFn = Callable[[str, int, int], None]
@@ -95,12 +94,11 @@ def load_catalog(path: Path = CATALOG_PATH) -> Catalog:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as e:
-        raise ConfigError(f"cannot read model catalog {path}: {e}", "restore localspec/app/catalog.toml from git") from e
+        raise ConfigError(f"cannot read model catalog {path}: {e}",
+                          "reinstall localspec (the catalog ships with the package)") from e
     try:
         return Catalog.model_validate(data)
     except ValidationError as e:
-        from localspec.config import format_validation_error
-
         raise ConfigError(f"invalid model catalog {path}:\n{format_validation_error(e)}") from e
 
 

@@ -68,7 +68,7 @@ def test_the_wheel_carries_the_catalog_and_only_localspec(installed):
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert top == {"localspec"}, f"top-level names other than localspec: {sorted(top - {'localspec'})}"
-    assert "localspec/app/catalog.toml" in names
+    assert "localspec/catalog.toml" in names
     assert "localspec/tui/app.tcss" in names
 
 

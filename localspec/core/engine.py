@@ -27,10 +27,10 @@ from typing import Callable, Iterator, NamedTuple, Protocol, Sequence
 import numpy as np
 
 from localspec.config import DraftParams, GenerationParams, SamplingParams, fits_context
-from localspec.backend.calibration import EngineCosts, cached_engine_costs, engine_costs
 from localspec.core.drafters import Draft, DraftModelDrafter, Drafter, PredictionDrafter, PromptLookupDrafter
 from localspec.errors import ConfigError, ContextOverflowError, DecodeAborted
 from localspec.core.events import DrafterId, EndReason, GenerationStats, RoundStats, TokenEvent, TokenKind
+from localspec.core.costmodel import CostSource, EngineCosts
 from localspec.core.policy import AdaptivePolicy, Choice, DraftPolicy, FixedPolicy
 from localspec.core.streaming import TextAssembler
 from localspec.core.tokenizer import check_compatible
@@ -393,22 +393,24 @@ class SpeculativeEngine:
         target: the target :class:`localspec.backend.llama.LlamaModel`.
         draft_model: a draft model with the target's tokenizer, or None (prompt lookup
             and target-only decoding still work).
-        costs: this machine's measured costs for mode ``auto``
-            (:func:`localspec.backend.calibration.cached_engine_costs`), or None: read from this
-            machine's cache when mode ``auto`` is first asked for, or measured by an explicit
-            :meth:`calibrated_costs` (:func:`localspec.app.loader.load_engine` does it, visibly);
-            :meth:`generate` never measures.
+        costs: this machine's measured costs for mode ``auto``, or None.
         clock: the timing source of every duration the engine reports (prefill, drafting,
             verification, catch-up, time to first token, elapsed; seconds, monotonic). The
             default is :func:`time.perf_counter`; tests pass a fake clock that their fake
             models advance, so the reported timings are exact.
+        cost_source: where further costs come from (:class:`~localspec.core.costmodel.CostSource`):
+            the loader's :class:`localspec.app.loader.MachineCosts`, which reads this machine's cost
+            cache when mode ``auto`` is first asked for without held costs covering its cap, and
+            measures on an explicit :meth:`calibrated_costs` (:func:`localspec.app.loader.load_engine`
+            does it, visibly). The engine never reads the cache or measures itself; :meth:`generate`
+            never measures. None: only ``costs``.
 
     Raises:
         TokenizerMismatchError: the draft's tokenizer differs from the target's.
     """
 
     def __init__(self, target, draft_model=None, costs: EngineCosts | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter, cost_source: CostSource | None = None) -> None:
         self.target = target
         self.clock = clock
         self.draft_model = draft_model
@@ -418,6 +420,7 @@ class SpeculativeEngine:
             n_shared = check_compatible(target.vocab_info(), draft_model.vocab_info())
             self.drafter = DraftModelDrafter(draft_model, n_propose=min(n_shared, target.n_vocab), clock=clock)
         self._costs = costs
+        self.cost_source = cost_source
         #: sentences the front-end shows the user once after loading (e.g. weight repacking turned
         #: off by the probe, :func:`localspec.app.loader.load_model`)
         self.notices: list[str] = []
@@ -430,11 +433,20 @@ class SpeculativeEngine:
         return self._costs
 
     def calibrated_costs(self, draft_max: int, remeasure: bool = False, progress=None) -> EngineCosts:
-        """The costs for draft lengths up to ``draft_max``: kept while they cover it, else
-        loaded from this machine's cache or measured once (:func:`localspec.backend.calibration.engine_costs`;
-        ``progress(what, done, total)`` follows a measurement)."""
-        self._costs = engine_costs(self.target, self.draft_model, draft_max, existing=self._costs,
-                                   remeasure=remeasure, progress=progress)
+        """The costs for draft lengths up to ``draft_max``: kept while they cover it (unless
+        ``remeasure``), else the cost source's, from this machine's cache or measured now
+        (:meth:`CostSource.measure <localspec.core.costmodel.CostSource.measure>`;
+        ``progress(what, done, total)`` follows a measurement).
+
+        Raises:
+            ConfigError: no cost source (an engine made without the loader) and no held costs covering ``draft_max``.
+        """
+        if self.cost_source is None:
+            if remeasure or self._costs is None or not self._costs.covers(draft_max, self.draft_model is not None):
+                raise ConfigError(f"this engine cannot measure decode costs for drafts up to {draft_max} tokens",
+                                  "make it with localspec.app.loader (load_engine or make_engine)")
+            return self._costs
+        self._costs = self.cost_source.measure(draft_max, existing=self._costs, remeasure=remeasure, progress=progress)
         return self._costs
 
     @property
@@ -541,7 +553,7 @@ class SpeculativeEngine:
 
     def has_costs(self, draft_max: int) -> bool:
         """Whether mode ``auto`` can run with drafts up to ``draft_max`` without measuring: the engine
-        holds costs that cover it, or this machine's cache does."""
+        holds costs that cover it, or its cost source's cache does."""
         try:
             self._costs_for(draft_max)
         except ConfigError:
@@ -549,11 +561,11 @@ class SpeculativeEngine:
         return True
 
     def _costs_for(self, draft_max: int) -> EngineCosts:
-        """Held or cached costs covering ``draft_max``; never measures (see :meth:`calibrated_costs`)."""
+        """Held costs covering ``draft_max``, else the cost source's cached ones; never measures (see
+        :meth:`calibrated_costs`)."""
         c = self._costs
-        if not (isinstance(c, EngineCosts) and len(c.verify) >= draft_max + 1
-                and (c.draft is not None or self.draft_model is None)):
-            c = cached_engine_costs(self.target, self.draft_model, draft_max)
+        if c is None or not c.covers(draft_max, self.draft_model is not None):
+            c = self.cost_source.cached(draft_max) if self.cost_source is not None else None
             if c is None:
                 raise ConfigError(f"mode 'auto' with drafts up to {draft_max} tokens needs this machine's "
                                   "decode costs, which are not measured yet",

@@ -2,20 +2,18 @@
 
 :class:`FixedPolicy` drafts ``draft_max`` tokens with one drafter every round (modes
 ``draft``, ``lookup``, ``none``); :class:`AdaptivePolicy` (mode ``auto``) chooses by the
-measured costs (:mod:`localspec.backend.calibration`) and the expected rates of
+measured costs (:class:`localspec.core.costmodel.EngineCosts`) and the expected rates of
 :mod:`localspec.core.costmodel`. Both implement :class:`DraftPolicy`, all the engine knows.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
+from typing import Mapping, Protocol, Sequence
 
-from localspec.core.costmodel import LOOKUP_CHANCE_TOKENS, EWAcceptance, MatchAcceptance, best_draft_length, expected_tokens
+from localspec.core.costmodel import (LOOKUP_CHANCE_TOKENS, EngineCosts, EWAcceptance, MatchAcceptance,
+                                      best_draft_length, expected_tokens)
 from localspec.core.events import DrafterId
-
-if TYPE_CHECKING:
-    from localspec.backend.calibration import EngineCosts
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,8 @@
 
 import pytest
 
+from localspec.app.loader import make_engine
 from localspec.backend.llama import LlamaModel
-from localspec.core.engine import SpeculativeEngine
 
 
 @pytest.fixture(scope="session")
@@ -11,7 +11,7 @@ def tiny_engine(tiny_path):
     """SmolLM2 drafting for itself."""
     target = LlamaModel(tiny_path, n_ctx=2048, n_batch=512)
     draft = LlamaModel(tiny_path, n_ctx=2048, n_batch=512)
-    engine = SpeculativeEngine(target, draft)
+    engine = make_engine(target, draft)
     yield engine
     engine.close()
 
@@ -20,6 +20,6 @@ def tiny_engine(tiny_path):
 def pair_engine(pair_paths):
     target = LlamaModel(pair_paths[0], n_ctx=2048, n_batch=512)
     draft = LlamaModel(pair_paths[1], n_ctx=2048, n_batch=512)
-    engine = SpeculativeEngine(target, draft)
+    engine = make_engine(target, draft)
     yield engine
     engine.close()

@@ -28,7 +28,8 @@ import numpy as np
 
 from fakes import FakeModel
 from localspec.backend.llama import VocabInfo
-from localspec.backend.calibration import EngineCosts, ModelCosts
+from localspec.backend.calibration import ModelCosts
+from localspec.core.costmodel import EngineCosts
 from localspec.core.engine import SpeculativeEngine
 from localspec.errors import DecodeAborted
 

@@ -377,55 +377,42 @@ def test_statistics_of_several_generations_add_up_in_the_one_accumulator():
     assert sum(total.kinds.values()) == total.tokens
 
 
-def test_mode_auto_never_measures_inside_generate(monkeypatch):
-    """#20 item 4: costs come from the engine, the cache, or an explicit calibrated_costs; generate refuses
-    mode auto without them (naming what to do) rather than measuring silently."""
-    import localspec.core.engine as engine_mod
-    from localspec.backend.calibration import EngineCosts, ModelCosts
+def test_mode_auto_never_measures_inside_generate():
+    """#20 item 4: costs come from the engine, its cost source's cache, or an explicit calibrated_costs;
+    generate refuses mode auto without them (naming what to do) rather than measuring silently. The
+    engine reads no cache and measures nothing itself: its cost source (the loader's) does."""
+    from localspec.backend.calibration import ModelCosts
+    from localspec.core.costmodel import EngineCosts
 
-    measured = []
-    monkeypatch.setattr(engine_mod, "cached_engine_costs", lambda *a: None)
-    monkeypatch.setattr(engine_mod, "engine_costs", lambda *a, **k: measured.append(a) or costs)
     curve = [0.01 * (1 + 0.1 * b) for b in range(9)]
     costs = EngineCosts(verify=curve, draft_token=None, target=ModelCosts(seconds=curve), draft=None)
-    eng = SpeculativeEngine(FakeModel())
+
+    class Source:
+        def __init__(self):
+            self.measured, self.cache = [], {}
+
+        def cached(self, draft_max):
+            return self.cache.get(draft_max)
+
+        def measure(self, draft_max, existing=None, remeasure=False, progress=None):
+            self.measured.append(draft_max)
+            return costs
+
+    source = Source()
+    eng = SpeculativeEngine(FakeModel(), cost_source=source)
     assert not eng.has_costs(8)
     with pytest.raises(ConfigError, match="not measured yet") as e:
         run(eng, mode="auto", draft_max=8)
-    assert "calibrate" in e.value.hint and measured == []
+    assert "calibrate" in e.value.hint and source.measured == []
     eng.calibrated_costs(8)  # the explicit, visible measurement
-    assert len(measured) == 1 and eng.has_costs(8) and not eng.has_costs(16)
+    assert source.measured == [8] and eng.has_costs(8) and not eng.has_costs(16)
     gen, _ = run(eng, mode="auto", draft_max=8)
-    assert gen.token_ids == greedy_reference(PROMPT, 30) and len(measured) == 1
-
-
-class TimedModel(FakeModel):
-    """A FakeModel whose decodes cost 0.5 s plus 0.25 s a token on a fake clock (a list of one float)."""
-
-    def __init__(self, now: list[float], **kw) -> None:
-        super().__init__(**kw)
-        self.now = now
-
-    def decode(self, tokens, logits_for="last", progress=None):
-        self.now[0] += 0.5 + 0.25 * len(tokens)
-        return super().decode(tokens, logits_for, progress)
-
-
-def test_every_duration_is_read_from_the_engines_clock():
-    """The engine's clock argument times the prefill, drafting, verification, catch-up and the totals."""
-    now = [100.0]
-    eng = SpeculativeEngine(TimedModel(now), TimedModel(now), clock=lambda: now[0])
-    prompt = list(range(1, 10))
-    gen, events = run(eng, prompt=prompt, mode="draft", draft_max=4, max_tokens=12)
-    rounds = [e for e in events if isinstance(e, RoundStats)]
-    s = gen.stats
-    assert s.prefill_seconds == 0.5 + 0.25 * (len(prompt) - 1)  # one batch of the prompt but its newest token
-    assert rounds[0].catchup_seconds == 0.5 + 0.25 * (len(prompt) - 1)  # the draft model's cold cache
-    for r in rounds:  # drafting: g one-token decodes after the first (two tokens); verification: one pass
-        assert r.verify_seconds == 0.5 + 0.25 * (r.drafted + 1)
-        assert r.draft_seconds == (0.5 + 0.25 * (2 if r.round else 1)) + 0.75 * (r.drafted - 1)
-    assert s.elapsed_seconds == now[0] - 100.0
-    assert s.elapsed_seconds == s.prefill_seconds + sum(r.draft_seconds + r.verify_seconds + r.catchup_seconds
-                                                        for r in rounds)
-    assert s.time_to_first_token == s.prefill_seconds + rounds[0].catchup_seconds + rounds[0].draft_seconds \
-        + rounds[0].verify_seconds
+    assert gen.token_ids == greedy_reference(PROMPT, 30) and source.measured == [8]
+    # costs the source has cached are used without measuring; an engine without a source cannot measure
+    cached = SpeculativeEngine(FakeModel(), cost_source=source)
+    source.cache[8] = costs
+    assert cached.has_costs(8) and cached.cost_model is costs and source.measured == [8]
+    bare = SpeculativeEngine(FakeModel())
+    with pytest.raises(ConfigError, match="cannot measure"):
+        bare.calibrated_costs(8)
+    assert SpeculativeEngine(FakeModel(), costs=costs).calibrated_costs(8) is costs

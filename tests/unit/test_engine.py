@@ -210,8 +210,8 @@ def test_chosen_draft_length_reported():
     class Half(FixedPolicy):
         free_drafters = ()
 
-        def choose(self, limit, proposals, position=None):
-            return Choice(DrafterId.DRAFT, min(2, limit), "test policy")
+        def choose(self, state):
+            return Choice(DrafterId.DRAFT, min(2, state.limit), "test policy")
 
     eng = SpeculativeEngine(FakeModel(), FakeModel())
     gen = eng.generate(PROMPT, drafting=DraftParams(mode="draft"), policy=Half("draft", 4),
@@ -297,13 +297,11 @@ def test_policy_is_asked_at_the_current_position_with_the_lookup_match_length():
             super().__init__("lookup", 2)
             self.positions, self.matches = [], []
 
-        def see_free(self, name, committed, proposal, match_length=0):
-            assert name == "lookup"
-            self.matches.append((len(committed), tuple(proposal), match_length))
-
-        def choose(self, limit, proposals, position=None):
-            self.positions.append(position)
-            return Choice(DrafterId.LOOKUP, min(2, limit), "test policy")
+        def choose(self, state):
+            assert set(state.proposals) <= {"lookup"}
+            self.positions.append(state.position)
+            self.matches += [(len(state.committed), tuple(p.tokens), p.match_length) for p in state.proposals.values()]
+            return Choice(DrafterId.LOOKUP, min(2, state.limit), "test policy")
 
     eng = SpeculativeEngine(FakeModel(), None)
     pol = Recorder()

@@ -259,11 +259,25 @@ def test_draft_catchup_is_timed_apart_and_excluded_from_the_rate():
     assert gen2.stats.catchup_tokens == 0
 
 
+class TimedModel(FakeModel):
+    """A FakeModel whose decode advances ``clock`` (a one-element list, seconds) by ``seconds`` per token."""
+
+    def __init__(self, clock, seconds):
+        super().__init__()
+        self.clock, self.seconds = clock, seconds
+
+    def decode(self, tokens, logits_for="last", progress=None):
+        self.clock[0] += self.seconds * len(tokens)
+        return super().decode(tokens, logits_for, progress)
+
+
 def test_prefill_warms_both_caches():
     prompt = list(range(1, 20))
-    eng = SpeculativeEngine(FakeModel(), FakeModel())
-    t_target, t_draft, _ = eng.prefill(prompt)
-    assert t_target >= 0 and t_draft >= 0
+    clock = [0.0]
+    eng = SpeculativeEngine(TimedModel(clock, 0.010), TimedModel(clock, 0.002), clock=lambda: clock[0])
+    t_target, t_draft, n_cached = eng.prefill(prompt)
+    # each model's prefill is timed apart: the 18 tokens before the newest, at its own cost per token
+    assert (t_target, t_draft, n_cached) == (pytest.approx(18 * 0.010), pytest.approx(18 * 0.002), 0)
     assert eng.target.cached_tokens == prompt[:-1] and eng.draft_model.cached_tokens == prompt[:-1]
     gen, _ = run(eng, prompt=prompt, mode="draft", max_tokens=10)
     assert gen.stats.catchup_tokens == 0

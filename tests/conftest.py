@@ -47,15 +47,16 @@ class EngineCache:
         self._engines = {}
 
     def get(self, target, draft=None, **model_kwargs):
-        """A :class:`SpeculativeEngine` over ``target`` drafted by ``draft`` (a path, default the target
+        """A :class:`~localspec.core.engine.SpeculativeEngine` (with this machine's cost source,
+        :func:`localspec.app.loader.make_engine`) over ``target`` drafted by ``draft`` (a path, default the target
         itself), each a LlamaModel made with ``model_kwargs``; the same object for the same arguments."""
+        from localspec.app.loader import make_engine
         from localspec.backend.llama import LlamaModel
-        from localspec.core.engine import SpeculativeEngine
 
         key = (str(target), str(draft or target), tuple(sorted(model_kwargs.items())))
         if key not in self._engines:
-            self._engines[key] = SpeculativeEngine(LlamaModel(target, **model_kwargs),
-                                                   LlamaModel(draft or target, **model_kwargs))
+            self._engines[key] = make_engine(LlamaModel(target, **model_kwargs),
+                                             LlamaModel(draft or target, **model_kwargs))
         return self._engines[key]
 
     def close(self):

@@ -3,7 +3,8 @@
 Shared by the CLI, the TUI and the server. Everything that can take a while on a new
 machine happens here, visibly (``stage`` and ``steps`` callbacks), never inside ``generate``:
 the weight-repacking probe (:mod:`localspec.backend.repack`), the loads, and in mode ``auto`` the
-calibration of this machine's decode costs (:mod:`localspec.backend.calibration`; cached).
+calibration of this machine's decode costs (:mod:`localspec.backend.calibration`; cached). The engine
+reads the cost cache and measures only through the :class:`MachineCosts` handed to it here.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import os
 from typing import Callable
 
 from localspec.backend.llama import LlamaModel
-from localspec.backend.calibration import StepFn, apply_cached_flash_attn, cached_engine_costs
+from localspec.backend.calibration import StepFn, apply_cached_flash_attn, cached_engine_costs, engine_costs
 from localspec.config import ModelSettings, Settings
+from localspec.core.costmodel import EngineCosts
 from localspec.core.engine import SpeculativeEngine
 from localspec.app.catalog import ProgressFn, resolve_model
 from localspec.backend.repack import decide_repack
@@ -24,6 +26,46 @@ StageFn = Callable[[str], None]
 DISTURBED_NOTICE = ("other programs used the CPUs while this machine's decode costs were measured: the figures are "
                     "used for this run only (observed rounds correct them) and measured again at the next start "
                     "(a server: once it is idle and the machine quiet)")
+
+
+class MachineCosts:
+    """This machine's decode costs for a target and a draft model: the engine's
+    :class:`~localspec.core.costmodel.CostSource`, over the cost cache and the calibration of
+    :mod:`localspec.backend.calibration` (:func:`~localspec.backend.calibration.cached_engine_costs`,
+    :func:`~localspec.backend.calibration.engine_costs`).
+
+    Args:
+        target: the loaded target model.
+        draft_model: the loaded draft model, or None.
+    """
+
+    def __init__(self, target: LlamaModel, draft_model: LlamaModel | None = None) -> None:
+        self.target = target
+        self.draft_model = draft_model
+
+    def cached(self, draft_max: int) -> EngineCosts | None:
+        """The costs for drafts up to ``draft_max`` tokens from the cache alone; None when not measured yet."""
+        return cached_engine_costs(self.target, self.draft_model, draft_max)
+
+    def measure(self, draft_max: int, existing: EngineCosts | None = None, remeasure: bool = False,
+                progress: StepFn | None = None) -> EngineCosts:
+        """``existing`` while it covers ``draft_max`` (unless ``remeasure``), else cached, else measured now.
+
+        Raises:
+            BackendError: a decode failed while measuring.
+        """
+        return engine_costs(self.target, self.draft_model, draft_max, existing=existing, remeasure=remeasure,
+                            progress=progress)
+
+
+def make_engine(target: LlamaModel, draft_model: LlamaModel | None = None,
+                costs: EngineCosts | None = None) -> SpeculativeEngine:
+    """An engine over loaded models whose costs come from this machine (:class:`MachineCosts`).
+
+    Raises:
+        TokenizerMismatchError: the draft's tokenizer differs from the target's.
+    """
+    return SpeculativeEngine(target, draft_model, costs=costs, cost_source=MachineCosts(target, draft_model))
 
 
 def load_model(ms: ModelSettings, progress: ProgressFn | None = None, stage: StageFn | None = None,
@@ -79,10 +121,10 @@ def load_engine(settings: Settings, progress: ProgressFn | None = None, stage: S
             draft = load_model(settings.draft, progress, stage, notices)
         if stage:
             stage("checking tokenizers")
-        # mode auto: this machine's measured costs, when cached
-        costs = cached_engine_costs(target, draft, settings.drafting.cap) if settings.drafting.mode == "auto" \
-            else None
-        engine = SpeculativeEngine(target, draft, costs=costs)
+        # mode auto: this machine's measured costs, when cached; else measured now (calibrate)
+        source = MachineCosts(target, draft)
+        costs = source.cached(settings.drafting.cap) if settings.drafting.mode == "auto" else None
+        engine = SpeculativeEngine(target, draft, costs=costs, cost_source=source)
         engine.notices = notices
         if settings.drafting.mode == "auto" and costs is None and calibrate:
             if stage:

@@ -17,9 +17,11 @@ It caches the result as JSON under ``$LOCALSPEC_CACHE/costs/``
 settings (n_ctx, n_batch, n_ubatch, n_threads, n_gpu_layers, flash attention), the
 llama.cpp build and the machine (hostname, CPU model and count, platform).
 
-:class:`EngineCosts` is what an engine's adaptive policy reads every round: the
-calibrated curves at the current position, corrected by observed times. The pure
-functions that turn costs and acceptance into a choice are in :mod:`localspec.core.costmodel`.
+:func:`engine_costs` and :func:`cached_engine_costs` make the
+:class:`~localspec.core.costmodel.EngineCosts` an engine's adaptive policy reads every round
+(the calibrated curves at the current position, corrected by observed times; it and the pure
+functions that turn costs and acceptance into a choice are in :mod:`localspec.core.costmodel`).
+:func:`localspec.app.loader.load_engine` calls them, never the engine.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from localspec.core.costmodel import calibration_points, context_points, interpolate_curve, shifted_curve, verify_cost
+from localspec.core.costmodel import (EngineCosts, calibration_points, context_points, interpolate_curve, shifted_curve,
+                                      verify_cost)
 from localspec.errors import BackendError, LocalspecError
 from localspec.backend.load import BUSY_THRESHOLD, CpuMeter, load_average
 
@@ -540,122 +543,6 @@ def default_curve(t1: float, max_batch: int, ratios: dict[int, float] = DEFAULT_
     return out
 
 
-@dataclass
-class EngineCosts:
-    """The costs an engine's adaptive policy uses, shared by its generations.
-
-    ``verify[b-1]`` is the predicted seconds of a verification pass over b tokens at the
-    current position (:meth:`set_position`, the number of tokens in the target's cache):
-    the calibrated curves interpolated by position (:meth:`ModelCosts.curve_at`) times a
-    correction learned from observed verification times. A batch size observed at least
-    ``min_obs`` times uses its own exponentially weighted ratio observed / calibrated;
-    the others use the exponentially weighted ratio over all batch sizes (``scale``), so a
-    machine that got busier or quieter since calibration moves the whole curve.
-    ``draft_token`` (seconds per draft-model token at the current position) likewise
-    follows the drafting rounds. ``draft_prefill_token_seconds`` is the draft model's
-    calibrated catch-up (batched prefill) cost per token, None without a draft model.
-    """
-
-    verify: list[float]
-    draft_token: float | None
-    target: ModelCosts
-    draft: ModelCosts | None
-    weight: float = 0.1
-    overhead: float = 0.0
-    min_obs: int = 3
-    scale: float = 1.0
-    #: seconds per token of a draft-model catch-up (a prefill batch without logits): the
-    #: calibrated figure; without one, the draft's one-token time scaled by the target
-    #: curve's cost per token at its largest batch (an overestimate for long catch-ups);
-    #: corrected by every observed catch-up (:meth:`observe_catchup`)
-    draft_prefill_token_seconds: float | None = None
-    position: int | None = None
-
-    def __post_init__(self) -> None:
-        self._len = len(self.verify)
-        self._flat = list(self.verify)  # the curve given, used where the target has no curve for this length
-        self._ratio = [1.0] * self._len
-        self._n = [0] * self._len
-        self._n_all = 0
-        self._n_draft = 0
-        self._draft_scale = 1.0
-        self._draft_flat = self.draft_token
-        if self.draft_prefill_token_seconds is None and self.draft is not None:
-            self.draft_prefill_token_seconds = self.draft.prefill_token_seconds
-        if self.draft_prefill_token_seconds is None and self.draft_token is not None and self.verify:
-            b = len(self.verify)
-            self.draft_prefill_token_seconds = self.draft_token * self.verify[-1] / (b * self.verify[0])
-        self._n_catchup = 0
-        self._refresh()
-
-    @property
-    def disturbed(self) -> bool:
-        """Whether the target's or the draft model's calibration was :attr:`ModelCosts.disturbed`."""
-        return any(c is not None and c.disturbed for c in (self.target, self.draft))
-
-    def _w(self, n: int) -> float:
-        # the first observations are averaged (weight 1/n), later ones weighted exponentially:
-        # a calibration taken on a busy machine is corrected within a few rounds
-        return max(self.weight, 1.0 / n)
-
-    def _base(self, position: int | None) -> list[float]:
-        curve = self.target.curve_at(position)
-        if len(curve) < self._len or len(self.target.curves) == 1:
-            return list(self._flat)
-        return curve[: self._len]
-
-    def _draft_base(self, position: int | None) -> float | None:
-        if self._draft_flat is None:
-            return None
-        if self.draft is None or len(self.draft.curves) == 1:
-            return self._draft_flat
-        return self.draft.curve_at(position)[0]
-
-    def _refresh(self) -> None:
-        base = self._base(self.position)
-        v = [base[j] * (self._ratio[j] if self._n[j] >= self.min_obs else self.scale) for j in range(self._len)]
-        # a pass over more tokens never costs less
-        self.verify[:] = np.maximum.accumulate(v).tolist()
-        d = self._draft_base(self.position)
-        self.draft_token = None if d is None else d * self._draft_scale
-
-    def set_position(self, position: int | None) -> None:
-        """Predict for a round whose verification pass starts with ``position`` tokens cached."""
-        if position != self.position:
-            self.position = position
-            self._refresh()
-
-    def observe_verify(self, b: int, seconds: float) -> None:
-        """Learn from a verification pass of b tokens at the current position that took ``seconds``."""
-        if not (1 <= b <= self._len) or seconds <= 0:
-            return
-        i = b - 1
-        x = seconds / self._base(self.position)[i]
-        self._n_all += 1
-        self.scale += self._w(self._n_all + 1) * (x - self.scale)
-        self._n[i] += 1
-        self._ratio[i] += self._w(self._n[i]) * (x - self._ratio[i])
-        self._refresh()
-
-    def observe_draft(self, drafted: int, seconds: float) -> None:
-        base = self._draft_base(self.position)
-        if drafted > 0 and seconds > 0 and base:
-            self._n_draft += 1
-            self._draft_scale += self._w(self._n_draft) * (seconds / drafted / base - self._draft_scale)
-            self._refresh()
-
-    def observe_catchup(self, tokens: int, seconds: float) -> None:
-        """Learn the draft model's per-token catch-up cost from one catch-up of ``tokens``."""
-        if tokens > 0 and seconds > 0:
-            self._n_catchup += 1
-            prev = self.draft_prefill_token_seconds if self.draft_prefill_token_seconds is not None else seconds / tokens
-            self.draft_prefill_token_seconds = prev + self._w(self._n_catchup) * (seconds / tokens - prev)
-
-    def observe_overhead(self, seconds: float) -> None:
-        if seconds >= 0:
-            self.overhead += self.weight * (seconds - self.overhead)
-
-
 def engine_costs(target, draft_model, draft_max: int, *, existing: EngineCosts | None = None,
                  remeasure: bool = False, repeats: int = 2, progress: StepFn | None = None) -> EngineCosts:
     """Calibrate (or load) the target's curves b = 1..draft_max+1 (measured at
@@ -665,8 +552,7 @@ def engine_costs(target, draft_model, draft_max: int, *, existing: EngineCosts |
     ``existing`` (the costs an engine already holds) is returned unchanged while it covers
     ``draft_max`` and the draft model, unless ``remeasure``.
     """
-    if (isinstance(existing, EngineCosts) and not remeasure and len(existing.verify) >= draft_max + 1
-            and (existing.draft is not None or draft_model is None)):
+    if isinstance(existing, EngineCosts) and not remeasure and existing.covers(draft_max, draft_model is not None):
         return existing
     target_costs = get_costs(target, draft_max + 1, remeasure=remeasure, repeats=repeats, progress=progress)
     draft = None

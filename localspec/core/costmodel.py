@@ -9,15 +9,22 @@ pass of 5 tokens costs ~3.2 single-token passes and the 0.5B draft costs ~0.7 of
 per-position acceptance estimates (the generalisation of (1 - a^(g+1)) / (1 - a)) and
 the expected tokens per second of each draft length g given the measured verify cost
 T_verify(g + 1) and draft cost g * T_draft, and take the argmax over g, 0 included.
-The acceptance estimators (:class:`EWAcceptance`, :class:`MatchAcceptance`) live here
-too; the adaptive policy that uses all of it is :class:`localspec.core.policy.AdaptivePolicy`.
+The acceptance estimators (:class:`EWAcceptance`, :class:`MatchAcceptance`) and the
+costs the policy reads every round (:class:`EngineCosts`: the measured curves at the current
+position, corrected by observed times) live here too; the adaptive policy that uses all of it
+is :class:`localspec.core.policy.AdaptivePolicy`.
 
-Nothing here loads a model, reads a file or imports another localspec module.
+Nothing here loads a model, reads a file or imports another localspec module: the measurements
+are made, cached and loaded by :mod:`localspec.backend.calibration`, and reach an engine through
+the loader (:class:`CostSource`).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
 
 
 # pure functions
@@ -88,7 +95,7 @@ def calibration_points(max_batch: int, dense: int = DENSE_POINTS) -> list[int]:
     the CPUs measured, their cost grows smoothly with b (the 2-vCPU Xeon of 2026-12-02: T(48)
     measured 878 ms, the line from 32 to 65 gives 891 ms), so they are spaced widest; the curve
     between the points is :func:`interpolate_curve`, and the engine refines each length it uses
-    from real rounds (:class:`~localspec.backend.calibration.EngineCosts`). ``max_batch`` = 65: 12
+    from real rounds (:class:`EngineCosts`). ``max_batch`` = 65: 12
     points whose token counts sum to 161, against 2,145 for every length.
 
     Returns:
@@ -421,3 +428,164 @@ class MatchAcceptance:
 
     def update(self, match_length: int, drafted: int, accepted: int) -> None:
         self.bucket(match_length).update(drafted, accepted)
+
+
+# the costs an engine's adaptive policy uses
+# ---------------------------------------------------------------------------------------
+class MeasuredCosts(Protocol):
+    """One model's measured decode costs, as :class:`EngineCosts` reads them
+    (:class:`localspec.backend.calibration.ModelCosts` measures, caches and loads them)."""
+
+    #: ``curves[i][b-1]``: seconds of a decode of b tokens at the i-th measured context length
+    curves: list[list[float]]
+    #: seconds per token of a batched prefill (a catch-up), None if not measured
+    prefill_token_seconds: float | None
+
+    @property
+    def disturbed(self) -> bool:
+        """Measured while other processes were busy on the CPUs."""
+        ...
+
+    def curve_at(self, position: int | None) -> list[float]:
+        """``curve[b-1]`` = predicted seconds of a decode of b tokens with ``position`` tokens cached."""
+        ...
+
+
+@dataclass
+class EngineCosts:
+    """The costs an engine's adaptive policy uses, shared by its generations.
+
+    ``verify[b-1]`` is the predicted seconds of a verification pass over b tokens at the
+    current position (:meth:`set_position`, the number of tokens in the target's cache):
+    the calibrated curves interpolated by position (:meth:`MeasuredCosts.curve_at`) times a
+    correction learned from observed verification times. A batch size observed at least
+    ``min_obs`` times uses its own exponentially weighted ratio observed / calibrated;
+    the others use the exponentially weighted ratio over all batch sizes (``scale``), so a
+    machine that got busier or quieter since calibration moves the whole curve.
+    ``draft_token`` (seconds per draft-model token at the current position) likewise
+    follows the drafting rounds. ``draft_prefill_token_seconds`` is the draft model's
+    calibrated catch-up (batched prefill) cost per token, None without a draft model.
+
+    ``target`` and ``draft`` are the measurements (:class:`MeasuredCosts`; made by
+    :mod:`localspec.backend.calibration`, which also loads and saves them).
+    """
+
+    verify: list[float]
+    draft_token: float | None
+    target: MeasuredCosts
+    draft: MeasuredCosts | None
+    weight: float = 0.1
+    overhead: float = 0.0
+    min_obs: int = 3
+    scale: float = 1.0
+    #: seconds per token of a draft-model catch-up (a prefill batch without logits): the
+    #: calibrated figure; without one, the draft's one-token time scaled by the target
+    #: curve's cost per token at its largest batch (an overestimate for long catch-ups);
+    #: corrected by every observed catch-up (:meth:`observe_catchup`)
+    draft_prefill_token_seconds: float | None = None
+    position: int | None = None
+
+    def __post_init__(self) -> None:
+        self._len = len(self.verify)
+        self._flat = list(self.verify)  # the curve given, used where the target has no curve for this length
+        self._ratio = [1.0] * self._len
+        self._n = [0] * self._len
+        self._n_all = 0
+        self._n_draft = 0
+        self._draft_scale = 1.0
+        self._draft_flat = self.draft_token
+        if self.draft_prefill_token_seconds is None and self.draft is not None:
+            self.draft_prefill_token_seconds = self.draft.prefill_token_seconds
+        if self.draft_prefill_token_seconds is None and self.draft_token is not None and self.verify:
+            b = len(self.verify)
+            self.draft_prefill_token_seconds = self.draft_token * self.verify[-1] / (b * self.verify[0])
+        self._n_catchup = 0
+        self._refresh()
+
+    @property
+    def disturbed(self) -> bool:
+        """Whether the target's or the draft model's calibration was :attr:`MeasuredCosts.disturbed`."""
+        return any(c is not None and c.disturbed for c in (self.target, self.draft))
+
+    def covers(self, draft_max: int, with_draft: bool) -> bool:
+        """Whether these costs serve drafts up to ``draft_max`` tokens (and a draft model, ``with_draft``)."""
+        return len(self.verify) >= draft_max + 1 and (self.draft is not None or not with_draft)
+
+    def _w(self, n: int) -> float:
+        # the first observations are averaged (weight 1/n), later ones weighted exponentially:
+        # a calibration taken on a busy machine is corrected within a few rounds
+        return max(self.weight, 1.0 / n)
+
+    def _base(self, position: int | None) -> list[float]:
+        curve = self.target.curve_at(position)
+        if len(curve) < self._len or len(self.target.curves) == 1:
+            return list(self._flat)
+        return curve[: self._len]
+
+    def _draft_base(self, position: int | None) -> float | None:
+        if self._draft_flat is None:
+            return None
+        if self.draft is None or len(self.draft.curves) == 1:
+            return self._draft_flat
+        return self.draft.curve_at(position)[0]
+
+    def _refresh(self) -> None:
+        base = self._base(self.position)
+        v = [base[j] * (self._ratio[j] if self._n[j] >= self.min_obs else self.scale) for j in range(self._len)]
+        # a pass over more tokens never costs less
+        self.verify[:] = np.maximum.accumulate(v).tolist()
+        d = self._draft_base(self.position)
+        self.draft_token = None if d is None else d * self._draft_scale
+
+    def set_position(self, position: int | None) -> None:
+        """Predict for a round whose verification pass starts with ``position`` tokens cached."""
+        if position != self.position:
+            self.position = position
+            self._refresh()
+
+    def observe_verify(self, b: int, seconds: float) -> None:
+        """Learn from a verification pass of b tokens at the current position that took ``seconds``."""
+        if not (1 <= b <= self._len) or seconds <= 0:
+            return
+        i = b - 1
+        x = seconds / self._base(self.position)[i]
+        self._n_all += 1
+        self.scale += self._w(self._n_all + 1) * (x - self.scale)
+        self._n[i] += 1
+        self._ratio[i] += self._w(self._n[i]) * (x - self._ratio[i])
+        self._refresh()
+
+    def observe_draft(self, drafted: int, seconds: float) -> None:
+        base = self._draft_base(self.position)
+        if drafted > 0 and seconds > 0 and base:
+            self._n_draft += 1
+            self._draft_scale += self._w(self._n_draft) * (seconds / drafted / base - self._draft_scale)
+            self._refresh()
+
+    def observe_catchup(self, tokens: int, seconds: float) -> None:
+        """Learn the draft model's per-token catch-up cost from one catch-up of ``tokens``."""
+        if tokens > 0 and seconds > 0:
+            self._n_catchup += 1
+            prev = self.draft_prefill_token_seconds if self.draft_prefill_token_seconds is not None else seconds / tokens
+            self.draft_prefill_token_seconds = prev + self._w(self._n_catchup) * (seconds / tokens - prev)
+
+    def observe_overhead(self, seconds: float) -> None:
+        if seconds >= 0:
+            self.overhead += self.weight * (seconds - self.overhead)
+
+
+class CostSource(Protocol):
+    """Where an engine's costs come from: this machine's cost cache and its calibration
+    (:class:`localspec.app.loader.MachineCosts`, over :mod:`localspec.backend.calibration`). The engine
+    asks it; it never reads the cache or measures itself."""
+
+    def cached(self, draft_max: int) -> EngineCosts | None:
+        """Costs covering drafts up to ``draft_max`` tokens from the cache alone (no measurement);
+        None when this machine has not measured them yet."""
+        ...
+
+    def measure(self, draft_max: int, existing: EngineCosts | None = None, remeasure: bool = False,
+                progress=None) -> EngineCosts:
+        """``existing`` while it covers ``draft_max`` (unless ``remeasure``), else the cached costs, else
+        measured now (``progress(what, done, total)`` follows it; seconds of a few passes to a minute)."""
+        ...

@@ -1,20 +1,26 @@
-"""The speculative round loop: draft, verify, commit, roll back. Yields events; never prints.
+"""The speculative round loop: draft, verify, accept, commit, roll back. Yields events; never prints.
 
-One round (Leviathan et al. 2022, Algorithm 1; Chen et al. 2023, Algorithm 2):
+One round (Leviathan et al. 2022, Algorithm 1; Chen et al. 2023, Algorithm 2), as
+:meth:`Generation._round` numbers its steps:
 
-1. Draft: the drafter proposes g <= draft_max tokens d_1..d_g continuing the committed
-   tokens (g = 0 is target-only decoding).
-2. Verify: one target pass over [x_last, d_1..d_g] (x_last, the newest committed token,
-   is not yet in the target's KV cache) gives g + 1 rows of logits.
+1. Draft: the free drafters propose, the policy chooses a drafter and a draft length
+   (:meth:`~localspec.core.policy.DraftPolicy.choose`), and the drafter proposes g <= draft_max
+   tokens d_1..d_g continuing the committed tokens (g = 0 is target-only decoding).
+2. Verify: one target pass over [x_n, d_1..d_g] (x_n, the newest committed token, is not yet
+   in the target's KV cache) gives g + 1 rows of target logits.
 3. Accept: the acceptance rule (:mod:`localspec.core.acceptance`) keeps the longest accepted
    prefix d_1..d_k and exactly one target token t: resampled at the first rejection,
    bonus when k = g.
-4. Commit and roll back: d_1..d_k, t are committed (cut short at an end-of-generation
-   token, a stop string or max_tokens); the target's KV cache is truncated so it holds
-   every committed token but the newest, and the draft cache to a prefix of them.
+4. Commit: d_1..d_k, t are committed (cut short at an end-of-generation token, a stop string
+   or max_tokens).
+5. Roll back: the target's KV cache is truncated so it holds every committed token but the
+   newest, and the draft cache to a prefix of them.
+6. Observe: the round's :class:`RoundStats` go to the policy
+   (:meth:`~localspec.core.policy.DraftPolicy.observe`).
 
-Invariant at the end of every round: ``target.cached_tokens == committed[:-1]`` and the
-draft cache is a prefix of ``committed``.
+Invariant at the end of every round (asserted there): the target's cache holds
+``len(committed) - 1`` tokens; with ``LOCALSPEC_DEBUG`` set, :meth:`SpeculativeEngine.check_caches`
+also checks that they are ``committed[:-1]`` and that the draft cache is a prefix of ``committed``.
 """
 
 from __future__ import annotations
@@ -27,28 +33,17 @@ from typing import Callable, Iterator, NamedTuple, Protocol, Sequence
 import numpy as np
 
 from localspec.config import DraftParams, GenerationParams, SamplingParams, fits_context
-from localspec.backend.calibration import EngineCosts, cached_engine_costs, engine_costs
 from localspec.core.drafters import Draft, DraftModelDrafter, Drafter, PredictionDrafter, PromptLookupDrafter
 from localspec.errors import ConfigError, ContextOverflowError, DecodeAborted
 from localspec.core.events import DrafterId, EndReason, GenerationStats, RoundStats, TokenEvent, TokenKind
-from localspec.core.policy import AdaptivePolicy, Choice, DraftPolicy, FixedPolicy
+from localspec.core.costmodel import CostSource, EngineCosts
+from localspec.core.policy import AdaptivePolicy, Choice, DraftPolicy, FixedPolicy, RoundState
 from localspec.core.streaming import TextAssembler
 from localspec.core.tokenizer import check_compatible
-from localspec.core.acceptance import Constraint, Verdict, verify
+from localspec.core.acceptance import Constraint, verify
 
 Event = TokenEvent | RoundStats
 _EMPTY_DRAFT = Draft((), None, DrafterId.NONE)
-
-
-class Speculated(NamedTuple):
-    """Steps 1-3 of one round (:meth:`SpeculativeEngine.speculate`)."""
-
-    draft: Draft
-    choice: Choice
-    verdict: Verdict
-    draft_seconds: float  #: drafting, the draft model's catch-up excluded
-    verify_seconds: float  #: the verification pass and the acceptance rule
-    catchup: tuple[int, float]  #: (tokens, seconds) of the draft model's catch-up
 
 
 @dataclass(frozen=True)
@@ -83,6 +78,11 @@ class _Pending:
     kind: TokenKind
     round: int
     position: int
+
+
+def _cut(draft: Draft, n: int) -> Draft:
+    """The first ``n`` tokens of ``draft`` (and of its draft_probs)."""
+    return Draft(draft.tokens[:n], None if draft.probs is None else draft.probs[:n], draft.source, draft.match_length)
 
 
 def _through_first_eog(tokens: tuple[int, ...], is_eog) -> tuple[int, ...]:
@@ -165,37 +165,102 @@ class Generation:
             pass
         return self
 
-    # -- the loop ---------------------------------------------------------------------
-    def _round(self, round_idx: int, rng: np.random.Generator) -> tuple[Speculated, EndReason | None, int]:
-        """One round, as the module docstring numbers it; returns (steps 1-3, the end it reached, tokens committed).
+    # -- the round ----------------------------------------------------------------------
+    def _round(self, round_idx: int, rng: np.random.Generator) -> tuple[RoundStats, EndReason | None]:
+        """One round (Leviathan et al. 2022, Algorithm 1; Chen et al. 2023, Algorithm 2), its steps
+        numbered as in the module docstring; returns its statistics and the end it reached (None: go on).
 
-        Everything else (releasing text, statistics, cancellation) happens around it in :meth:`_run`.
+        Releasing text, the generation's statistics and cancellation wrap it in :meth:`_run`.
+
+        Raises:
+            AssertionError: at its end the target's KV cache does not hold ``len(committed) - 1`` tokens.
         """
-        eng, committed, gen = self.engine, self.committed, self.generation
-        n_prompt = len(self.prompt)
-        generated = len(committed) - n_prompt
-        limit = min(gen.max_tokens - generated - 1, eng.n_ctx - len(committed) - 1)
-        # 1.-3. draft, verify, accept
-        sp = eng.speculate(self.policy, committed, limit, generated, self.sampling, self.drafting, rng,
-                           self.prediction, self.constraint)
-        # 4. commit d_1..d_k, t (cut short at an end-of-generation token, a stop string, max_tokens) ...
+        eng, target, policy, committed = self.engine, self.engine.target, self.policy, self.committed
+        generated = len(committed) - len(self.prompt)
+        limit = max(min(self.generation.max_tokens - generated - 1, eng.n_ctx - len(committed) - 1), 0)
+        # 1. draft: the free drafters propose; the policy chooses a drafter and a draft length g; it drafts
+        #    d_1..d_g (a draft model first catches up on the tokens its cache lacks: timed apart)
+        to_catch_up = eng.draft_catchup_tokens(committed)
+        t0 = eng.clock()
+        proposals = self._free_proposals(limit)
+        choice = policy.choose(RoundState(committed, limit, proposals, generated, to_catch_up))
+        draft, (catchup_tokens, catchup_seconds) = self._draft(choice, proposals, limit, rng)
+        draft_seconds = eng.clock() - t0 - catchup_seconds
+        # 2. verify: one target pass over [x_n, d_1..d_g] gives g + 1 rows of target logits
+        t0 = eng.clock()
+        logits = target.decode([committed[-1], *draft.tokens], logits_for="all")
+        # 3. accept: the longest accepted prefix d_1..d_k and one target token t (resampled, or the bonus if k = g)
+        verdict = verify(draft.tokens, draft.probs, logits, self.sampling, rng, self.constraint)
+        k = verdict.accepted
+        target.truncate(len(committed) + k)  # the rejected draft tokens leave the cache
+        verify_seconds = eng.clock() - t0
+        # 4. commit d_1..d_k, t (cut short at an end-of-generation token, a stop string, max_tokens)
         n_before = len(committed)
-        end = self._commit(sp, round_idx)
-        # ... and roll back: the target holds every committed token but the newest
+        end = self._commit([*draft.tokens[:k], verdict.token], [TokenKind.ACCEPTED] * k + [verdict.kind], round_idx)
+        # 5. roll back: the target's KV cache to every committed token but the newest, the draft model's to a prefix
         eng.rollback(committed)
+        # 6. observe: the policy learns from the round (acceptance; verification, drafting and catch-up times)
+        rs = RoundStats(
+            round=round_idx, drafter=draft.source if draft.tokens else DrafterId.NONE,
+            draft_tokens=tuple(draft.tokens), target_tokens=_through_first_eog(verdict.target_tokens, target.is_eog),
+            drafted=len(draft.tokens), accepted=k, committed=max(len(committed) - n_before, 0),
+            draft_seconds=draft_seconds, verify_seconds=verify_seconds, draft_len_chosen=choice.draft_len,
+            reason=choice.reason, catchup_tokens=catchup_tokens, catchup_seconds=catchup_seconds)
+        policy.observe(rs)
+        # the round's invariant: the target's KV cache holds the committed tokens but the newest
+        assert target.n_cached == len(committed) - 1, \
+            f"target cache holds {target.n_cached} tokens, not the {len(committed) - 1} committed before the newest"
         if eng.debug:
             eng.check_caches(committed)
-        return sp, end, max(len(committed) - n_before, 0)
+        return rs, end
 
-    def _commit(self, sp: Speculated, round_idx: int) -> EndReason | None:
-        """Step 4: append the accepted draft tokens and the verdict's token to :attr:`committed`."""
+    def _drafters(self) -> dict[DrafterId, Drafter]:
+        """This generation's drafters by name: its predicted output, the engine's prompt lookup and draft model."""
+        eng = self.engine
+        return {d.name: d for d in (self.prediction, eng.lookup, eng.drafter) if d is not None}
+
+    def _free_proposals(self, limit: int) -> dict[DrafterId, Draft]:
+        """Step 1, first: the proposals (up to ``limit`` tokens) of the free drafters the policy names, in its order."""
+        if limit <= 0:
+            return {}
+        drafters, drafting = self._drafters(), self.drafting
+        return {name: drafters[name].draft(self.committed, min(drafting.cap, limit), drafting)
+                for name in self.policy.free_drafters if name in drafters}
+
+    def _draft(self, choice: Choice, proposals: dict[DrafterId, Draft], limit: int,
+               rng: np.random.Generator) -> tuple[Draft, tuple[int, float]]:
+        """Step 1, last: the draft of the chosen drafter, g = min(draft length chosen, ``limit``) tokens.
+
+        A free drafter's draft is its proposal, cut to g; another drafter drafts now. A draft never
+        goes past an end-of-generation token (nothing after one can be committed) and is empty when
+        shorter than ``draft_min``.
+
+        Returns:
+            (the draft, (tokens, seconds) of the draft model's catch-up before it drafted).
+        """
+        eng, g = self.engine, min(choice.draft_len, limit)
+        if eng.drafter is not None:
+            eng.drafter.begin(self.sampling, rng)
+        draft, catchup = _EMPTY_DRAFT, (0, 0.0)
+        drafter = self._drafters().get(choice.drafter)
+        if g > 0 and choice.drafter in proposals:
+            draft = _cut(proposals[choice.drafter], g)
+        elif g > 0 and drafter is not None:
+            draft = drafter.draft(self.committed, g, self.drafting)
+            catchup = drafter.last_catchup
+        eog_at = next((i for i, t in enumerate(draft.tokens) if eng.target.is_eog(t)), None)
+        if eog_at is not None and eog_at + 1 < len(draft.tokens):
+            draft = _cut(draft, eog_at + 1)
+        if len(draft.tokens) < self.drafting.draft_min:
+            draft = _EMPTY_DRAFT
+        return draft, catchup
+
+    def _commit(self, tokens: Sequence[int], kinds: Sequence[TokenKind], round_idx: int) -> EndReason | None:
+        """Step 4: append ``tokens`` (of ``kinds``) to :attr:`committed`, up to the end they reach."""
         target, committed, assembler, pending = self.engine.target, self.committed, self._assembler, self._pending
         n_prompt = len(self.prompt)
-        k = sp.verdict.accepted
-        new = [*sp.draft.tokens[:k], sp.verdict.token]
-        kinds = [TokenKind.ACCEPTED] * k + [sp.verdict.kind]
         end = None
-        for tok, kind in zip(new, kinds):
+        for tok, kind in zip(tokens, kinds):
             if target.is_eog(tok):
                 end = EndReason.EOG
                 break
@@ -215,32 +280,6 @@ class Generation:
             del committed[n_prompt + keep:]
             del pending[keep:]
         return end
-
-    def _round_stats(self, sp: Speculated, round_idx: int, n_committed: int) -> RoundStats:
-        """The round's :class:`RoundStats`, told to the policy and added to :attr:`stats`."""
-        draft, verdict = sp.draft, sp.verdict
-        catchup_tokens, catchup_seconds = sp.catchup
-        rs = RoundStats(
-            round=round_idx,
-            drafter=draft.source if draft.tokens else DrafterId.NONE,
-            draft_tokens=tuple(draft.tokens),
-            target_tokens=_through_first_eog(verdict.target_tokens, self.engine.target.is_eog),
-            drafted=len(draft.tokens),
-            accepted=verdict.accepted,
-            committed=n_committed,
-            draft_seconds=sp.draft_seconds,
-            verify_seconds=sp.verify_seconds,
-            draft_len_chosen=sp.choice.draft_len,
-            reason=sp.choice.reason,
-            catchup_tokens=catchup_tokens,
-            catchup_seconds=catchup_seconds,
-        )
-        self.policy.observe(rs.drafter, rs.drafted, rs.accepted, rs.draft_seconds, rs.verify_seconds)
-        if catchup_tokens:
-            self.policy.observe_catchup(catchup_tokens, catchup_seconds)
-        self.stats.add_round(rs)
-        self.rounds.append(rs)
-        return rs
 
     def _release(self, upto: int, final: bool) -> Iterator[TokenEvent]:
         """Events for pending tokens whose text ends by ``upto`` (all of them if final).
@@ -265,14 +304,12 @@ class Generation:
             yield TokenEvent(p.token, piece, p.kind, p.round, p.position)
 
     def _run(self) -> Iterator[Event]:
-        eng = self.engine
-        stats = self.stats
-        prompt = self.prompt
+        """Prefill, then rounds until an end; wraps each round in releasing text and counting statistics."""
+        eng, stats, prompt = self.engine, self.stats, self.prompt
         eng.check_prompt(prompt)
         rng = np.random.default_rng(self.sampling.seed)
         self._t_start = eng.clock()
         committed = self.committed = list(prompt)
-        n_prompt = len(prompt)
         assembler = self._assembler = TextAssembler(self.generation.stop)
         self._pending: list[_Pending] = []  # every committed output token, in order
         self._n_released = 0  # tokens of ``_pending`` already yielded
@@ -292,8 +329,9 @@ class Generation:
                 if len(committed) >= eng.n_ctx:  # no position left for a new token
                     end = EndReason.CONTEXT
                     break
-                sp, end, n_committed = self._round(round_idx, rng)
-                rs = self._round_stats(sp, round_idx, n_committed)
+                rs, end = self._round(round_idx, rng)
+                stats.add_round(rs)
+                self.rounds.append(rs)
                 round_idx += 1
                 if end is not None and end is not EndReason.STOP:
                     assembler.finish()
@@ -307,28 +345,33 @@ class Generation:
         except DecodeAborted:
             pass  # cancel() stopped a decode: ends as cancelled, below
         finally:
-            self._running = False
-            eng.clear_abort()
-            if self.constraint is not None and hasattr(self.constraint, "close"):
-                self.constraint.close()
-            pending = self._pending
-            if end is None or (not completed and self._n_released < len(pending)):
-                # the consumer stopped early (or an error): keep only the tokens it was given
-                end = EndReason.CANCELLED
-                del committed[n_prompt + self._n_released:]
-                assembler.truncate_tokens(self._n_released)
-                self.text = assembler.text[:self._released]
-            else:
-                self.text = assembler.text[: assembler.safe_end()]
-            self.token_ids = committed[n_prompt:]
-            # whatever happened, leave the caches consistent with what was committed
-            eng.rollback(committed)
-            stats.tokens = len(self.token_ids)
-            stats.kinds = {}
-            for p in pending[: stats.tokens]:
-                stats.kinds[p.kind.value] = stats.kinds.get(p.kind.value, 0) + 1
-            stats.end_reason = end
-            stats.elapsed_seconds = eng.clock() - self._t_start
+            self._finish(end, completed)
+
+    def _finish(self, end: EndReason | None, completed: bool) -> None:
+        """The generation's results, however it ended; both KV caches left consistent with :attr:`token_ids`."""
+        eng, stats, committed, assembler, pending = self.engine, self.stats, self.committed, self._assembler, self._pending
+        n_prompt = len(self.prompt)
+        self._running = False
+        eng.clear_abort()
+        if self.constraint is not None and hasattr(self.constraint, "close"):
+            self.constraint.close()
+        if end is None or (not completed and self._n_released < len(pending)):
+            # the consumer stopped early (or an error): keep only the tokens it was given
+            end = EndReason.CANCELLED
+            del committed[n_prompt + self._n_released:]
+            assembler.truncate_tokens(self._n_released)
+            self.text = assembler.text[:self._released]
+        else:
+            self.text = assembler.text[: assembler.safe_end()]
+        self.token_ids = committed[n_prompt:]
+        # whatever happened, leave the caches consistent with what was committed
+        eng.rollback(committed)
+        stats.tokens = len(self.token_ids)
+        stats.kinds = {}
+        for p in pending[: stats.tokens]:
+            stats.kinds[p.kind.value] = stats.kinds.get(p.kind.value, 0) + 1
+        stats.end_reason = end
+        stats.elapsed_seconds = eng.clock() - self._t_start
 
 
 class Engine(Protocol):
@@ -393,22 +436,24 @@ class SpeculativeEngine:
         target: the target :class:`localspec.backend.llama.LlamaModel`.
         draft_model: a draft model with the target's tokenizer, or None (prompt lookup
             and target-only decoding still work).
-        costs: this machine's measured costs for mode ``auto``
-            (:func:`localspec.backend.calibration.cached_engine_costs`), or None: read from this
-            machine's cache when mode ``auto`` is first asked for, or measured by an explicit
-            :meth:`calibrated_costs` (:func:`localspec.app.loader.load_engine` does it, visibly);
-            :meth:`generate` never measures.
+        costs: this machine's measured costs for mode ``auto``, or None.
         clock: the timing source of every duration the engine reports (prefill, drafting,
             verification, catch-up, time to first token, elapsed; seconds, monotonic). The
             default is :func:`time.perf_counter`; tests pass a fake clock that their fake
             models advance, so the reported timings are exact.
+        cost_source: where further costs come from (:class:`~localspec.core.costmodel.CostSource`):
+            the loader's :class:`localspec.app.loader.MachineCosts`, which reads this machine's cost
+            cache when mode ``auto`` is first asked for without held costs covering its cap, and
+            measures on an explicit :meth:`calibrated_costs` (:func:`localspec.app.loader.load_engine`
+            does it, visibly). The engine never reads the cache or measures itself; :meth:`generate`
+            never measures. None: only ``costs``.
 
     Raises:
         TokenizerMismatchError: the draft's tokenizer differs from the target's.
     """
 
     def __init__(self, target, draft_model=None, costs: EngineCosts | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter, cost_source: CostSource | None = None) -> None:
         self.target = target
         self.clock = clock
         self.draft_model = draft_model
@@ -418,6 +463,7 @@ class SpeculativeEngine:
             n_shared = check_compatible(target.vocab_info(), draft_model.vocab_info())
             self.drafter = DraftModelDrafter(draft_model, n_propose=min(n_shared, target.n_vocab), clock=clock)
         self._costs = costs
+        self.cost_source = cost_source
         #: sentences the front-end shows the user once after loading (e.g. weight repacking turned
         #: off by the probe, :func:`localspec.app.loader.load_model`)
         self.notices: list[str] = []
@@ -430,11 +476,20 @@ class SpeculativeEngine:
         return self._costs
 
     def calibrated_costs(self, draft_max: int, remeasure: bool = False, progress=None) -> EngineCosts:
-        """The costs for draft lengths up to ``draft_max``: kept while they cover it, else
-        loaded from this machine's cache or measured once (:func:`localspec.backend.calibration.engine_costs`;
-        ``progress(what, done, total)`` follows a measurement)."""
-        self._costs = engine_costs(self.target, self.draft_model, draft_max, existing=self._costs,
-                                   remeasure=remeasure, progress=progress)
+        """The costs for draft lengths up to ``draft_max``: kept while they cover it (unless
+        ``remeasure``), else the cost source's, from this machine's cache or measured now
+        (:meth:`CostSource.measure <localspec.core.costmodel.CostSource.measure>`;
+        ``progress(what, done, total)`` follows a measurement).
+
+        Raises:
+            ConfigError: no cost source (an engine made without the loader) and no held costs covering ``draft_max``.
+        """
+        if self.cost_source is None:
+            if remeasure or self._costs is None or not self._costs.covers(draft_max, self.draft_model is not None):
+                raise ConfigError(f"this engine cannot measure decode costs for drafts up to {draft_max} tokens",
+                                  "make it with localspec.app.loader (load_engine or make_engine)")
+            return self._costs
+        self._costs = self.cost_source.measure(draft_max, existing=self._costs, remeasure=remeasure, progress=progress)
         return self._costs
 
     @property
@@ -541,7 +596,7 @@ class SpeculativeEngine:
 
     def has_costs(self, draft_max: int) -> bool:
         """Whether mode ``auto`` can run with drafts up to ``draft_max`` without measuring: the engine
-        holds costs that cover it, or this machine's cache does."""
+        holds costs that cover it, or its cost source's cache does."""
         try:
             self._costs_for(draft_max)
         except ConfigError:
@@ -549,11 +604,11 @@ class SpeculativeEngine:
         return True
 
     def _costs_for(self, draft_max: int) -> EngineCosts:
-        """Held or cached costs covering ``draft_max``; never measures (see :meth:`calibrated_costs`)."""
+        """Held costs covering ``draft_max``, else the cost source's cached ones; never measures (see
+        :meth:`calibrated_costs`)."""
         c = self._costs
-        if not (isinstance(c, EngineCosts) and len(c.verify) >= draft_max + 1
-                and (c.draft is not None or self.draft_model is None)):
-            c = cached_engine_costs(self.target, self.draft_model, draft_max)
+        if c is None or not c.covers(draft_max, self.draft_model is not None):
+            c = self.cost_source.cached(draft_max) if self.cost_source is not None else None
             if c is None:
                 raise ConfigError(f"mode 'auto' with drafts up to {draft_max} tokens needs this machine's "
                                   "decode costs, which are not measured yet",
@@ -561,47 +616,6 @@ class SpeculativeEngine:
                                   "or use --mode lookup / draft")
             self._costs = c
         return c
-
-    def make_draft(self, policy: DraftPolicy, committed: list[int], limit: int, sampling: SamplingParams,
-                   drafting: DraftParams, rng: np.random.Generator,
-                   prediction: PredictionDrafter | None = None) -> tuple[Draft, Choice, tuple[int, float]]:
-        """Step 1 of a round: ask the policy, then the chosen drafter, for a draft of at most ``limit`` tokens.
-
-        The free drafters the policy names propose first (every round, so it can score
-        them); the one it chooses keeps its proposal, any other drafter drafts now.
-
-        Returns:
-            (the draft, the policy's choice, (tokens, seconds) of the draft model's catch-up).
-        """
-        limit = max(limit, 0)
-        drafters: dict[DrafterId, Drafter] = {d.name: d for d in (prediction, self.lookup, self.drafter)
-                                              if d is not None}
-        if self.drafter is not None:
-            self.drafter.begin(sampling, rng)
-        proposals: dict[DrafterId, Draft] = {}
-        if limit > 0:
-            for name in policy.free_drafters:
-                if name in drafters:
-                    proposals[name] = p = drafters[name].draft(committed, min(drafting.cap, limit), drafting)
-                    policy.see_free(name, committed, p.tokens, p.match_length)
-        choice = policy.choose(limit, {n: len(p.tokens) for n, p in proposals.items()}, position=len(committed))
-        g = min(choice.draft_len, limit)
-        draft, catchup = _EMPTY_DRAFT, (0, 0.0)
-        drafter = drafters.get(choice.drafter)
-        if g > 0 and choice.drafter in proposals:
-            p = proposals[choice.drafter]
-            draft = Draft(p.tokens[:g], None if p.probs is None else p.probs[:g], p.source, p.match_length)
-        elif g > 0 and drafter is not None:
-            draft = drafter.draft(committed, g, drafting)
-            catchup = drafter.last_catchup
-        # nothing after an end-of-generation token can be committed: never verify past one
-        eog_at = next((i for i, t in enumerate(draft.tokens) if self.target.is_eog(t)), None)
-        if eog_at is not None and eog_at + 1 < len(draft.tokens):
-            probs = draft.probs[: eog_at + 1] if draft.probs is not None else None
-            draft = Draft(draft.tokens[: eog_at + 1], probs, draft.source, draft.match_length)
-        if len(draft.tokens) < drafting.draft_min:
-            draft = _EMPTY_DRAFT
-        return draft, choice, catchup
 
     def draft_catchup_tokens(self, committed: Sequence[int]) -> int:
         """Tokens the draft model would catch up on before drafting after ``committed`` (0 without one)."""
@@ -630,30 +644,6 @@ class SpeculativeEngine:
         model = self.draft_model
         t_draft = warm(model)[0] if draft and model is not None and len(prompt) > 1 else 0.0
         return Prefill(t_target, t_draft, n_cached)
-
-    def speculate(self, policy: DraftPolicy, committed: list[int], limit: int, generated: int,
-                  sampling: SamplingParams, drafting: DraftParams, rng: np.random.Generator,
-                  prediction: PredictionDrafter | None = None, constraint: Constraint | None = None) -> Speculated:
-        """Steps 1-3 of a round (module docstring) after ``committed``, which is left unchanged.
-
-        ``constraint`` restricts the target's rows in the acceptance rule (:mod:`localspec.core.acceptance`)
-        and moves past the verdict's tokens.
-
-        Afterwards the target's KV cache holds ``committed`` and the accepted draft tokens
-        (the rejected ones are removed); the caller commits (step 4) and calls :meth:`rollback`.
-        """
-        # 1. draft (a draft model first catches up on tokens its cache lacks: timed apart)
-        policy.see_draft_cache(self.draft_catchup_tokens(committed), generated)
-        t0 = self.clock()
-        draft, choice, catchup = self.make_draft(policy, committed, limit, sampling, drafting, rng, prediction)
-        t_draft = self.clock() - t0 - catchup[1]
-        # 2. verify: one target pass over [x_last, d_1..d_g] gives g + 1 rows of logits
-        t0 = self.clock()
-        logits = self.target.decode([committed[-1], *draft.tokens], logits_for="all")
-        # 3. accept: the longest accepted prefix d_1..d_k and one target token t
-        verdict = verify(draft.tokens, draft.probs, logits, sampling, rng, constraint)
-        self.target.truncate(len(committed) + verdict.accepted)  # the rejected draft tokens leave the cache
-        return Speculated(draft, choice, verdict, t_draft, self.clock() - t0, catchup)
 
     def abort(self) -> None:
         """Stop the decode running now in either model (:meth:`LlamaModel.abort`); thread-safe."""

@@ -1,21 +1,19 @@
-"""Draft policies: before each round, choose the drafter and the draft length.
+"""Draft policies: in each round, choose the drafter and the draft length, then learn from the round.
 
 :class:`FixedPolicy` drafts ``draft_max`` tokens with one drafter every round (modes
 ``draft``, ``lookup``, ``none``); :class:`AdaptivePolicy` (mode ``auto``) chooses by the
-measured costs (:mod:`localspec.backend.calibration`) and the expected rates of
+measured costs (:class:`localspec.core.costmodel.EngineCosts`) and the expected rates of
 :mod:`localspec.core.costmodel`. Both implement :class:`DraftPolicy`, all the engine knows.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
+from dataclasses import dataclass, field
+from typing import Mapping, Protocol, Sequence
 
-from localspec.core.costmodel import LOOKUP_CHANCE_TOKENS, EWAcceptance, MatchAcceptance, best_draft_length, expected_tokens
-from localspec.core.events import DrafterId
-
-if TYPE_CHECKING:
-    from localspec.backend.calibration import EngineCosts
+from localspec.core.costmodel import (LOOKUP_CHANCE_TOKENS, EngineCosts, EWAcceptance, MatchAcceptance,
+                                      best_draft_length, expected_tokens)
+from localspec.core.events import DrafterId, RoundStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,39 +31,54 @@ class Choice:
     reason: str = ""
 
 
-class DraftPolicy(Protocol):
-    """What the engine asks of a policy, every round in this order.
+class Proposal(Protocol):
+    """A free drafter's proposal (a :class:`localspec.core.drafters.Draft` is one)."""
 
-    1. :meth:`see_draft_cache`: how many tokens the draft model would catch up first.
-    2. :meth:`see_free`: each free drafter named in :attr:`free_drafters` (no model pass:
-       a predicted output, prompt lookup) proposes, and the policy may score the proposal.
-    3. :meth:`choose`: the drafter and the draft length.
-    4. :meth:`observe` after the round, and :meth:`observe_catchup` after a catch-up.
+    #: proposed token ids (may be empty)
+    tokens: Sequence[int]
+    #: over how many tokens the place it copies from agrees with the end of the committed tokens (0: not reported)
+    match_length: int
+
+
+@dataclass(frozen=True, slots=True)
+class RoundState:
+    """What a round knows when it asks its policy to choose (step 1 of the round).
+
+    Attributes:
+        committed: the committed token ids (prompt and output so far).
+        limit: most tokens that may be drafted (context window, max_tokens), >= 0.
+        proposals: per free drafter named in :attr:`DraftPolicy.free_drafters` that has one, its
+            proposal this round, in the policy's order (empty when ``limit`` is 0).
+        generated: output tokens committed so far.
+        catchup_tokens: tokens the draft model would first catch up on (its KV cache lagging the
+            committed tokens; :meth:`~localspec.core.drafters.DraftModelDrafter.catchup_tokens`).
     """
 
-    #: the free drafters whose proposal the policy wants every round, in order of preference
+    committed: Sequence[int]
+    limit: int
+    proposals: Mapping[DrafterId, Proposal] = field(default_factory=dict)
+    generated: int = 0
+    catchup_tokens: int = 0
+
+    @property
+    def position(self) -> int:
+        """Tokens committed (prompt included): the verification pass starts there."""
+        return len(self.committed)
+
+
+class DraftPolicy(Protocol):
+    """What the round asks of a policy: :meth:`choose` before drafting, :meth:`observe` at its end."""
+
+    #: the free drafters (no model pass: a predicted output, prompt lookup) whose proposal the
+    #: policy wants every round, in order of preference
     free_drafters: tuple[DrafterId, ...]
 
-    def see_draft_cache(self, catchup_tokens: int, generated: int) -> None:
-        """Before a round: the draft model would first catch up on ``catchup_tokens``; ``generated`` so far."""
+    def choose(self, state: RoundState) -> Choice:
+        """The drafter and the draft length for this round (at most ``state.limit`` tokens are drafted)."""
         ...
 
-    def see_free(self, name: DrafterId, committed: Sequence[int], proposal: Sequence[int], match_length: int = 0) -> None:
-        """The proposal of free drafter ``name`` for this round (possibly empty) and its match length."""
-        ...
-
-    def choose(self, limit: int, proposals: Mapping[DrafterId, int], position: int | None = None) -> Choice:
-        """Choose for the next round; ``limit`` caps the draft length (context, max_tokens);
-        ``proposals`` maps each free drafter to the length of its proposal this round;
-        ``position`` is the number of tokens committed (prompt included)."""
-        ...
-
-    def observe(self, drafter: DrafterId, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
-        """Learn from the finished round."""
-        ...
-
-    def observe_catchup(self, tokens: int, seconds: float) -> None:
-        """Learn from a draft-model catch-up of ``tokens`` that took ``seconds``."""
+    def observe(self, rs: RoundStats) -> None:
+        """Learn from the finished round: drafter, drafted, accepted, drafting, verification and catch-up seconds."""
         ...
 
 
@@ -82,23 +95,15 @@ class FixedPolicy:
         self.drafter = DrafterId(drafter)
         self.draft_max = draft_max if self.drafter is not DrafterId.NONE else 0
 
-    def see_draft_cache(self, catchup_tokens: int, generated: int) -> None:
-        pass
+    def choose(self, state: RoundState) -> Choice:
+        prediction = state.proposals.get(DrafterId.PREDICTION)
+        if prediction is not None and prediction.tokens and self.draft_max:
+            return Choice(DrafterId.PREDICTION, max(0, min(self.draft_max, state.limit, len(prediction.tokens))),
+                          "fixed, prediction first")
+        return Choice(self.drafter, max(0, min(self.draft_max, state.limit)), "fixed")
 
-    def see_free(self, name: DrafterId, committed: Sequence[int], proposal: Sequence[int], match_length: int = 0) -> None:
-        pass
-
-    def choose(self, limit: int, proposals: Mapping[DrafterId, int], position: int | None = None) -> Choice:
-        prediction_match = proposals.get(DrafterId.PREDICTION)
-        if prediction_match and self.draft_max:
-            return Choice(DrafterId.PREDICTION, max(0, min(self.draft_max, limit, prediction_match)), "fixed, prediction first")
-        return Choice(self.drafter, max(0, min(self.draft_max, limit)), "fixed")
-
-    def observe(self, drafter: DrafterId, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
-        pass
-
-    def observe_catchup(self, tokens: int, seconds: float) -> None:
-        pass
+    def observe(self, rs: RoundStats) -> None:
+        """Nothing to learn: the choice is fixed."""
 
 
 class AdaptivePolicy:
@@ -111,22 +116,22 @@ class AdaptivePolicy:
     decoding (g = 0). It speculates only when the expected gain exceeds ``margin``.
 
     Prompt lookup costs no model pass, so the policy also scores the lookup proposal of
-    every round against the tokens the target then committed (:meth:`see_free`, called
-    by the engine), whether lookup was used or not: its estimates follow the text even
+    every round against the tokens the target then committed (:meth:`_see_free`, from
+    :meth:`choose`), whether lookup was used or not: its estimates follow the text even
     while it is off. They are kept per match length (:class:`MatchAcceptance`): a
     proposal whose source agrees with the text over many tokens starts from a high prior
     (rule of succession, the first :data:`~localspec.core.costmodel.LOOKUP_CHANCE_TOKENS`
     of a lookup match not counted), so a copy is drafted from its first rounds, while a
     short common n-gram has to earn it. A predicted output (a request's ``prediction``) is scored
     the same way and tried before prompt lookup: it wins a tie.
-    Any free drafter that reports a match length can be scored so (:meth:`see_free`). The costs are those at the current position
-    (:meth:`EngineCosts.set_position`). The draft model has no such free signal; while unused its estimates
-    relax towards the prior, and it is never tried when even a perfect draft (acceptance
+    Any free drafter that reports a match length can be scored so. The costs are those at the
+    current position (:meth:`EngineCosts.set_position`). The draft model has no such free signal;
+    while unused its estimates relax towards the prior, and it is never tried when even a perfect draft (acceptance
     1 at every position) could not beat target-only decoding with the measured costs, as
     with the 0.5B/1.5B pair on a 2-core CPU.
 
     A draft model whose KV cache lags the committed tokens must first catch up (its
-    prefill: :meth:`see_draft_cache`, told by the engine every round). That one-off cost,
+    prefill: :attr:`RoundState.catchup_tokens`, told every round). That one-off cost,
     pending tokens x the measured per-token catch-up cost, counts as drafting cost spread
     over the tokens still expected: the draft model is chosen only if its rate over that
     horizon, catch-up included, beats target-only decoding. The horizon is the number of
@@ -168,8 +173,8 @@ class AdaptivePolicy:
         self.margin = margin
         self.last: Choice | None = None
         self.catchup_horizon = catchup_horizon
-        self.draft_catchup = 0  #: tokens the draft model must catch up before drafting (see_draft_cache)
-        self.generated = 0
+        self.draft_catchup = 0  #: tokens the draft model must catch up before drafting (this round's)
+        self.generated = 0  #: output tokens committed before this round
 
     @property
     def lookup_est(self) -> MatchAcceptance:
@@ -184,26 +189,26 @@ class AdaptivePolicy:
         g, best, rate0 = best_draft_length([1.0] * g_max, c.verify, c.draft_token or 0.0, g_max, c.overhead)
         return g > 0 and best > rate0 * (1.0 + self.margin)
 
-    def choose(self, limit: int, proposals: Mapping[DrafterId, int], position: int | None = None) -> Choice:
-        """The drafter and draft length for the next round.
+    def choose(self, state: RoundState) -> Choice:
+        """The drafter and draft length for this round.
 
-        Args:
-            limit: most tokens that may be drafted (context, max_tokens).
-            proposals: per free drafter (prediction, lookup), the tokens it
-                proposes this round (absent or 0 = no proposal); their match lengths come
-                from :meth:`see_free`.
-            position: tokens committed so far (prompt included): the costs are predicted there.
+        First learns what the round tells (the draft model's pending catch-up, the tokens
+        generated, each free proposal scored by :meth:`_see_free`), then predicts the costs at
+        ``state.position`` and compares every candidate drafter with target-only decoding.
         """
-        c = self.costs
-        if position is not None:
-            c.set_position(position)
+        self.draft_catchup = max(0, int(state.catchup_tokens))
+        self.generated = max(0, int(state.generated))
+        for name, proposal in state.proposals.items():
+            self._see_free(name, state.committed, proposal.tokens, proposal.match_length)
+        c, limit = self.costs, state.limit
+        c.set_position(state.position)
         g_cap = max(0, min(limit, self.draft_max, len(c.verify) - 1))
         options = []  # (rate, drafter, g, expected tokens); on a tie the first wins
         rate0 = None
         notes = []
         # free drafters (no model pass), a predicted output before prompt lookup
         for name in self.free_drafters:
-            match = proposals.get(name)
+            match = len(state.proposals[name].tokens) if name in state.proposals else 0
             if g_cap > 0 and match:
                 acc = self.free_est[name].values(self.match_length.get(name, 0))
                 g, r, r0 = best_draft_length(acc, c.verify, 0.0, min(g_cap, match), c.overhead)
@@ -243,20 +248,10 @@ class AdaptivePolicy:
         return n, horizon / (horizon / rate + seconds)
 
     # -- learning ---------------------------------------------------------------------
-    def see_draft_cache(self, catchup_tokens: int, generated: int) -> None:
-        """Before a round: the draft model would first catch up on ``catchup_tokens``
-        (:meth:`~localspec.core.drafters.DraftModelDrafter.catchup_tokens`); ``generated`` so far."""
-        self.draft_catchup = max(0, int(catchup_tokens))
-        self.generated = max(0, int(generated))
-
-    def observe_catchup(self, tokens: int, seconds: float) -> None:
-        """Learn from a draft-model catch-up of ``tokens`` that took ``seconds``."""
-        self.costs.observe_catchup(tokens, seconds)
-
-    def see_free(self, name: DrafterId, committed: Sequence[int], proposal: Sequence[int], match_length: int = 0) -> None:
+    def _see_free(self, name: DrafterId, committed: Sequence[int], proposal: Sequence[int], match_length: int = 0) -> None:
         """Score a free drafter's proposals against the tokens the target committed; no model pass.
 
-        Called by the engine every round with the committed tokens and this round's
+        Called by :meth:`choose` every round with the committed tokens and this round's
         proposal of drafter ``name`` (possibly empty) and its match length (how many
         tokens its source agrees with the end of ``committed``; 0 = not reported). A
         proposal is kept until the committed tokens that follow it decide its fate (first
@@ -292,13 +287,20 @@ class AdaptivePolicy:
             self._pending[name] = pend
         self.match_length[name] = int(match_length) if proposal else 0
 
-    def observe(self, drafter: DrafterId, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
+    def observe(self, rs: RoundStats) -> None:
+        """Learn from the finished round: the draft model's acceptance (:class:`EWAcceptance`), and the
+        verification, drafting and catch-up times (the cost model's corrections, :class:`EngineCosts`).
+
+        Free drafters' estimates learn in :meth:`choose` (every round, from the committed tokens), not
+        here, so that each round counts once.
+        """
         c = self.costs
-        c.observe_verify(drafted + 1, verify_seconds)
-        if drafter == DrafterId.DRAFT:
-            self.draft_est.update(drafted, accepted)
-            c.observe_draft(drafted, draft_seconds)
+        c.observe_verify(rs.drafted + 1, rs.verify_seconds)
+        if rs.drafter == DrafterId.DRAFT:
+            self.draft_est.update(rs.drafted, rs.accepted)
+            c.observe_draft(rs.drafted, rs.draft_seconds)
         else:
             self.draft_est.relax(self.relax)
-            c.observe_overhead(draft_seconds)
-        # free drafters' estimates learn from see_free (every round), not here, to count each round once
+            c.observe_overhead(rs.draft_seconds)
+        if rs.catchup_tokens:
+            c.observe_catchup(rs.catchup_tokens, rs.catchup_seconds)

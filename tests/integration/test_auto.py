@@ -2,7 +2,7 @@
 
 import pytest
 
-from localspec.backend.calibration import EngineCosts
+from localspec.core.costmodel import EngineCosts
 from localspec.config import DraftParams, GenerationParams, SamplingParams
 from localspec.core.policy import AdaptivePolicy
 

@@ -10,9 +10,8 @@ from localspec import cli
 from localspec.backend import calibration
 from localspec.backend.llama import LlamaModel
 from localspec.config import DraftParams, GenerationParams, ModelSettings, SamplingParams
-from localspec.core.engine import SpeculativeEngine
 from localspec.errors import ConfigError
-from localspec.app.loader import load_model
+from localspec.app.loader import load_model, make_engine
 
 pytestmark = pytest.mark.tiny
 
@@ -80,7 +79,7 @@ def test_auto_on_tiny_calibrates_the_draft_catch_up_and_stays_exact(tiny_path, t
     monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
     target = LlamaModel(tiny_path, n_ctx=512, n_batch=256)
     draft = LlamaModel(tiny_path, n_ctx=512, n_batch=128)  # another cache entry than the target
-    engine = SpeculativeEngine(target, draft)
+    engine = make_engine(target, draft)  # its costs from this machine: the cache, or measured
     try:
         text = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
         prompt = engine.chat_tokens([{"role": "user", "content": "Repeat this code exactly:\n" + text}])
@@ -129,7 +128,7 @@ def test_auto_drafts_past_the_old_cap_of_8_with_a_long_prediction_and_stays_exac
     greedy answer is token-identical to target-only decoding."""
     monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
     target = LlamaModel(tiny_path, n_ctx=1024, n_batch=256)
-    engine = SpeculativeEngine(target)
+    engine = make_engine(target)
     try:
         text = "".join(f"def f{i}(x):\n    return x * {i} + {i * i}\n\n\n" for i in range(12))
         prompt = engine.chat_tokens([{"role": "user", "content": "Repeat this code exactly:\n" + text}])

@@ -28,8 +28,9 @@ import numpy as np
 
 from fakes import FakeModel
 from localspec.backend.llama import VocabInfo
-from localspec.backend.calibration import EngineCosts, ModelCosts
+from localspec.backend.calibration import ModelCosts
 from localspec.config import AUTO_DRAFT_MAX
+from localspec.core.costmodel import EngineCosts
 from localspec.core.engine import SpeculativeEngine
 from localspec.errors import DecodeAborted
 

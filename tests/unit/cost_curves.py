@@ -1,6 +1,11 @@
-"""Cost curves shared by the cost-model, policy and calibration tests (seconds, measured ratios)."""
+"""Cost curves shared by the cost-model, policy and calibration tests (seconds, measured ratios), and
+the two calls a round makes to a policy (:func:`ask`, :func:`tell`)."""
 
-from localspec.backend.calibration import EngineCosts, ModelCosts
+from localspec.backend.calibration import ModelCosts
+from localspec.core.costmodel import EngineCosts
+from localspec.core.drafters import Draft
+from localspec.core.events import DrafterId, RoundStats
+from localspec.core.policy import RoundState
 
 # models.md: Qwen2.5-Coder-1.5B on 2 cores, 33 ms per token, ratios b=1..5
 T1 = 0.033
@@ -29,3 +34,24 @@ NO_AVX512_RATIOS = (1.00, 1.59, 2.28, 3.36, 4.16, 4.75, 4.79, 8.11, 8.11)
 
 def curve_for(ratios, t1=T1):
     return [t1 * r for r in ratios]
+
+
+# -- a round's two calls to its policy ---------------------------------------------------------
+def ask(pol, limit, proposals=None, committed=(), generated=0, catchup_tokens=0):
+    """``pol.choose`` as a round after ``committed`` asks it. ``proposals`` maps a free drafter to its
+    proposed tokens, to (tokens, match length), or to a number of tokens that match nothing."""
+    props = {}
+    for name, p in (proposals or {}).items():
+        tokens, match = p if isinstance(p, tuple) else (p, 0)
+        if isinstance(tokens, int):
+            tokens = [-1] * tokens
+        props[DrafterId(name)] = Draft(tuple(tokens), None, DrafterId(name), match)
+    return pol.choose(RoundState(list(committed), limit, props, generated, catchup_tokens))
+
+
+def tell(pol, drafter, drafted, accepted, draft_seconds, verify_seconds, catchup_tokens=0, catchup_seconds=0.0):
+    """``pol.observe`` as the end of a round tells it."""
+    pol.observe(RoundStats(round=0, drafter=DrafterId(drafter), draft_tokens=(0,) * drafted,
+                           target_tokens=(0,) * (accepted + 1), drafted=drafted, accepted=accepted,
+                           committed=accepted + 1, draft_seconds=draft_seconds, verify_seconds=verify_seconds,
+                           catchup_tokens=catchup_tokens, catchup_seconds=catchup_seconds))

@@ -7,7 +7,6 @@ import json
 import pytest
 
 from localspec.backend.calibration import (
-    EngineCosts,
     ModelCosts,
     cost_cache_path,
     default_curve,
@@ -15,6 +14,7 @@ from localspec.backend.calibration import (
     measure_decode_costs,
     save_costs,
 )
+from localspec.core.costmodel import EngineCosts
 
 from cost_curves import FLAT_CURVE, T1, costs_for
 

@@ -210,8 +210,8 @@ def test_chosen_draft_length_reported():
     class Half(FixedPolicy):
         free_drafters = ()
 
-        def choose(self, limit, proposals, position=None):
-            return Choice(DrafterId.DRAFT, min(2, limit), "test policy")
+        def choose(self, state):
+            return Choice(DrafterId.DRAFT, min(2, state.limit), "test policy")
 
     eng = SpeculativeEngine(FakeModel(), FakeModel())
     gen = eng.generate(PROMPT, drafting=DraftParams(mode="draft"), policy=Half("draft", 4),
@@ -259,11 +259,25 @@ def test_draft_catchup_is_timed_apart_and_excluded_from_the_rate():
     assert gen2.stats.catchup_tokens == 0
 
 
+class TimedModel(FakeModel):
+    """A FakeModel whose decode advances ``clock`` (a one-element list, seconds) by ``seconds`` per token."""
+
+    def __init__(self, clock, seconds):
+        super().__init__()
+        self.clock, self.seconds = clock, seconds
+
+    def decode(self, tokens, logits_for="last", progress=None):
+        self.clock[0] += self.seconds * len(tokens)
+        return super().decode(tokens, logits_for, progress)
+
+
 def test_prefill_warms_both_caches():
     prompt = list(range(1, 20))
-    eng = SpeculativeEngine(FakeModel(), FakeModel())
-    t_target, t_draft, _ = eng.prefill(prompt)
-    assert t_target >= 0 and t_draft >= 0
+    clock = [0.0]
+    eng = SpeculativeEngine(TimedModel(clock, 0.010), TimedModel(clock, 0.002), clock=lambda: clock[0])
+    t_target, t_draft, n_cached = eng.prefill(prompt)
+    # each model's prefill is timed apart: the 18 tokens before the newest, at its own cost per token
+    assert (t_target, t_draft, n_cached) == (pytest.approx(18 * 0.010), pytest.approx(18 * 0.002), 0)
     assert eng.target.cached_tokens == prompt[:-1] and eng.draft_model.cached_tokens == prompt[:-1]
     gen, _ = run(eng, prompt=prompt, mode="draft", max_tokens=10)
     assert gen.stats.catchup_tokens == 0
@@ -297,13 +311,11 @@ def test_policy_is_asked_at_the_current_position_with_the_lookup_match_length():
             super().__init__("lookup", 2)
             self.positions, self.matches = [], []
 
-        def see_free(self, name, committed, proposal, match_length=0):
-            assert name == "lookup"
-            self.matches.append((len(committed), tuple(proposal), match_length))
-
-        def choose(self, limit, proposals, position=None):
-            self.positions.append(position)
-            return Choice(DrafterId.LOOKUP, min(2, limit), "test policy")
+        def choose(self, state):
+            assert set(state.proposals) <= {"lookup"}
+            self.positions.append(state.position)
+            self.matches += [(len(state.committed), tuple(p.tokens), p.match_length) for p in state.proposals.values()]
+            return Choice(DrafterId.LOOKUP, min(2, state.limit), "test policy")
 
     eng = SpeculativeEngine(FakeModel(), None)
     pol = Recorder()
@@ -377,55 +389,42 @@ def test_statistics_of_several_generations_add_up_in_the_one_accumulator():
     assert sum(total.kinds.values()) == total.tokens
 
 
-def test_mode_auto_never_measures_inside_generate(monkeypatch):
-    """#20 item 4: costs come from the engine, the cache, or an explicit calibrated_costs; generate refuses
-    mode auto without them (naming what to do) rather than measuring silently."""
-    import localspec.core.engine as engine_mod
-    from localspec.backend.calibration import EngineCosts, ModelCosts
+def test_mode_auto_never_measures_inside_generate():
+    """#20 item 4: costs come from the engine, its cost source's cache, or an explicit calibrated_costs;
+    generate refuses mode auto without them (naming what to do) rather than measuring silently. The
+    engine reads no cache and measures nothing itself: its cost source (the loader's) does."""
+    from localspec.backend.calibration import ModelCosts
+    from localspec.core.costmodel import EngineCosts
 
-    measured = []
-    monkeypatch.setattr(engine_mod, "cached_engine_costs", lambda *a: None)
-    monkeypatch.setattr(engine_mod, "engine_costs", lambda *a, **k: measured.append(a) or costs)
     curve = [0.01 * (1 + 0.1 * b) for b in range(9)]
     costs = EngineCosts(verify=curve, draft_token=None, target=ModelCosts(seconds=curve), draft=None)
-    eng = SpeculativeEngine(FakeModel())
+
+    class Source:
+        def __init__(self):
+            self.measured, self.cache = [], {}
+
+        def cached(self, draft_max):
+            return self.cache.get(draft_max)
+
+        def measure(self, draft_max, existing=None, remeasure=False, progress=None):
+            self.measured.append(draft_max)
+            return costs
+
+    source = Source()
+    eng = SpeculativeEngine(FakeModel(), cost_source=source)
     assert not eng.has_costs(8)
     with pytest.raises(ConfigError, match="not measured yet") as e:
         run(eng, mode="auto", draft_max=8)
-    assert "calibrate" in e.value.hint and measured == []
+    assert "calibrate" in e.value.hint and source.measured == []
     eng.calibrated_costs(8)  # the explicit, visible measurement
-    assert len(measured) == 1 and eng.has_costs(8) and not eng.has_costs(16)
+    assert source.measured == [8] and eng.has_costs(8) and not eng.has_costs(16)
     gen, _ = run(eng, mode="auto", draft_max=8)
-    assert gen.token_ids == greedy_reference(PROMPT, 30) and len(measured) == 1
-
-
-class TimedModel(FakeModel):
-    """A FakeModel whose decodes cost 0.5 s plus 0.25 s a token on a fake clock (a list of one float)."""
-
-    def __init__(self, now: list[float], **kw) -> None:
-        super().__init__(**kw)
-        self.now = now
-
-    def decode(self, tokens, logits_for="last", progress=None):
-        self.now[0] += 0.5 + 0.25 * len(tokens)
-        return super().decode(tokens, logits_for, progress)
-
-
-def test_every_duration_is_read_from_the_engines_clock():
-    """The engine's clock argument times the prefill, drafting, verification, catch-up and the totals."""
-    now = [100.0]
-    eng = SpeculativeEngine(TimedModel(now), TimedModel(now), clock=lambda: now[0])
-    prompt = list(range(1, 10))
-    gen, events = run(eng, prompt=prompt, mode="draft", draft_max=4, max_tokens=12)
-    rounds = [e for e in events if isinstance(e, RoundStats)]
-    s = gen.stats
-    assert s.prefill_seconds == 0.5 + 0.25 * (len(prompt) - 1)  # one batch of the prompt but its newest token
-    assert rounds[0].catchup_seconds == 0.5 + 0.25 * (len(prompt) - 1)  # the draft model's cold cache
-    for r in rounds:  # drafting: g one-token decodes after the first (two tokens); verification: one pass
-        assert r.verify_seconds == 0.5 + 0.25 * (r.drafted + 1)
-        assert r.draft_seconds == (0.5 + 0.25 * (2 if r.round else 1)) + 0.75 * (r.drafted - 1)
-    assert s.elapsed_seconds == now[0] - 100.0
-    assert s.elapsed_seconds == s.prefill_seconds + sum(r.draft_seconds + r.verify_seconds + r.catchup_seconds
-                                                        for r in rounds)
-    assert s.time_to_first_token == s.prefill_seconds + rounds[0].catchup_seconds + rounds[0].draft_seconds \
-        + rounds[0].verify_seconds
+    assert gen.token_ids == greedy_reference(PROMPT, 30) and source.measured == [8]
+    # costs the source has cached are used without measuring; an engine without a source cannot measure
+    cached = SpeculativeEngine(FakeModel(), cost_source=source)
+    source.cache[8] = costs
+    assert cached.has_costs(8) and cached.cost_model is costs and source.measured == [8]
+    bare = SpeculativeEngine(FakeModel())
+    with pytest.raises(ConfigError, match="cannot measure"):
+        bare.calibrated_costs(8)
+    assert SpeculativeEngine(FakeModel(), costs=costs).calibrated_costs(8) is costs

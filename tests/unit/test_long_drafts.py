@@ -7,9 +7,10 @@ import pytest
 from pydantic import ValidationError
 
 from localspec.backend import calibration
-from localspec.backend.calibration import EngineCosts, ModelCosts, measure_decode_costs
+from localspec.backend.calibration import ModelCosts, measure_decode_costs
 from localspec.config import AUTO_DRAFT_MAX, FIXED_DRAFT_MAX, DraftParams
 from localspec.core.costmodel import (
+    EngineCosts,
     best_draft_length,
     calibration_points,
     context_points,
@@ -19,6 +20,8 @@ from localspec.core.costmodel import (
     succession_prior,
 )
 from localspec.core.policy import AdaptivePolicy
+
+from cost_curves import ask
 
 T1 = 0.05
 
@@ -204,19 +207,16 @@ def test_online_observations_refine_an_interpolated_length():
 def test_a_long_lookup_match_is_drafted_long_where_the_curve_allows():
     curve = linear_curve(3.05)  # the Intel CPU: a 9-token pass costs 3.05 single ones
     pol = AdaptivePolicy(costs_for(curve), 64, has_draft=False)
-    pol.see_free("lookup", list(range(300)), list(range(300, 364)), 259)  # 259 tokens of context agree
-    ch = pol.choose(64, {"lookup": 64}, position=300)
+    ch = ask(pol, 64, {"lookup": (list(range(300, 364)), 259)}, list(range(300)))  # 259 tokens of context agree
     prior = pol.lookup_est.values(259)
     assert ch.drafter == "lookup" and ch.draft_len == best_draft_length(prior, curve, 0.0, 64)[0]
     assert ch.draft_len > 32  # far past the old cap of 8
     # less evidence, a shorter first draft (still past the old cap)
     pol = AdaptivePolicy(costs_for(curve), 64, has_draft=False)
-    pol.see_free("lookup", list(range(100)), list(range(100, 164)), 67)
-    assert 8 < pol.choose(64, {"lookup": 64}, position=100).draft_len < ch.draft_len
+    assert 8 < ask(pol, 64, {"lookup": (list(range(100, 164)), 67)}, list(range(100))).draft_len < ch.draft_len
     # the user's cap still holds
     capped = AdaptivePolicy(costs_for(curve), 8, has_draft=False)
-    capped.see_free("lookup", list(range(100)), list(range(100, 108)), 67)
-    assert capped.choose(64, {"lookup": 8}, position=100).draft_len == 8
+    assert ask(capped, 64, {"lookup": (list(range(100, 108)), 67)}, list(range(100))).draft_len == 8
 
 
 def test_a_steep_curve_keeps_long_matches_shorter():
@@ -224,8 +224,7 @@ def test_a_steep_curve_keeps_long_matches_shorter():
     lens = []
     for curve in (flat, steep):
         pol = AdaptivePolicy(costs_for(curve), 64, has_draft=False)
-        pol.see_free("lookup", list(range(100)), list(range(100, 164)), 40)
-        lens.append(pol.choose(64, {"lookup": 64}, position=100).draft_len)
+        lens.append(ask(pol, 64, {"lookup": (list(range(100, 164)), 40)}, list(range(100))).draft_len)
     assert 0 < lens[1] < lens[0]
     # the choice is the argmax of the expected rate on each curve (nothing about the CPU hard-coded)
     prior = succession_prior(32, 64, 2)
@@ -236,18 +235,15 @@ def test_a_prediction_with_a_long_agreeing_run_is_drafted_long_and_to_the_cap_on
     curve = linear_curve(3.05)
     pol = AdaptivePolicy(costs_for(curve), 64, has_draft=False)
     committed = list(range(300))
-    pol.see_free("prediction", committed, list(range(300, 364)), 300)
-    ch = pol.choose(64, {"prediction": 64}, position=300)
+    ch = ask(pol, 64, {"prediction": (list(range(300, 364)), 300)}, committed)
     assert ch.drafter == "prediction" and ch.draft_len > 32
     for r in range(6):  # the answer copies every proposed token
         committed = committed + list(range(len(committed), len(committed) + 64))
-        pol.see_free("prediction", committed, list(range(len(committed), len(committed) + 64)), 300 + 64 * r)
-    ch = pol.choose(64, {"prediction": 64}, position=len(committed))
+        ch = ask(pol, 64, {"prediction": (list(range(len(committed), len(committed) + 64)), 300 + 64 * r)}, committed)
     assert ch.draft_len == 64
     # a short match in chat-like text is not drafted long
     pol = AdaptivePolicy(costs_for(curve), 64, has_draft=False)
-    pol.see_free("lookup", list(range(10)), list(range(10, 74)), 3)
-    assert pol.choose(64, {"lookup": 64}, position=10).draft_len <= 4
+    assert ask(pol, 64, {"lookup": (list(range(10, 74)), 3)}, list(range(10))).draft_len <= 4
 
 
 def test_long_drafts_that_keep_failing_get_shorter():
@@ -257,8 +253,7 @@ def test_long_drafts_that_keep_failing_get_shorter():
     first = None
     for r in range(12):
         proposal = list(range(5000 + 100 * r, 5064 + 100 * r))
-        pol.see_free("lookup", committed, proposal, 259)
-        ch = pol.choose(64, {"lookup": 64}, position=len(committed))
+        ch = ask(pol, 64, {"lookup": (proposal, 259)}, committed)
         first = first if first is not None else ch.draft_len
         committed = committed + proposal[:3] + [1]  # every copy breaks after 3 tokens
     assert first > 32 and ch.draft_len < 8

@@ -4,8 +4,10 @@ tests/integration/test_server.py)."""
 
 import pytest
 
+from cost_curves import ask
 from fakes import FakeModel, greedy_reference
-from localspec.backend.calibration import EngineCosts, ModelCosts
+from localspec.backend.calibration import ModelCosts
+from localspec.core.costmodel import EngineCosts
 from localspec.config import DraftParams, GenerationParams, SamplingParams
 from localspec.core.drafters import PredictionDrafter
 from localspec.core.engine import SpeculativeEngine
@@ -136,21 +138,21 @@ def test_sampled_output_is_exact_with_a_point_mass_prediction():
 
 def test_fixed_policy_tries_the_prediction_first():
     pol = FixedPolicy(DrafterId.LOOKUP, 8)
-    assert pol.choose(8, {"lookup": 5, "prediction": 3}).drafter == "prediction"
-    assert pol.choose(8, {"lookup": 5, "prediction": 3}).draft_len == 3
-    assert pol.choose(8, {"lookup": 5, "prediction": 0}).drafter == "lookup"
-    assert FixedPolicy(DrafterId.NONE, 8).choose(8, {DrafterId.PREDICTION: 3}).draft_len == 0
+    assert ask(pol, 8, {"lookup": 5, "prediction": 3}).drafter == "prediction"
+    assert ask(pol, 8, {"lookup": 5, "prediction": 3}).draft_len == 3
+    assert ask(pol, 8, {"lookup": 5, "prediction": 0}).drafter == "lookup"
+    assert ask(FixedPolicy(DrafterId.NONE, 8), 8, {DrafterId.PREDICTION: 3}).draft_len == 0
 
 
 def test_adaptive_policy_prefers_the_prediction_on_a_tie_and_scores_it():
     curve = [0.03 * r for r in (1.0, 1.1, 1.2, 1.3, 1.4)]
     costs = EngineCosts(verify=curve, draft_token=None, target=ModelCosts(seconds=curve), draft=None)
     pol = AdaptivePolicy(costs, 4, has_draft=False, prior_lookup=0.8, prior_prediction=0.8)
-    assert pol.choose(4, {"lookup": 4, "prediction": 4}).drafter == "prediction"
+    assert ask(pol, 4, {"lookup": 4, "prediction": 4}).drafter == "prediction"
     # proposals that never match drive the prediction's estimates down; lookup takes over
     committed = list(range(50))
     for _ in range(12):
-        pol.see_free("prediction", committed, [7, 7, 7, 7])
+        ask(pol, 0, {"prediction": [7, 7, 7, 7]}, committed)
         committed.extend([8, 8])
     assert pol.free_est["prediction"].values(0)[0] < 0.1
-    assert pol.choose(4, {"lookup": 4, "prediction": 4}).drafter == "lookup"
+    assert ask(pol, 4, {"lookup": 4, "prediction": 4}).drafter == "lookup"

@@ -253,7 +253,8 @@ def test_an_idle_server_measures_a_disturbed_calibration_again_when_the_machine_
     """A curve measured while another process held a core is flat (long drafts look free); a
     server started then would use it for its whole life. Idle and quiet, it measures again, at most
     max_remeasures times, and never while busy or while the costs in use are clean."""
-    from localspec.backend.calibration import EngineCosts, ModelCosts
+    from localspec.backend.calibration import ModelCosts
+    from localspec.core.costmodel import EngineCosts
     from localspec.server import worker as worker_mod
 
     def costs(other_cpu):

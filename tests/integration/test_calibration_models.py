@@ -4,6 +4,7 @@ import re
 
 import numpy as np
 import pytest
+from helpers import assert_greedy_equal
 
 from localspec import cli
 
@@ -137,11 +138,19 @@ def test_auto_drafts_past_the_old_cap_of_8_with_a_long_prediction_and_stays_exac
         pred = engine.tokenize(ref.text, special=False)
         engine.calibrated_costs(DraftParams(mode="auto").cap)
         auto = engine.generate(prompt, greedy, DraftParams(mode="auto"), gen, prediction=pred).run()
-        assert auto.token_ids == ref.token_ids
+        # token-identical, or the first difference at a near-tie of the target (C1: a batched pass rounds
+        # differently from a one-token pass; seen at token 150 on an AMD EPYC without AVX-512)
+        differs = assert_greedy_equal(engine, prompt, ref.token_ids, auto.token_ids, "auto with a prediction")
+        rounds, done = [], 0
+        for r in auto.rounds:  # the rounds up to the first difference (after it the prediction no longer fits)
+            if differs and done >= differs[0]:
+                break
+            rounds.append(r)
+            done += r.committed
         ec = engine.cost_model
         assert len(ec.verify) == 65 and ec.target.points == calibration.calibration_points(65)
-        assert max(r.draft_len_chosen for r in auto.rounds) > 8
-        assert max(r.accepted for r in auto.rounds) > 8
+        assert max(r.draft_len_chosen for r in rounds) > 8
+        assert max(r.accepted for r in rounds) > 8
     finally:
         engine.close()
 

@@ -291,7 +291,7 @@ class EngineWorker:
 
     def _remeasure_if_disturbed(self) -> None:
         """Measure mode auto's costs again when the ones in use were measured while other processes
-        were busy (:attr:`~localspec.backend.calibration.EngineCosts.disturbed`: a curve that can make
+        were busy (:attr:`~localspec.core.costmodel.EngineCosts.disturbed`: a curve that can make
         long drafts look free) and the machine is quiet now; at most :attr:`max_remeasures` times
         in a server's life. A request that arrives meanwhile waits in the queue."""
         costs = self.engine.cost_model

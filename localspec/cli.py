@@ -128,9 +128,9 @@ def cmd_generate(ns: argparse.Namespace) -> int:
     err = Console(stderr=True, no_color=ns.no_color)
     out = Console(no_color=ns.no_color, highlight=False, soft_wrap=True)
     if not ns.json:
-        err.print(f"[dim]mode {settings.drafting.mode}, target {settings.target.model}"
-                  + (f", draft {settings.draft.model}" if settings.drafting.mode in ("draft", "auto") else "")
-                  + "[/dim]")
+        err.print(Text(f"mode {settings.drafting.mode}, target {settings.target.model}"
+                       + (f", draft {settings.draft.model}" if settings.drafting.mode in ("draft", "auto") else ""),
+                       style="dim"))
     quiet = ns.json
     engine = load_engine(settings, progress=None if quiet else _progress_printer(sys.stderr),
                          stage=None if quiet else _stage_printer(sys.stderr),
@@ -214,6 +214,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
 def cmd_models(ns: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from localspec.app.catalog import cache_dir, load_catalog, locate, weights_dir
 
@@ -224,17 +225,17 @@ def cmd_models(ns: argparse.Namespace) -> int:
     for name, preset in catalog.models.items():
         where = locate(name, catalog)
         src = f"{where.source}: {where.path}" if where.path else f"{where.source}: {where.detail}"
-        table.add_row(name, f"{preset.size / 1e6:,.0f} MB", src, preset.description)
+        table.add_row(*map(Text, (name, f"{preset.size / 1e6:,.0f} MB", src, preset.description)))
     pairs = Table(title="pairs (target + draft)", title_justify="left")
     for col in ("pair", "target", "draft", "description"):
         pairs.add_column(col)
     for name, pair in catalog.pairs.items():
         default = " (default)" if name == catalog.default_pair else ""
-        pairs.add_row(name + default, pair.target, pair.draft, pair.description)
+        pairs.add_row(*map(Text, (name + default, pair.target, pair.draft, pair.description)))
     con = Console()
     con.print(table)
-    con.print(pairs)
-    con.print(f"local weights folder: {weights_dir()}\ncache: {cache_dir()}")
+    con.print(pairs)  # paths and catalog text are data, never markup ("localspec[models]", a folder "w[red]x")
+    con.print(f"local weights folder: {weights_dir()}\ncache: {cache_dir()}", markup=False, highlight=False)
     return 0
 
 

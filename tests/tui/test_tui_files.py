@@ -129,8 +129,8 @@ def test_new_files_follow_the_umask(tmp_path, umask):
 
 
 def test_edit_of_a_missing_file_fails_at_the_command_line(tmp_path, monkeypatch, capsys):
-    """Issue 23 item 15: `localspec edit nope.py` prints error:/hint: and exits nonzero;
-    the UI is not opened."""
+    """Issue 23 item 15: `localspec edit nope.py` prints error:/hint: and exits 2 (a file of the user's
+    to fix, as README's table says and `generate --file` does); the UI is not opened."""
     from localspec.tui import app as tui_app
     from localspec.cli import main
 
@@ -139,10 +139,10 @@ def test_edit_of_a_missing_file_fails_at_the_command_line(tmp_path, monkeypatch,
     monkeypatch.setattr(tui_app, "run_app", lambda *a, **k: opened.append(a))
     code = main(["edit", "nope.py"])
     err = capsys.readouterr().err
-    assert code != 0 and not opened
+    assert code == 2 and not opened
     assert err.startswith("error: no such file: nope.py") and "\nhint: " in err
     (tmp_path / "bin.py").write_bytes(b"\x00\x01")
-    assert main(["edit", "bin.py"]) != 0 and not opened
+    assert main(["edit", "bin.py"]) == 2 and not opened
     assert "binary" in capsys.readouterr().err
     (tmp_path / "ok.py").write_text("x = 1\n")
     assert main(["edit", "ok.py"]) == 0 and len(opened) == 1

@@ -149,6 +149,21 @@ def test_a_cancelled_waiter_frees_its_place_at_once():
         loop.close()
 
 
+def test_queue_size_0_serves_one_at_a_time_and_queues_none():
+    """--queue-size 0 (found by a newcomer: every request got 429): an idle engine takes the request,
+    a second one while it waits or runs is refused."""
+    loop = asyncio.new_event_loop()
+    try:
+        worker = EngineWorker(SpeculativeEngine(FakeModel(), None), SETTINGS, max_queue=0)
+        worker.submit(make_job(loop, 0))
+        assert worker.waiting == 1
+        with pytest.raises(ApiError) as e:
+            worker.submit(make_job(loop, 1))
+        assert e.value.status == 429 and e.value.code == "queue_full"
+    finally:
+        loop.close()
+
+
 def test_401s_are_counted_in_the_metrics():
     with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS, ServerSettings(api_key="k"))) as c:
         for headers in ({}, {"Authorization": "Bearer nope"}):

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from localspec.config import (TEMPERATURE_MAX, DraftParams, GenerationParams, ModelSettings, SamplingParams,
                               ServerSettings, Settings, constraints, invalid_values, option_info)
+from localspec.app.catalog import load_catalog
 from localspec.errors import ConfigError
 
 
@@ -215,4 +216,17 @@ def settings_from_args(ns: argparse.Namespace, base: Settings | None = None, com
             hint = (f"the temperature is 0..{TEMPERATURE_MAX:g} as in OpenAI's API (1 = the model's own "
                     f"distribution; the command line and the TUI accepted up to 100 before); {hint}")
         raise ConfigError("invalid settings:\n" + "\n".join(dict.fromkeys(errors)), hint)
-    return Settings(**sections)
+    settings = Settings(**sections)
+    if getattr(ns, "target", None) is not None and getattr(ns, "draft", None) is None \
+            and base.draft.model == Settings().draft.model:
+        settings = settings.model_copy(update={"draft": settings.draft.model_copy(
+            update={"model": paired_draft(settings.target.model, settings.draft.model)})})
+    return settings
+
+
+def paired_draft(target: str, draft: str) -> str:
+    """The draft model for a ``--target`` given without ``--draft``: the draft of the catalog pair whose
+    target it is (``--target smollm2-135m`` drafts with smollm2-135m, not the default pair's Qwen draft,
+    whose tokenizer differs), else ``draft`` unchanged."""
+    pair = next((p for p in load_catalog().pairs.values() if p.target == target), None)
+    return pair.draft if pair else draft

@@ -43,3 +43,20 @@ def test_a_flag_for_one_model_names_it():
 def test_flags_merge_over_the_settings():
     s = settings_from_args(_parser().parse_args(["--temperature", "0.7", "--mode", "lookup", "--huge-pages", "off"]))
     assert s.sampling.temperature == 0.7 and s.drafting.mode == "lookup" and s.target.huge_pages is False
+
+
+def test_a_target_without_draft_drafts_with_its_catalog_pairs_draft():
+    """A newcomer's `--target smollm2-135m` loaded the default pair's Qwen draft (another tokenizer) and
+    failed; the target's own pair gives the draft. An explicit --draft, or a target in no pair, keeps it."""
+    from localspec.config import Settings
+
+    def draft(*argv, base=None):
+        return settings_from_args(_parser().parse_args(list(argv)), base).draft.model
+
+    default = Settings().draft.model
+    assert draft("--target", "smollm2-135m") == "smollm2-135m"
+    assert draft("--target", "smollm2-135m", "--draft", "x.gguf") == "x.gguf"
+    assert draft("--target", "my.gguf") == default
+    assert draft() == default
+    chosen = Settings().model_copy(update={"draft": Settings().draft.model_copy(update={"model": "mine.gguf"})})
+    assert draft("--target", "smollm2-135m", base=chosen) == "mine.gguf"  # the settings file's draft stays

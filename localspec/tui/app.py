@@ -361,11 +361,8 @@ class LocalspecApp(App):
                     post = lambda p, r, s: screen.post_message(TokensEmitted(tag, p, r, s))  # noqa: E731
                     stats, rounds = drive(gen, engine, post, self.clock)
                     screen.post_message(GenerationFinished(tag, gen.text, stats, rounds))
-                except LocalspecError as e:
-                    screen.post_message(GenerationFailed(tag, e.message, e.hint))
                 except Exception as e:
-                    screen.post_message(GenerationFailed(tag, f"{type(e).__name__}: {e}",
-                                                         "this looks like a bug in localspec; please report it"))
+                    screen.post_message(failure(tag, e))
         finally:
             if gen in self.current_gens:
                 self.current_gens.remove(gen)
@@ -440,11 +437,8 @@ class LocalspecApp(App):
                         screen.post_message(RaceFinished(results, cancelled=self._stop_requested,
                                                          texts={s.name: s.gen.text for s in sides},
                                                          repeat=rep, repeats=repeats))
-                except LocalspecError as e:
-                    screen.post_message(GenerationFailed(tag, e.message, e.hint))
                 except Exception as e:
-                    screen.post_message(GenerationFailed(tag, f"{type(e).__name__}: {e}",
-                                                         "this looks like a bug in localspec; please report it"))
+                    screen.post_message(failure(tag, e))
         finally:
             self.current_gens.clear()
             self.post_message(JobDone(tag))
@@ -466,3 +460,12 @@ def run_app(settings: Settings, *, edit_file: str | None = None, race: bool = Fa
         app.run()
     finally:
         app.close_engines()
+
+
+def failure(tag: str, error: Exception) -> GenerationFailed:
+    """The message a worker posts when a generation fails: a localspec error's message and hint, or
+    any other exception named as a bug."""
+    if isinstance(error, LocalspecError):
+        return GenerationFailed(tag, error.message, error.hint)
+    return GenerationFailed(tag, f"{type(error).__name__}: {error}",
+                            "this looks like a bug in localspec; please report it")

@@ -412,6 +412,8 @@ class Engine(Protocol):
 
     def token_text(self, token_id: int) -> str: ...
 
+    def token_bytes(self, token_id: int) -> bytes: ...
+
     #: sentences a front-end shows the user once after loading
     notices: list[str]
 
@@ -579,6 +581,11 @@ class SpeculativeEngine:
         For showing single tokens (the round inspector); generated text comes in the events.
         """
         return self.target.token_bytes(int(token_id), special=True).decode("utf-8", errors="replace")
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """One token's bytes (a special token such as ``<|im_end|>`` as its text), possibly part of a
+        UTF-8 character: the ``bytes`` of a logprobs entry."""
+        return self.target.token_bytes(int(token_id), special=True)
 
     def check_prompt(self, prompt: Sequence[int]) -> None:
         """Raise ConfigError for an empty prompt, ContextOverflowError when it does not fit."""

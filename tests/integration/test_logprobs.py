@@ -1,0 +1,104 @@
+"""Logprobs on the tiny model (issue 32, item 3): in every mode, the logprob of each committed
+token is the log-softmax of the target's raw logits at its position, whichever pass computed it.
+
+Tolerance: 1e-3 absolute (:data:`TOL`). A speculative round reads a token's row from a batched
+verification pass over g + 1 positions, mode none from a one-token pass; llama.cpp's kernels sum
+in a different order for different batch sizes, so the float32 logits are not bit-identical
+(observed differences on SmolLM2-135M are about 1e-5..1e-4; the log-softmax adds no error of
+its own: float64). Positions after the first token where two modes differ are not compared
+(a near-tie of the target may change the token there and everything after it, cases.md C1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cost_curves import FLAT_CURVE, T1, costs_for
+from helpers import PROMPTS, run
+from localspec.config import DraftParams, GenerationParams, SamplingParams
+from localspec.core.events import TokenEvent
+from localspec.core.policy import AdaptivePolicy
+from localspec.core.sampling import log_softmax
+
+pytestmark = pytest.mark.tiny
+
+TOL = 1e-3
+#: a prefill-sized batch against the one-token pass (:func:`test_a_prefill_sized_pass_differs_more`)
+PREFILL_TOL = 5e-2
+N_TOP = 5
+MAX_TOKENS = 48
+
+
+def generate(engine, prompt, mode):
+    """(token ids, logprobs, top-N logprob values by rank) of a greedy generation in ``mode``;
+    mode auto runs on fixed costs (a flat verification curve), so it needs no calibration."""
+    policy = AdaptivePolicy(costs_for(FLAT_CURVE, draft_token=T1 / 4), 6, has_draft=True) if mode == "auto" else None
+    gen = engine.generate(prompt, SamplingParams(temperature=0.0), DraftParams(mode=mode, draft_max=6),
+                          GenerationParams(max_tokens=MAX_TOKENS), policy=policy, logprobs=N_TOP)
+    events = [e for e in gen if isinstance(e, TokenEvent)]
+    assert [e.token_id for e in events] == gen.token_ids
+    return ([e.token_id for e in events], np.array([e.logprob for e in events]),
+            np.array([[v for _, v in e.top_logprobs] for e in events]), gen)
+
+
+@pytest.fixture(scope="module")
+def prompt(tiny_engine):
+    return tiny_engine.chat_tokens([{"role": "user", "content": PROMPTS[1]}])
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_engine, prompt):
+    return generate(tiny_engine, prompt, "none")
+
+
+def common_prefix(a, b) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+@pytest.mark.parametrize("mode", ["lookup", "draft", "auto"])
+def test_every_mode_equals_mode_none_on_the_common_prefix(tiny_engine, prompt, reference, mode):
+    ids, lps, tops, gen = generate(tiny_engine, prompt, mode)
+    ref_ids, ref_lps, ref_tops, _ = reference
+    n = common_prefix(ids, ref_ids)
+    assert n >= 16, f"{mode}: only {n} tokens in common with mode none"
+    assert gen.stats.drafted > 0 and gen.stats.accepted > 0, f"{mode} never speculated: nothing tested"
+    assert np.max(np.abs(lps[:n] - ref_lps[:n])) <= TOL
+    assert np.max(np.abs(tops[:n] - ref_tops[:n])) <= TOL  # the k-th largest logprob, rank by rank
+    assert np.all(lps[:n] <= tops[:n, 0] + 1e-12) and np.all(np.diff(tops, axis=1) <= 0)
+
+
+def test_mode_none_equals_a_direct_llama_cpp_evaluation(tiny_engine, prompt, reference):
+    """From an empty KV cache: the prompt but its last token in one pass, then one-token passes
+    (LlamaModel.decode of the newest token, the log-softmax of its row) over each prefix."""
+    ids, lps, tops, _ = reference
+    target, seq = tiny_engine.target, list(prompt)
+    target.reset()  # no K/V left by the other modes' batched passes
+    target.decode(seq[:-1], logits_for=())
+    diffs = []
+    for i, tok in enumerate(ids):
+        row = log_softmax(target.decode(seq[len(seq) - 1:], "last")[0])
+        diffs.append(max(abs(row[tok] - lps[i]), np.max(np.abs(np.sort(row)[::-1][:N_TOP] - tops[i]))))
+        seq.append(tok)
+    assert max(diffs) <= TOL
+    target.reset()
+
+
+def test_a_prefill_sized_pass_differs_more(tiny_engine, prompt, reference):
+    """Why the tolerance is about small batches: the last row of one pass over the whole prefix
+    (~100 tokens, llama.cpp's batched matrix kernels) differs from the one-token pass by up to
+    ~1e-2 on SmolLM2-135M (Q8_0), more than TOL; verification passes (g + 1 <= 7 tokens) stay
+    within TOL (the tests above). Bounded here at :data:`PREFILL_TOL` so that a change shows."""
+    ids, lps, _, _ = reference
+    target, worst = tiny_engine.target, 0.0
+    for cut in (0, len(ids) // 2, len(ids) - 1):
+        target.reset()
+        row = log_softmax(target.decode(list(prompt) + ids[:cut], "last")[0])
+        worst = max(worst, abs(row[ids[cut]] - lps[cut]))
+    target.reset()
+    assert worst <= PREFILL_TOL
+
+
+def test_speculation_changes_nothing_when_not_asked(tiny_engine, prompt):
+    gen, events = run(tiny_engine, prompt, "lookup", 12)
+    assert all(e.logprob is None and e.top_logprobs is None for e in events if isinstance(e, TokenEvent))

@@ -41,6 +41,7 @@ from localspec.core.policy import AdaptivePolicy, Choice, DraftPolicy, FixedPoli
 from localspec.core.streaming import TextAssembler
 from localspec.core.tokenizer import check_compatible
 from localspec.core.acceptance import Constraint, verify
+from localspec.core.sampling import token_logprobs
 
 Event = TokenEvent | RoundStats
 _EMPTY_DRAFT = Draft((), None, DrafterId.NONE)
@@ -78,6 +79,8 @@ class _Pending:
     kind: TokenKind
     round: int
     position: int
+    logprob: float | None = None
+    top_logprobs: tuple[tuple[int, float], ...] | None = None
 
 
 def _cut(draft: Draft, n: int) -> Draft:
@@ -113,7 +116,8 @@ class Generation:
 
     def __init__(self, engine: "SpeculativeEngine", prompt: Sequence[int], sampling: SamplingParams,
                  drafting: DraftParams, generation: GenerationParams, policy: DraftPolicy | None,
-                 prediction: Sequence[int] | None = None, constraint: Constraint | None = None) -> None:
+                 prediction: Sequence[int] | None = None, constraint: Constraint | None = None,
+                 logprobs: int | None = None) -> None:
         self.engine = engine
         self.prompt = list(prompt)
         self.sampling = sampling
@@ -124,6 +128,8 @@ class Generation:
         #: restricts the output (a grammar, :meth:`SpeculativeEngine.grammar`); its state moves with
         #: every committed token and is freed when the generation ends
         self.constraint = constraint
+        #: None: no logprobs (nothing computed); n >= 0: each TokenEvent carries its logprob and n alternatives
+        self.logprobs = logprobs
         self.token_ids: list[int] = []
         #: prompt + generated tokens committed so far (live during iteration; some may
         #: not be yielded yet while text is held back at a possible stop string)
@@ -195,8 +201,9 @@ class Generation:
         target.truncate(len(committed) + k)  # the rejected draft tokens leave the cache
         verify_seconds = eng.clock() - t0
         # 4. commit d_1..d_k, t (cut short at an end-of-generation token, a stop string, max_tokens)
-        n_before = len(committed)
-        end = self._commit([*draft.tokens[:k], verdict.token], [TokenKind.ACCEPTED] * k + [verdict.kind], round_idx)
+        n_before, tokens = len(committed), [*draft.tokens[:k], verdict.token]
+        scores = None if self.logprobs is None else token_logprobs(logits, tokens, self.logprobs)
+        end = self._commit(tokens, [TokenKind.ACCEPTED] * k + [verdict.kind], round_idx, scores)
         # 5. roll back: the target's KV cache to every committed token but the newest, the draft model's to a prefix
         eng.rollback(committed)
         # 6. observe: the policy learns from the round (acceptance; verification, drafting and catch-up times)
@@ -255,18 +262,20 @@ class Generation:
             draft = _EMPTY_DRAFT
         return draft, catchup
 
-    def _commit(self, tokens: Sequence[int], kinds: Sequence[TokenKind], round_idx: int) -> EndReason | None:
-        """Step 4: append ``tokens`` (of ``kinds``) to :attr:`committed`, up to the end they reach."""
+    def _commit(self, tokens: Sequence[int], kinds: Sequence[TokenKind], round_idx: int,
+                scores: Sequence[tuple[float, tuple]] | None = None) -> EndReason | None:
+        """Step 4: append ``tokens`` (of ``kinds``; with ``scores``, their (logprob, top logprobs) from
+        :func:`~localspec.core.sampling.token_logprobs`) to :attr:`committed`, up to the end they reach."""
         target, committed, assembler, pending = self.engine.target, self.committed, self._assembler, self._pending
         n_prompt = len(self.prompt)
         end = None
-        for tok, kind in zip(tokens, kinds):
+        for i, (tok, kind) in enumerate(zip(tokens, kinds)):
             if target.is_eog(tok):
                 end = EndReason.EOG
                 break
             position = len(committed) - n_prompt
             committed.append(tok)
-            pending.append(_Pending(tok, kind, round_idx, position))
+            pending.append(_Pending(tok, kind, round_idx, position, *(scores[i] if scores is not None else ())))
             assembler.push(target.token_bytes(tok))
             if assembler.stop_at is not None:
                 end = EndReason.STOP
@@ -301,7 +310,7 @@ class Generation:
             if stats.time_to_first_token is None:
                 stats.time_to_first_token = self.engine.clock() - self._t_start
             stats.add_token(p.kind)
-            yield TokenEvent(p.token, piece, p.kind, p.round, p.position)
+            yield TokenEvent(p.token, piece, p.kind, p.round, p.position, p.logprob, p.top_logprobs)
 
     def _run(self) -> Iterator[Event]:
         """Prefill, then rounds until an end; wraps each round in releasing text and counting statistics."""
@@ -403,6 +412,8 @@ class Engine(Protocol):
 
     def token_text(self, token_id: int) -> str: ...
 
+    def token_bytes(self, token_id: int) -> bytes: ...
+
     #: sentences a front-end shows the user once after loading
     notices: list[str]
 
@@ -422,7 +433,7 @@ class Engine(Protocol):
     def generate(self, prompt: Sequence[int], sampling: SamplingParams | None = None,
                  drafting: DraftParams | None = None, generation: GenerationParams | None = None,
                  policy: DraftPolicy | None = None, prediction: Sequence[int] | None = None,
-                 constraint: Constraint | None = None) -> Generation: ...
+                 constraint: Constraint | None = None, logprobs: int | None = None) -> Generation: ...
 
     def grammar(self, gbnf: str, root: str = "root") -> Constraint: ...
 
@@ -571,6 +582,11 @@ class SpeculativeEngine:
         """
         return self.target.token_bytes(int(token_id), special=True).decode("utf-8", errors="replace")
 
+    def token_bytes(self, token_id: int) -> bytes:
+        """One token's bytes (a special token such as ``<|im_end|>`` as its text), possibly part of a
+        UTF-8 character: the ``bytes`` of a logprobs entry."""
+        return self.target.token_bytes(int(token_id), special=True)
+
     def check_prompt(self, prompt: Sequence[int]) -> None:
         """Raise ConfigError for an empty prompt, ContextOverflowError when it does not fit."""
         if len(prompt) == 0:
@@ -680,8 +696,13 @@ class SpeculativeEngine:
     def generate(self, prompt: Sequence[int], sampling: SamplingParams | None = None,
                  drafting: DraftParams | None = None, generation: GenerationParams | None = None,
                  policy: DraftPolicy | None = None, prediction: Sequence[int] | None = None,
-                 constraint: Constraint | None = None) -> Generation:
+                 constraint: Constraint | None = None, logprobs: int | None = None) -> Generation:
         """Start generating from ``prompt`` (token ids). Iterate the result for events.
+
+        ``logprobs``: None (the default) computes none; n >= 0 gives every :class:`TokenEvent` its
+        ``logprob`` and its ``n`` most probable alternatives ``top_logprobs``: the log-softmax of the
+        target's raw logits at the token's position (before temperature and truncation), taken
+        from the verification pass that committed it, in every mode.
 
         ``constraint``: a grammar the output must follow (:meth:`grammar`); the output then
         follows the target's distribution restricted to it, exactly (:mod:`localspec.core.acceptance`).
@@ -704,7 +725,7 @@ class SpeculativeEngine:
         if policy is None:
             policy = self.make_policy(drafting)
         return Generation(self, prompt, sampling or SamplingParams(), drafting,
-                          generation or GenerationParams(), policy, prediction, constraint)
+                          generation or GenerationParams(), policy, prediction, constraint, logprobs)
 
     def grammar(self, gbnf: str, root: str = "root") -> Constraint:
         """A fresh grammar state over the target's vocabulary, for :meth:`generate`'s ``constraint``.

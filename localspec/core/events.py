@@ -64,6 +64,11 @@ class TokenEvent:
         kind: how the token came to be.
         round: 0-based index of the round that produced it.
         position: 0-based index among the generated tokens.
+        logprob: the token's log-probability (natural log) under the target's raw logits at its
+            position (before temperature and truncation); None unless the generation was asked
+            for logprobs (``SpeculativeEngine.generate(..., logprobs=n)``).
+        top_logprobs: the ``n`` most probable tokens there, ``((token id, logprob), ...)`` by
+            descending logprob; None unless asked for.
     """
 
     token_id: int
@@ -71,6 +76,8 @@ class TokenEvent:
     kind: TokenKind
     round: int
     position: int
+    logprob: float | None = None
+    top_logprobs: tuple[tuple[int, float], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

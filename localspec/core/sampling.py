@@ -21,6 +21,44 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return e / e.sum()
 
 
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Log-softmax of the last axis, in float64: ``x - max - log(sum(exp(x - max)))``.
+
+    Shape (..., n_vocab) float32 or float64 -> the same shape, float64 (natural log, <= 0).
+    """
+    x = np.asarray(logits, dtype=np.float64)
+    shifted = x - x.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def token_logprobs(logits: np.ndarray, tokens, n_top: int) -> list[tuple[float, tuple[tuple[int, float], ...]]]:
+    """Each token's log-probability under its row of raw logits, and the row's ``n_top`` most
+    probable tokens: what an OpenAI ``logprobs`` answer reports (before temperature, top-k, top-p
+    and min-p, as llama.cpp's server reports by default).
+
+    Args:
+        logits: float32 (n, n_vocab): row i is the distribution that predicted ``tokens[i]``.
+        tokens: n token ids.
+        n_top: 0..n_vocab alternatives per row (0: none).
+
+    Returns:
+        n pairs (logprob of the token, ((token id, logprob), ...) the top ``n_top`` by descending
+        logprob, equal logprobs by ascending id); logprobs are float (natural log, float64 math).
+    """
+    rows = log_softmax(np.asarray(logits)[: len(tokens)])
+    out = []
+    for row, tok in zip(rows, tokens):
+        top: tuple[tuple[int, float], ...] = ()
+        if n_top > 0:
+            k = min(n_top, row.shape[0])
+            kth = -np.partition(-row, k - 1)[k - 1]  # the k-th largest logprob
+            part = np.flatnonzero(row >= kth)  # every tie at the boundary: the lowest ids win below
+            order = part[np.lexsort((part, -row[part]))][:k]
+            top = tuple((int(t), float(row[t])) for t in order)
+        out.append((float(row[int(tok)]), top))
+    return out
+
+
 def _top_p_keep(probs: np.ndarray, top_p: float) -> np.ndarray:
     """Indices of the smallest most-probable set with mass >= top_p.
 

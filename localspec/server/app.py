@@ -276,19 +276,22 @@ def _extra(s: Served, job: Job, gen) -> dict:
 
 
 async def _collect(s: Served, job: Job, request: Request, shape: ResponseShape, req: GenerationRequest) -> Response:
+    logprobs: list | None = [] if req.logprobs is not None else None  # every output token's entry
     while True:
         msg = await next_message(job, request)
         if msg is None:
             return Response(status_code=499)
         if isinstance(msg, Failed):
             raise msg.error
+        if isinstance(msg, Tokens) and logprobs is not None:
+            logprobs += msg.logprobs or ()
         if isinstance(msg, Finished):
             gen = msg.generation
             extra = {"usage": usage(gen.stats, gen.rounds), **_extra(s, job, gen)}
             if req.tools is not None and req.tools.parses:
                 return JSONResponse(tools.complete(shape, req.tools, gen.text,
-                                                   FINISH_REASONS[gen.stats.end_reason], extra))
-            return JSONResponse(shape.complete(gen.text, FINISH_REASONS[gen.stats.end_reason], extra))
+                                                   FINISH_REASONS[gen.stats.end_reason], extra, logprobs))
+            return JSONResponse(shape.complete(gen.text, FINISH_REASONS[gen.stats.end_reason], extra, logprobs))
 
 
 async def _stream(s: Served, job: Job, req: GenerationRequest, shape: ResponseShape):
@@ -301,10 +304,11 @@ async def _stream(s: Served, job: Job, req: GenerationRequest, shape: ResponseSh
             if isinstance(msg, Tokens):
                 text = "".join(t.text for t in msg.tokens)
                 if calls is not None:
-                    for chunk in calls.feed(text, msg.tokens):
+                    for chunk in calls.feed(text, msg.tokens, msg.logprobs):
                         yield json.dumps(chunk)
                 elif msg.tokens:
-                    yield json.dumps(shape.chunk(text, tokens=msg.tokens, include_usage=req.include_usage))
+                    yield json.dumps(shape.chunk(text, tokens=msg.tokens, include_usage=req.include_usage,
+                                                 logprobs=msg.logprobs))
             elif isinstance(msg, Finished):
                 for chunk in _last_chunks(s, job, req, shape, msg.generation, calls):
                     yield json.dumps(chunk) if isinstance(chunk, dict) else chunk

@@ -7,7 +7,7 @@ them in ``/openapi.json``. A bad value is a 400 with OpenAI's error object namin
 (:func:`api_error`, from :func:`localspec.config.invalid_values`, the translator the CLI and
 the TUI use); a field's own message is declared beside it (:func:`localspec.config.user_error`).
 Fields that do not change the output (``user``, ``metadata``, ``store``, ...) are accepted and
-ignored; fields we cannot honour (``logprobs``, a non-text ``response_format``, ``n`` > 1, ...)
+ignored; fields we cannot honour (a non-text ``response_format``, ``n`` > 1, ...)
 are refused with a 400 that names them, unless they are sent with their no-op value
 (:data:`UNSUPPORTED`). The tool fields are turned into a :class:`localspec.server.tools.ToolRequest`.
 
@@ -140,8 +140,6 @@ UNSUPPORTED: dict[str, tuple[Any, str]] = {
     "functions": (_nonempty, "the deprecated functions field is not supported (send tools)"),
     "function_call": (lambda v: v not in (None, "none", "auto"),
                       "the deprecated function_call field is not supported (send tool_choice)"),
-    "logprobs": (lambda v: v not in (None, False), "logprobs are not supported"),
-    "top_logprobs": (lambda v: v not in (None, 0), "logprobs are not supported"),
     "response_format": (lambda v: v not in (None, {"type": "text"}), "only the text response format is supported"),
     "logit_bias": (_nonempty, "logit_bias is not supported"),
     "presence_penalty": (lambda v: v not in (None, 0), "presence_penalty is not supported (only 0)"),
@@ -152,6 +150,11 @@ UNSUPPORTED: dict[str, tuple[Any, str]] = {
     "echo": (lambda v: v not in (None, False), "echo is not supported"),
     "suffix": (_nonempty, "suffix (insertion) is not supported"),
 }
+
+
+#: the most alternatives per token: chat's ``top_logprobs`` and completions' ``logprobs`` (OpenAI's limits)
+TOP_LOGPROBS_MAX = 20
+COMPLETION_LOGPROBS_MAX = 5
 
 
 #: OpenAI's rule for function names (plus ``.``): also keeps names free of template markup
@@ -199,6 +202,8 @@ class GenerationRequest:
         tools: the checked tool fields (:class:`localspec.server.tools.ToolRequest`), or None.
         speculation: overrides of the server's :class:`~localspec.config.DraftParams`
             (``mode``, ``draft_max``) from the request's ``speculation`` object.
+        logprobs: None (no logprobs), or how many alternatives each token's logprob comes with
+            (chat: ``top_logprobs`` when ``logprobs`` is true; completions: ``logprobs``).
     """
 
     kind: Literal["chat", "completion"]
@@ -212,6 +217,7 @@ class GenerationRequest:
     include_usage: bool = False
     tools: Any = None
     speculation: dict = field(default_factory=dict)
+    logprobs: int | None = None
 
     @property
     def prompt_param(self) -> str:
@@ -491,7 +497,8 @@ class SamplingFields(BaseModel):
     #: the fields read as null when absent (so that their own message says what is missing)
     absent_as_null: ClassVar[tuple[str, ...]] = ()
 
-    @field_validator("max_tokens", "max_completion_tokens", "seed", "top_k", mode="before")
+    @field_validator("max_tokens", "max_completion_tokens", "seed", "top_k", "top_logprobs", mode="before",
+                     check_fields=False)
     @classmethod
     def _integral_number(cls, v: Any) -> Any:
         """JSON has one number type: ``4.0`` is the integer 4 (as JSON Schema says); ``4.5`` stays refused."""
@@ -529,6 +536,18 @@ class ChatCompletionBody(SamplingFields):
                                    _said("parallel_tool_calls must be true or false")] = None
     tool_choice: Annotated[Literal["none", "auto", "required"] | NamedToolChoice | None,
                            _said(TOOL_CHOICE_SHAPE)] = None
+    logprobs: Annotated[bool | None, Field(strict=True), _said("logprobs must be true or false")] = Field(
+        None, description="return each output token's log-probability: the target's raw distribution "
+                          "(before temperature, top-k, top-p, min-p)")
+    top_logprobs: int | None = Field(None, ge=0, le=TOP_LOGPROBS_MAX,
+                                     description="alternatives per token, most probable first (needs logprobs)")
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _top_needs_logprobs(cls, top: int | None, info: ValidationInfo) -> int | None:
+        if top and not info.data.get("logprobs"):
+            raise user_error("top_logprobs needs logprobs: true")
+        return top
 
     @field_validator("tools")
     @classmethod
@@ -560,6 +579,7 @@ class ChatCompletionBody(SamplingFields):
         req.messages = [m.template_message() for m in self.messages]
         req.prediction = joined(self.prediction.content) or None if self.prediction else None
         req.tools = tool_request(self, req.messages)
+        req.logprobs = (self.top_logprobs or 0) if self.logprobs else None
         return req
 
 
@@ -574,12 +594,17 @@ class CompletionBody(SamplingFields):
                                                 {"type": "array", "items": {"type": "string", "minLength": 1},
                                                  "minItems": 1, "maxItems": 1}]})]
     prediction: Prediction | None = None
+    logprobs: int | None = Field(None, ge=0, le=COMPLETION_LOGPROBS_MAX,
+                                 description="return each output token's log-probability and this many "
+                                             "alternatives: the target's raw distribution (before temperature, "
+                                             "top-k, top-p, min-p)")
 
     def request(self, kind: Literal["chat", "completion"] = "completion") -> "GenerationRequest":
         """The checked request (:class:`GenerationRequest`); max_tokens 16 when absent (OpenAI's default)."""
         req = super().request("completion")
         req.prompt = self.prompt
         req.prediction = joined(self.prediction.content) or None if self.prediction else None
+        req.logprobs = self.logprobs
         if req.max_tokens is None:
             req.max_tokens = 16  # OpenAI's default for /v1/completions
         return req
@@ -664,6 +689,44 @@ def speculation(mode: str, stats: GenerationStats, rounds: list[RoundStats], dra
     }
 
 
+#: the logprob reported for a token the target gives no chance (-inf is not JSON; OpenAI's value)
+LOGPROB_FLOOR = -9999.0
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One output token's logprob entry, before it takes an endpoint's shape (:meth:`ResponseShape.logprobs`).
+
+    Attributes:
+        token: the token's text (invalid UTF-8 replaced; a control token as its text).
+        bytes: its UTF-8 bytes, 0..255 each.
+        logprob: natural log of its probability under the target's raw distribution (float, >= LOGPROB_FLOOR).
+        top: the most probable tokens there, ``(token, bytes, logprob)`` by descending logprob.
+        released: characters of output text this token released (its stream text), for ``text_offset``.
+    """
+
+    token: str
+    bytes: list[int]
+    logprob: float
+    top: list[tuple[str, list[int], float]]
+    released: int
+
+
+def token_logprobs(tokens: Sequence[TokenEvent], token_bytes: Callable[[int], bytes]) -> list[TokenLogprob]:
+    """The entries of tokens generated with logprobs (``TokenEvent.logprob`` set); ``token_bytes(id)``
+    gives a token's bytes (the engine's :meth:`~localspec.core.engine.SpeculativeEngine.token_bytes`,
+    called in the thread that owns the engine)."""
+    def piece(tid: int, lp: float) -> tuple[str, list[int], float]:
+        b = token_bytes(tid)
+        return b.decode("utf-8", errors="replace"), list(b), max(float(lp), LOGPROB_FLOOR)
+
+    out = []
+    for t in tokens:
+        text, raw, lp = piece(t.token_id, t.logprob if t.logprob is not None else LOGPROB_FLOOR)
+        out.append(TokenLogprob(text, raw, lp, [piece(i, v) for i, v in t.top_logprobs or ()], len(t.text)))
+    return out
+
+
 @dataclass
 class ResponseShape:
     """Builds one request's response objects (ids, names and timestamps shared by its chunks)."""
@@ -672,6 +735,8 @@ class ResponseShape:
     model: str
     id: str = ""
     created: int = 0
+    #: characters of completion text before the next token (``text_offset`` of a completion's logprobs)
+    text_offset: int = 0
 
     def __post_init__(self) -> None:
         self.id = self.id or ("chatcmpl-" if self.kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
@@ -681,25 +746,48 @@ class ResponseShape:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
                 "system_fingerprint": None}
 
-    def complete(self, text: str, finish_reason: str, extra: dict) -> dict:
-        """The non-streamed response: ``chat.completion`` or ``text_completion``."""
+    def logprobs(self, entries: Sequence[TokenLogprob] | None) -> dict | None:
+        """A choice's ``logprobs`` object (None: not asked for). Chat: ``{"content": [{token, logprob,
+        bytes, top_logprobs: [{token, logprob, bytes}]}], "refusal": None}``; completions: ``{tokens,
+        token_logprobs, top_logprobs: [{token: logprob}], text_offset}`` (offsets in characters of the
+        completion's text, continuing across a stream's chunks)."""
+        if entries is None:
+            return None
+        if self.kind == "chat":
+            return {"content": [{"token": e.token, "logprob": e.logprob, "bytes": e.bytes,
+                                 "top_logprobs": [{"token": t, "logprob": v, "bytes": b} for t, b, v in e.top]}
+                                for e in entries], "refusal": None}
+        offsets = []
+        for e in entries:
+            offsets.append(self.text_offset)
+            self.text_offset += e.released
+        return {"tokens": [e.token for e in entries], "token_logprobs": [e.logprob for e in entries],
+                "top_logprobs": [{t: v for t, _, v in e.top} for e in entries], "text_offset": offsets}
+
+    def complete(self, text: str, finish_reason: str, extra: dict,
+                 logprobs: Sequence[TokenLogprob] | None = None) -> dict:
+        """The non-streamed response: ``chat.completion`` or ``text_completion`` (``logprobs``: the
+        entries of every output token, when asked for)."""
         if self.kind == "chat":
             choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
-                      "logprobs": None, "finish_reason": finish_reason}
+                      "logprobs": self.logprobs(logprobs), "finish_reason": finish_reason}
             return {**self._head("chat.completion"), "choices": [choice], **extra}
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        choice = {"index": 0, "text": text, "logprobs": self.logprobs(logprobs), "finish_reason": finish_reason}
         return {**self._head("text_completion"), "choices": [choice], **extra}
 
     def chunk(self, text: str | None, finish_reason: str | None = None, tokens: list[TokenEvent] | None = None,
-              first: bool = False, include_usage: bool = False, extra: dict | None = None) -> dict:
-        """One streamed chunk. ``tokens`` adds each token's id, text and kind (``choices[0].tokens``)."""
+              first: bool = False, include_usage: bool = False, extra: dict | None = None,
+              logprobs: Sequence[TokenLogprob] | None = None) -> dict:
+        """One streamed chunk. ``tokens`` adds each token's id, text and kind (``choices[0].tokens``);
+        ``logprobs``: the entries of this chunk's tokens, when asked for."""
+        lp = self.logprobs(logprobs)
         if self.kind == "chat":
             delta: dict = {"role": "assistant", "content": text or ""} if first else (
                 {"content": text} if text is not None else {})
-            choice: dict = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            choice: dict = {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish_reason}
             head = self._head("chat.completion.chunk")
         else:
-            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+            choice = {"index": 0, "text": text or "", "logprobs": lp, "finish_reason": finish_reason}
             head = self._head("text_completion")
         if tokens:
             choice["tokens"] = [{"id": t.token_id, "text": t.text, "kind": t.kind.value} for t in tokens]

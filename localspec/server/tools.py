@@ -390,14 +390,16 @@ def new_parser(treq: ToolRequest) -> ToolCallParser:
     return ToolCallParser(treq.format, treq.names, treq.parallel)
 
 
-def complete(shape: ResponseShape, treq: ToolRequest, text: str, finish_reason: str, extra: dict) -> dict:
+def complete(shape: ResponseShape, treq: ToolRequest, text: str, finish_reason: str, extra: dict,
+             logprobs: list | None = None) -> dict:
     """The non-streamed ``chat.completion`` of an answer parsed for tool calls.
 
     With at least one call: ``message.tool_calls`` and ``finish_reason: "tool_calls"``;
-    without: the text as content and the generation's own finish reason.
+    without: the text as content and the generation's own finish reason. ``logprobs``: every
+    output token's entry (the calls' tokens included), when asked for.
     """
     content, calls = parse_all(new_parser(treq), text)
-    body = shape.complete(content, "tool_calls" if calls else finish_reason, extra)
+    body = shape.complete(content, "tool_calls" if calls else finish_reason, extra, logprobs)
     if calls:
         body["choices"][0]["message"]["tool_calls"] = [c.message_dict() for c in calls]
     return body
@@ -423,11 +425,12 @@ class ToolStream:
         c["choices"][0]["delta"] = {"tool_calls": [tool_call]}
         return c
 
-    def _chunks(self, items: list, tokens: list | None) -> list[dict]:
+    def _chunks(self, items: list, tokens: list | None, logprobs: list | None = None) -> list[dict]:
         out = []
         content = "".join(x for x in items if isinstance(x, str))
         if content or tokens:
-            out.append(self.shape.chunk(content or None, tokens=tokens, include_usage=self.include_usage))
+            out.append(self.shape.chunk(content or None, tokens=tokens, include_usage=self.include_usage,
+                                        logprobs=logprobs))
         for call in (x for x in items if isinstance(x, ToolCall)):
             out.append(self._call_chunk({"index": self.index, "id": call.id, "type": "function",
                                          "function": {"name": call.name, "arguments": ""}}))
@@ -436,9 +439,10 @@ class ToolStream:
             self.index += 1
         return out
 
-    def feed(self, text: str, tokens: list | None = None) -> list[dict]:
-        """Chunks for the next piece of text (``tokens``: its token events, for ``choices[0].tokens``)."""
-        return self._chunks(self.parser.feed(text), tokens)
+    def feed(self, text: str, tokens: list | None = None, logprobs: list | None = None) -> list[dict]:
+        """Chunks for the next piece of text (``tokens``: its token events, for ``choices[0].tokens``;
+        ``logprobs``: their entries, on the chunk of its content, when asked for)."""
+        return self._chunks(self.parser.feed(text), tokens, logprobs)
 
     def finish(self) -> list[dict]:
         """Chunks for what the parser still holds at the end."""

@@ -33,7 +33,7 @@ from localspec.core.engine import Generation
 from localspec.errors import BackendError, LocalspecError
 from localspec.core.events import RoundStats, TokenEvent
 from localspec.backend.load import machine_is_quiet
-from localspec.server.openai_api import ApiError, GenerationRequest
+from localspec.server.openai_api import ApiError, GenerationRequest, TokenLogprob, token_logprobs
 from localspec.server.tools import GRAMMAR_ROOT, call_grammar, prompt_tokens
 
 log = logging.getLogger("localspec.server")
@@ -46,10 +46,12 @@ class Started:
 
 @dataclass
 class Tokens:
-    """The tokens released since the previous message and the round that ended (None at the end)."""
+    """The tokens released since the previous message, the round that ended (None at the end) and,
+    when the request asked for logprobs, the tokens' entries (None otherwise)."""
 
     tokens: list[TokenEvent]
     round: RoundStats | None
+    logprobs: list[TokenLogprob] | None = None
 
 
 @dataclass
@@ -368,6 +370,12 @@ class EngineWorker:
         max_tokens = req.max_tokens or min(self.default_max_tokens or room, room)
         return prompt, max_tokens
 
+    def _tokens(self, req: GenerationRequest, tokens: list[TokenEvent], rs: RoundStats | None) -> Tokens:
+        """The :class:`Tokens` message of ``tokens``, with their logprob entries when ``req`` asks
+        (made here, in the thread that owns the engine)."""
+        lp = token_logprobs(tokens, self.engine.token_bytes) if req.logprobs is not None else None
+        return Tokens(tokens, rs, lp)
+
     def _run(self, job: Job) -> tuple[Finished | Failed, Generation | None]:
         """Generate, posting Started and Tokens; returns the last message (not posted) and the generation."""
         req = job.request
@@ -387,7 +395,7 @@ class EngineWorker:
             constraint = eng.grammar(call_grammar(req.tools), GRAMMAR_ROOT)
         gen = eng.generate(prompt, job.sampling, drafting,
                            GenerationParams(max_tokens=max_tokens, stop=req.stop or self.settings.generation.stop),
-                           prediction=prediction, constraint=constraint)
+                           prediction=prediction, constraint=constraint, logprobs=req.logprobs)
         job.post(Started(len(prompt)))
         pending: list[TokenEvent] = []
         try:
@@ -397,7 +405,7 @@ class EngineWorker:
                 if isinstance(ev, TokenEvent):
                     pending.append(ev)
                 else:
-                    job.post(Tokens(pending, ev))
+                    job.post(self._tokens(req, pending, ev))
                     pending = []
         except Exception as e:  # the stream has begun: report the error as its last message
             if not isinstance(e, LocalspecError):
@@ -406,7 +414,7 @@ class EngineWorker:
             return Failed(ApiError(500, e.message if isinstance(e, LocalspecError) else
                                    "internal server error (see the server log)")), None
         if pending:
-            job.post(Tokens(pending, None))
+            job.post(self._tokens(req, pending, None))
         if job.ended_by_server is not None:  # cut by a shutdown, not finished: say so
             return Failed(ApiError(503, f"{job.ended_by_server} ({gen.stats.tokens} tokens sent)", None,
                                    "server_shutdown")), gen

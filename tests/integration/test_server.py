@@ -20,6 +20,7 @@ import openai
 import pytest
 
 from helpers import assert_greedy_equal
+from localspec.core.sampling import log_softmax
 from localspec.server.process import ServerProcess
 
 pytestmark = pytest.mark.tiny
@@ -151,7 +152,8 @@ def test_growing_conversation_reuses_the_cache(client, tiny_engine):
 @pytest.mark.parametrize("kw, param", [
     ({"n": 2}, "n"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
-    ({"logprobs": True}, "logprobs"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ({"top_logprobs": 2}, "top_logprobs"),
     ({"response_format": {"type": "json_object"}}, "response_format"),
     ({"temperature": 5}, "temperature"),
     ({"stop": [""]}, "stop"),
@@ -172,6 +174,64 @@ def test_bad_requests_get_400_naming_the_parameter(client, kw, param):
         assert "2048" in err["message"] and "tokens" in err["message"]
     if param == "tools":  # SmolLM2's template has no tool support; the error says so and names the model
         assert "SmolLM2" in err["message"] and "no tool support" in err["message"]
+
+
+@pytest.fixture(scope="module")
+def flash_off_model(tiny_path):
+    """The tiny model as the server loads it (flash attention off until calibrated: a fresh cache)."""
+    from localspec.backend.llama import LlamaModel
+
+    with LlamaModel(tiny_path, n_ctx=2048, n_batch=512, flash_attn=False) as model:
+        yield model
+
+
+def direct_logprobs(target, prompt: list[int], ids: list[int]) -> list[float]:
+    """Each token's log-softmax under llama.cpp's one-token passes from an empty cache (the prompt
+    but its last token in one pass first): the reference for the server's logprobs."""
+    seq, out = list(prompt), []
+    target.reset()
+    target.decode(seq[:-1], logits_for=())
+    for tok in ids:
+        out.append(float(log_softmax(target.decode(seq[-1:], "last")[0])[tok]))
+        seq.append(tok)
+    target.reset()
+    return out
+
+
+def test_chat_logprobs_with_the_openai_client(client, tiny_engine, flash_off_model):
+    """Streamed and not, modes lookup and none: the openai client parses them; mode none equals a
+    direct llama.cpp evaluation within 1e-3, lookup equals mode none within 0.25 (the server runs
+    with flash attention off: tests/integration/test_logprobs.py gives the measured differences)."""
+    msgs = [{"role": "user", "content": "List the days of the week, one per line."}]
+    r = chat(client, msgs, max_tokens=24, logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    assert "".join(e.token for e in content) == r.choices[0].message.content and len(content) == 24
+    assert all(len(e.top_logprobs) == 3 and e.logprob <= e.top_logprobs[0].logprob + 1e-9 for e in content)
+    assert all(bytes(e.bytes).decode("utf-8", "replace") == e.token for e in content)
+    streams = {}
+    for mode in ("lookup", "none"):
+        _, ids, _, chunks = stream_ids(client, msgs, max_tokens=24, logprobs=True, top_logprobs=3,
+                                       extra_body={"speculation": {"mode": mode}})
+        entries = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+        assert len(entries) == len(ids) == 24
+        streams[mode] = (ids, [e.logprob for e in entries])
+    assert [e.logprob for e in content] == pytest.approx(streams["lookup"][1], abs=1e-9)  # the same answer
+    ids, lps = streams["none"]
+    assert lps == pytest.approx(direct_logprobs(flash_off_model, tiny_engine.chat_tokens(msgs), ids), abs=1e-3)
+    n = next((i for i, (a, b) in enumerate(zip(ids, streams["lookup"][0])) if a != b), len(ids))
+    assert streams["lookup"][1][:n] == pytest.approx(lps[:n], abs=0.25)
+
+
+def test_completion_logprobs_with_the_openai_client(client):
+    r = client.completions.create(model="tiny", prompt="The capital of France is", max_tokens=8, temperature=0,
+                                  logprobs=2)
+    lp = r.choices[0].logprobs
+    assert "".join(lp.tokens) == r.choices[0].text and len(lp.token_logprobs) == 8
+    assert all(len(d) <= 2 and max(d.values()) >= v - 1e-9 for d, v in zip(lp.top_logprobs, lp.token_logprobs))
+    assert lp.text_offset == [len("".join(lp.tokens[:i])) for i in range(8)]
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="tiny", prompt="x", max_tokens=2, logprobs=6)
+    assert e.value.body["param"] == "logprobs"
 
 
 def test_ignored_fields_are_accepted(client):

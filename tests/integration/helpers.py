@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from localspec.config import DraftParams, GenerationParams, SamplingParams
-from localspec.core.events import RoundStats, TokenEvent
+from generation import run  # noqa: F401  (re-exported: the integration tests import it from here)
 
 #: cases.md C1: where batched verification rounds differently from one-token decoding,
 #: a greedy difference is allowed only where the target's top-2 logits are this close.
@@ -21,23 +20,6 @@ PROMPTS = [
     "Explain, step by step, how a hash map handles collisions with open addressing and with chaining, "
     "and give a small C implementation of chaining.",
 ]
-
-
-def run(engine, prompt, mode, max_tokens, draft_max=6, temperature=0.0, seed=0, stop=(), sampling=None,
-        check_invariant=True, constraint=None):
-    """Generate; after every round assert the cache invariant. Returns (Generation, events)."""
-    sampling = sampling or SamplingParams(temperature=temperature, seed=seed)
-    gen = engine.generate(prompt, sampling,
-                          DraftParams(mode=mode, draft_max=draft_max),
-                          GenerationParams(max_tokens=max_tokens, stop=tuple(stop)), constraint=constraint)
-    events = []
-    for ev in gen:
-        events.append(ev)
-        if check_invariant and isinstance(ev, RoundStats):
-            engine.check_caches(gen.committed)
-    assert [e.token_id for e in events if isinstance(e, TokenEvent)] == gen.token_ids
-    assert "".join(e.text for e in events if isinstance(e, TokenEvent)) == gen.text
-    return gen, events
 
 
 def top2_gap(model, tokens) -> float:

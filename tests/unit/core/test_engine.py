@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from fakes import EOG, FakeModel, greedy_reference
+from generation import run as checked_run
 from localspec.config import DraftParams, GenerationParams, SamplingParams
 from localspec.core.drafters import Draft
 from localspec.core.engine import SpeculativeEngine
@@ -14,20 +15,9 @@ from localspec.core.policy import Choice, FixedPolicy
 PROMPT = [3, 5, 7, 3, 5]
 
 
-def run(engine, prompt=PROMPT, mode="draft", draft_max=4, max_tokens=30, stop=(), temperature=0.0, seed=0,
-        check_invariant=True):
-    gen = engine.generate(prompt, SamplingParams(temperature=temperature, seed=seed),
-                          DraftParams(mode=mode, draft_max=draft_max),
-                          GenerationParams(max_tokens=max_tokens, stop=tuple(stop)))
-    events = []
-    for ev in gen:
-        events.append(ev)
-        if check_invariant and isinstance(ev, RoundStats):
-            committed = gen.committed
-            released = [e.token_id for e in events if isinstance(e, TokenEvent)]
-            assert committed[len(prompt) : len(prompt) + len(released)] == released
-            engine.check_caches(committed)
-    return gen, events
+def run(engine, prompt=PROMPT, mode="draft", draft_max=4, max_tokens=30, **kw):
+    """:func:`generation.run` with this file's defaults."""
+    return checked_run(engine, prompt, mode, max_tokens, draft_max=draft_max, **kw)
 
 
 class PlantingDrafter:

@@ -102,6 +102,8 @@ class RoundStats:
             up to date before drafting (its prefill: first use, or after rounds it did not
             draft); 0 in the steady state, where it lacks only the newest one or two.
         catchup_seconds: wall time of that catch-up, seconds; not part of ``draft_seconds``.
+        from_memory: the draft (prompt lookup's) was copied from the draft memory of earlier
+            generations (:class:`~localspec.core.drafters.DraftMemory`), not from the context.
     """
 
     round: int
@@ -117,6 +119,7 @@ class RoundStats:
     reason: str = ""
     catchup_tokens: int = 0
     catchup_seconds: float = 0.0
+    from_memory: bool = False
 
 
 def drafter_tallies(rounds: Iterable[RoundStats]) -> dict[str, dict[str, int]]:

@@ -88,7 +88,8 @@ def find_match(
     return [], 0, 0
 
 
-def best_match(haystack: np.ndarray, end: int, context: np.ndarray, n: int) -> tuple[int, int] | None:
+def best_match(haystack: np.ndarray, end: int, context: np.ndarray, n: int,
+               starts: np.ndarray | None = None) -> tuple[int, int] | None:
     """The best place in ``haystack`` to copy a continuation of ``context`` from (:func:`find_match`'s ranking).
 
     Among the starts s in [0, ``end``) where ``haystack[s : s + n]`` equals the last ``n`` tokens of
@@ -102,13 +103,16 @@ def best_match(haystack: np.ndarray, end: int, context: np.ndarray, n: int) -> t
         end: starts are searched in [0, end).
         context: shape (L,) integer token ids, L >= n.
         n: the n-gram length, >= 1.
+        starts: the starts where the n-gram occurs, shape (k,) int, increasing, when the caller
+            found them faster (an index); None: searched here (:func:`ngram_starts`).
 
     Returns:
         (s, k): the chosen start and how many tokens before it agree with the tokens before the
         context's last n (at most :data:`MAX_CONTEXT`); None when the n-gram does not occur.
     """
     L = context.shape[0]
-    starts = ngram_starts(haystack, context[L - n :], end)
+    if starts is None:
+        starts = ngram_starts(haystack, context[L - n :], end)
     if starts.size == 0:
         return None
     # keep the matches whose earlier context agrees longest with the current one

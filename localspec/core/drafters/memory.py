@@ -10,8 +10,12 @@ searched with prompt lookup's own ranking (:func:`~localspec.core.drafters.looku
 Its drafts are point-mass proposals verified by the target like any lookup draft, so the output
 never depends on what the memory holds (exactness); only the speed does.
 
-Size: each token is an int32 (4 bytes) in one array, plus one separator per text; an :meth:`add`
-briefly holds the old and the new array (twice the budget at most).
+Size: each token is an int32 (4 bytes) in one array, plus one separator per text, and an index
+of it (the positions sorted by token: int64 positions and the sorted int32 tokens, 12 bytes a
+token), so 16 bytes a token in all; an :meth:`add` briefly holds the old and the new arrays.
+A search looks up the last token's positions in the index (binary search), so a round's cost
+grows with how often that token occurs, not with the memory's size; an :meth:`add` re-sorts
+(O(N log N), once per request).
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ import numpy as np
 
 from localspec.core.drafters.lookup import best_match
 
-#: bytes a remembered token takes (int32)
-TOKEN_BYTES = 4
+#: bytes a remembered token takes: int32 in the searched array, int64 position + int32 token in the index
+TOKEN_BYTES = 16
 #: what ends each text in the searched array: no token id, so no n-gram matches across two texts
 SEPARATOR = -1
 
@@ -37,7 +41,7 @@ class DraftMemory:
     swaps it in; :meth:`find` reads whichever array is current (never a half-built one).
 
     Args:
-        max_tokens: the budget, tokens (>= 0; 0 keeps nothing). About ``4 * max_tokens`` bytes.
+        max_tokens: the budget, tokens (>= 0; 0 keeps nothing). About ``TOKEN_BYTES * max_tokens`` bytes.
 
     Raises:
         ValueError: ``max_tokens`` is negative.
@@ -49,7 +53,8 @@ class DraftMemory:
         self.max_tokens = int(max_tokens)
         self._texts: deque[np.ndarray] = deque()  # oldest first, each int32 shape (n,)
         self._tokens = 0
-        self._hay = np.empty(0, dtype=np.int32)  #: the texts joined, each followed by SEPARATOR
+        #: (the texts joined, each followed by SEPARATOR; its positions sorted by token, stable; those tokens)
+        self._index = _index(np.empty(0, dtype=np.int32))
         self._lock = threading.Lock()
 
     @property
@@ -64,8 +69,8 @@ class DraftMemory:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the searched array now (tokens and separators, int32)."""
-        return int(self._hay.nbytes)
+        """Bytes held now: the searched array (tokens and separators, int32) and its index."""
+        return int(sum(a.nbytes for a in self._index))
 
     def add(self, tokens: Sequence[int]) -> None:
         """Remember ``tokens`` (a prompt and its answer, ids >= 0) as the newest text.
@@ -87,7 +92,7 @@ class DraftMemory:
             self._tokens += t.size
             while self._tokens > self.max_tokens:
                 self._tokens -= self._texts.popleft().size
-            self._hay = self._joined()
+            self._index = _index(self._joined())
 
     def _joined(self) -> np.ndarray:
         out = np.empty(self._tokens + len(self._texts), dtype=np.int32)
@@ -103,7 +108,7 @@ class DraftMemory:
         with self._lock:
             self._texts.clear()
             self._tokens = 0
-            self._hay = np.empty(0, dtype=np.int32)
+            self._index = _index(np.empty(0, dtype=np.int32))
 
     def find(self, context: Sequence[int] | np.ndarray, max_ngram: int, min_ngram: int,
              draft_max: int) -> tuple[list[int], int, int]:
@@ -125,14 +130,20 @@ class DraftMemory:
             (proposed ids, matched n-gram length, match length), as :func:`find_match` returns them;
             ``([], 0, 0)`` when nothing matches.
         """
-        hay = self._hay  # one consistent snapshot: add() swaps in a new array
+        hay, order, tokens = self._index  # one consistent snapshot: add() swaps in a new one
         t = np.asarray(context, dtype=np.int64)
-        if draft_max <= 0 or hay.size == 0:
+        if draft_max <= 0 or hay.size == 0 or t.shape[0] == 0:
             return [], 0, 0
+        lo, hi = np.searchsorted(tokens, t[-1], "left"), np.searchsorted(tokens, t[-1], "right")
+        last = order[lo:hi]  # every position of the context's last token, increasing
         for n in range(max_ngram, min_ngram - 1, -1):
-            if t.shape[0] < n or hay.size < n + 1:
+            if t.shape[0] < n:
                 continue
-            hit = best_match(hay, hay.size - n, t, n)
+            starts = last - (n - 1)
+            starts = starts[starts >= 0]
+            for j in range(n - 1):
+                starts = starts[hay[starts + j] == t[t.shape[0] - n + j]]
+            hit = best_match(hay, hay.size - n, t, n, starts)
             if hit is None:
                 continue
             s, k = hit
@@ -141,3 +152,9 @@ class DraftMemory:
             copied = copied[: ends[0]] if ends.size else copied
             return copied.tolist(), n, n + k
         return [], 0, 0
+
+
+def _index(hay: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(``hay``, its positions sorted by token (stable: increasing within a token), the sorted tokens)."""
+    order = np.argsort(hay, kind="stable")
+    return hay, order, hay[order]

@@ -7,6 +7,7 @@ import pytest
 from localspec.config import DraftParams
 from localspec.core.drafters import DraftMemory, PromptLookupDrafter
 from localspec.core.drafters.lookup import MAX_CONTEXT
+from localspec.core.drafters.memory import TOKEN_BYTES
 
 
 def test_an_empty_memory_and_short_inputs_find_nothing():
@@ -64,7 +65,7 @@ def test_the_oldest_whole_texts_are_evicted_first_within_the_budget():
     assert (m.texts, m.tokens) == (2, 7)
     assert m.find([1, 2], 2, 1, 2) == ([], 0, 0)
     assert m.find([5, 6], 2, 1, 2) == ([7, 8], 2, 2)
-    assert m.nbytes == 4 * (7 + 2)  # int32 tokens and one separator per text
+    assert m.nbytes == TOKEN_BYTES * (7 + 2)  # tokens and one separator per text, and their index
 
 
 def test_a_text_longer_than_the_budget_keeps_its_end_and_a_zero_budget_keeps_nothing():
@@ -162,3 +163,12 @@ def test_a_text_seen_only_in_an_earlier_generation_is_drafted_from_memory_and_th
     assert not any(r.from_memory for r in plain.rounds)
     assert remembered.stats.rounds < plain.stats.rounds  # longer accepted drafts: fewer target passes
     assert memory.texts == 2
+
+
+def test_the_settings_help_states_the_memorys_size_per_token():
+    from localspec.config import DRAFT_MEMORY_BYTES_PER_TOKEN
+
+    assert DRAFT_MEMORY_BYTES_PER_TOKEN == TOKEN_BYTES
+    m = DraftMemory(1000)
+    m.add(range(100))
+    assert m.nbytes == TOKEN_BYTES * 101

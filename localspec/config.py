@@ -252,6 +252,7 @@ DRAFT_MEMORY_TOKENS = 1 << 18
 #: bytes a remembered token takes: the int32 token, and in the index its int64 position and the int32 token
 #: (:data:`localspec.core.drafters.memory.TOKEN_BYTES` says the same, checked by a test)
 DRAFT_MEMORY_BYTES_PER_TOKEN = 16
+_DRAFT_MEMORY_MIB = DRAFT_MEMORY_TOKENS * DRAFT_MEMORY_BYTES_PER_TOKEN >> 20
 
 
 class ServerSettings(_Strict):
@@ -276,8 +277,7 @@ class ServerSettings(_Strict):
                                       help="draft memory: tokens of earlier requests (prompt + answer) that prompt "
                                       "lookup may copy from, shared across requests, the oldest evicted first; "
                                       f"{DRAFT_MEMORY_BYTES_PER_TOKEN} bytes a token with its index (the default "
-                                      f"{DRAFT_MEMORY_TOKENS} take {DRAFT_MEMORY_TOKENS * DRAFT_MEMORY_BYTES_PER_TOKEN >> 20}"
-                                      " MiB); 0 = off")
+                                      f"{DRAFT_MEMORY_TOKENS} take {_DRAFT_MEMORY_MIB} MiB); 0 = off")
     default_max_tokens: int | None = option(None, ge=1, unit="tokens",
                                             help="max_tokens of a chat request that leaves it out (--max-tokens)",
                                             default_text="the room left in the context window")

@@ -531,7 +531,7 @@ def main(argv: list[str]) -> int:
         if cal:
             print(f"localspec calibrate: {cal['wall_seconds']:.0f} s wall (target "
                   f"{cal['target'].get('calibration_seconds', 0):.0f} s measuring"
-                  + (", cached" if not args.recalibrate else "") + ")", flush=True)
+                  + (", or read from the cache" if not args.recalibrate else "") + ")", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="localspec-bench-llama-server-"))
     print(f"server logs: {tmp}")
 

@@ -26,6 +26,7 @@ Output: one JSON per task, ``tests/data/traces/<task>.json`` (``tiny-<task>.json
 * ``answer_is_file``: whether the answer's outer code block is the original file exactly;
 * ``greedy_mode_none_equal``: whether mode ``none`` gave the same ids, and when not,
   ``first_difference`` (the first index where the two answers differ) and ``none_answer_tokens``.
+  Absent when not checked (``--skip-none``, or the check interrupted: the file is written before it).
 
 Usage (a few minutes per task on a 2-core CPU; ``--skip-none`` halves it)::
 
@@ -79,8 +80,9 @@ def _generate(engine, prompt: list[int], prediction: list[int] | None, mode: str
     return [int(t) for t in gen.token_ids], gen.text, eog, gen.stats.end_reason.value, time.perf_counter() - t0
 
 
-def record(engine, task: str, target: str, draft: str | None, skip_none: bool) -> dict:
-    """The trace of one task (see the module's docstring)."""
+def record(engine, task: str, target: str, draft: str | None, skip_none: bool, path: Path) -> dict:
+    """The trace of one task (see the module's docstring), written to ``path`` as soon as it is recorded
+    and again with mode none's verdict (a long check interrupted keeps the trace)."""
     message, original, max_tokens = tasks()[task]
     prompt = [int(t) for t in engine.chat_tokens([{"role": "user", "content": message}])]
     prediction = [int(t) for t in engine.tokenize(original, special=False)]
@@ -90,6 +92,8 @@ def record(engine, task: str, target: str, draft: str | None, skip_none: bool) -
           f"({end}, eog {eog}) in {secs:.0f} s; answer is the file: {is_file}", flush=True)
     out = {"task": task, "target": target, "draft": draft, "n_ctx": engine.n_ctx, "max_tokens": max_tokens,
            "mode": "lookup", "draft_max": DRAFT_MAX, "end_reason": end, "eog": eog, "answer_is_file": is_file}
+    ids = {"prompt": prompt, "prediction": prediction, "answer": answer}
+    path.write_text(dump(out | ids))
     if not skip_none:
         ref, _, ref_eog, ref_end, ref_secs = _generate(engine, prompt, None, "none", max_tokens)
         equal = ref == answer and ref_eog == eog
@@ -100,7 +104,8 @@ def record(engine, task: str, target: str, draft: str | None, skip_none: bool) -
             out["none_answer_tokens"] = len(ref)
         print(f"  mode none: {len(ref)} tokens ({ref_end}) in {ref_secs:.0f} s; equal: {equal}"
               + ("" if equal else f", first difference at {out['first_difference']}"), flush=True)
-    return out | {"prompt": prompt, "prediction": prediction, "answer": answer}
+        path.write_text(dump(out | ids))
+    return out | ids
 
 
 def dump(trace: dict) -> str:
@@ -129,8 +134,7 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     try:
         for task in names:
-            trace = record(engine, task, target, draft, args.skip_none)
-            (out / f"{'tiny-' if args.tiny else ''}{task}.json").write_text(dump(trace))
+            record(engine, task, target, draft, args.skip_none, out / f"{'tiny-' if args.tiny else ''}{task}.json")
     finally:
         engine.close()
     return 0

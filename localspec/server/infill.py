@@ -110,6 +110,12 @@ class InfillBody(BaseModel):
                 raise user_error(f"{name}: {why} by localspec serve", "unsupported_parameter", at=name)
         return {**dict.fromkeys(cls.absent_as_null), **body}
 
+    @field_validator("n_predict", "seed", "top_k", mode="before")
+    @classmethod
+    def _integral_number(cls, v: Any) -> Any:
+        """JSON has one number type: ``4.0`` is the integer 4; ``4.5`` stays refused."""
+        return int(v) if isinstance(v, float) and v.is_integer() else v
+
     @field_validator("stop")
     @classmethod
     def _no_empty_stop(cls, stop: list[str] | None) -> list[str] | None:

@@ -30,7 +30,10 @@ class FimFakeModel(FakeModel):
     def tokenize(self, text: str, add_special=None, parse_special: bool = True) -> list[int]:
         out: list[int] = []
         for w in text.split():
-            out += ([MID] if parse_special else MARKER_AS_TEXT) if w == "<|fim_middle|>" else [int(w[1:])]
+            if w == "<|fim_middle|>":
+                out += [MID] if parse_special else MARKER_AS_TEXT
+            else:
+                out.append(int(w[1:]) if w[1:].isdigit() else 0)  # another word (a file name, a separator): 0
         return out
 
 

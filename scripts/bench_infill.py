@@ -3,8 +3,8 @@
 (not a timed test).
 
 Requests: ``--requests`` cuts at random points of real files (``scripts/bench_files/*.py``,
-CPython's colorsys.py and fnmatch.py): the prefix is the file up to the cut, the suffix the rest,
-and the answer may be 16 to 64 tokens (``n_predict`` drawn per request); greedy
+CPython's colorsys.py and fnmatch.py): the prefix is the file up to the cut, the suffix the rest
+(or, with ``--prefix-lines``/``--suffix-lines``, that many lines around the cut, as editors send), and the answer may be 16 to 64 tokens (``n_predict`` drawn per request); greedy
 (``temperature`` 0, ``repeat_penalty`` 1), ``cache_prompt`` on, not streamed, as llama.vim sends
 them. The draws are seeded (``--seed``), so a run can be repeated.
 
@@ -24,7 +24,8 @@ localspec, prompt lookup's share of the tokens (drafted from the suffix and the 
 Usage::
 
     .venv/bin/python scripts/bench_infill.py [--requests 50] [--llama-server PATH] [--target MODEL]
-        [--draft MODEL] [--mode auto] [--threads N] [--n-ctx 4096] [--json out.json]
+        [--draft MODEL] [--mode auto] [--threads N] [--n-ctx 4096] [--prefix-lines N] [--suffix-lines N]
+        [--seed 0] [--json out.json]
 """
 
 from __future__ import annotations
@@ -47,9 +48,21 @@ from localspec.server.process import ServerProcess
 HERE = Path(__file__).resolve().parent
 
 
-def cuts(n: int, seed: int) -> list[dict]:
-    """``n`` requests: a random file, a random cut point (not in the first or last 5% of it), and
-    ``n_predict`` in 16..64."""
+def window(text: str, at: int, before: int | None, after: int | None) -> tuple[str, str]:
+    """The prefix (at most ``before`` lines above the cut's line, and that line up to the cut) and
+    the suffix (the rest of the line and at most ``after`` lines below); None: to the file's edge."""
+    prefix, suffix = text[:at], text[at:]
+    if before is not None:
+        lines = prefix.split("\n")
+        prefix = "\n".join(lines[max(0, len(lines) - 1 - before):])
+    if after is not None:
+        suffix = "\n".join(suffix.split("\n")[:after + 1])
+    return prefix, suffix
+
+
+def cuts(n: int, seed: int, before: int | None = None, after: int | None = None) -> list[dict]:
+    """``n`` requests: a random file, a random cut point (not in the first or last 5% of it), the
+    window around it (:func:`window`), and ``n_predict`` in 16..64."""
     rng = random.Random(seed)
     files = sorted((HERE / "bench_files").glob("*.py"))
     out = []
@@ -57,7 +70,8 @@ def cuts(n: int, seed: int) -> list[dict]:
         f = rng.choice(files)
         text = f.read_text()
         at = rng.randint(len(text) // 20, len(text) - len(text) // 20)
-        out.append({"file": f.name, "at": at, "input_prefix": text[:at], "input_suffix": text[at:],
+        prefix, suffix = window(text, at, before, after)
+        out.append({"file": f.name, "at": at, "input_prefix": prefix, "input_suffix": suffix,
                     "n_predict": rng.randint(16, 64)})
     return out
 
@@ -80,7 +94,9 @@ def infill(base: str, req: dict) -> dict:
     t0 = time.perf_counter()
     r = httpx.post(base + "/infill", json=body, timeout=600)
     ms = (time.perf_counter() - t0) * 1000
-    r.raise_for_status()
+    if r.status_code != 200:
+        raise SystemExit(f"error: {base}/infill answered {r.status_code}: {r.text[:500]}\n"
+                         "hint: a cut too long for the context? raise --n-ctx")
     out = r.json()
     return {"ms": ms, "content": out.get("content", ""), "tokens": out.get("tokens_predicted"),
             "timings": out.get("timings"), "speculation": out.get("speculation")}
@@ -124,6 +140,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--n-ctx", type=int, default=4096)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prefix-lines", type=int, default=None,
+                   help="lines above the cut sent as prefix (llama.vim: 256); default: the whole file")
+    p.add_argument("--suffix-lines", type=int, default=None,
+                   help="lines below the cut sent as suffix (llama.vim: 64); default: the whole file")
     p.add_argument("--json", default=None, help="write every request's result here")
     args = p.parse_args(argv)
     pair = load_catalog().default
@@ -135,7 +155,7 @@ def main(argv: list[str]) -> int:
             print(f"error: no llama-server at {args.llama_server}", file=sys.stderr)
             return 2
         servers += ["ls-plain", "ls-ngram"]
-    reqs = cuts(args.requests, args.seed)
+    reqs = cuts(args.requests, args.seed, args.prefix_lines, args.suffix_lines)
     rng = random.Random(args.seed + 1)
     tmp = Path(tempfile.mkdtemp(prefix="localspec-bench-infill-"))
     procs = {name: ServerProcess(server_argv(name, args, target, draft), tmp / f"{name}.log", timeout=1800)

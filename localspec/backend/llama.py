@@ -466,6 +466,18 @@ class LlamaModel(NativeResource):
             tokens = tokens[1:]
         return tokens
 
+    def fim_tokens(self) -> dict[str, int]:
+        """The fill-in-the-middle tokens llama.cpp found in the GGUF (``tokenizer.ggml.fim_*_token_id``
+        metadata, or known token texts such as ``<|fim_prefix|>``): role -> token id, -1 where absent.
+
+        Roles (llama.cpp's ``llama_vocab_fim_<role>``): ``pre``, ``suf``, ``mid`` (prefix, suffix,
+        middle), ``pad``, ``rep`` (repository name, Qwen2.5-Coder's ``<|repo_name|>``), ``sep``
+        (file separator, ``<|file_sep|>``).
+        """
+        lc = self._lc
+        return {role: int(getattr(lc, f"llama_vocab_fim_{role}")(self._vocab))
+                for role in ("pre", "suf", "mid", "pad", "rep", "sep")}
+
     def special_tokens(self) -> dict[str, tuple[int, int]]:
         """The texts llama.cpp's tokenizer reads as special tokens: text -> (id, attributes).
 

@@ -422,6 +422,10 @@ class Engine(Protocol):
 
     def chat_template(self) -> str | None: ...
 
+    def fim_tokens(self) -> dict[str, int]: ...
+
+    def bos_token(self) -> int | None: ...
+
     def token_text(self, token_id: int) -> str: ...
 
     def token_bytes(self, token_id: int) -> bytes: ...
@@ -557,6 +561,17 @@ class SpeculativeEngine:
         if tools:
             return self.target.tokenize_chat(messages, tools=tools)
         return self.target.tokenize_chat(messages)
+
+    def fim_tokens(self) -> dict[str, int]:
+        """The target's fill-in-the-middle token ids by role (``pre``, ``suf``, ``mid``, ``pad``, ``rep``,
+        ``sep``; -1 where absent): :meth:`localspec.backend.llama.LlamaModel.fim_tokens`. A model without
+        the method (a fake) has none."""
+        fim = getattr(self.target, "fim_tokens", None)
+        return fim() if fim is not None else {}
+
+    def bos_token(self) -> int | None:
+        """The BOS token id a raw prompt starts with (the GGUF asks for one), or None."""
+        return self.target.bos if getattr(self.target, "add_bos", False) and self.target.bos >= 0 else None
 
     def chat_template(self) -> str | None:
         """The target GGUF's chat template (Jinja source), or None."""

@@ -2,7 +2,8 @@
 body limit, errors as OpenAI's error object.
 
 Routes: ``GET /health``, ``GET /v1/models``, ``GET /v1/models/{id}``,
-``POST /v1/chat/completions`` (with tool calling, :mod:`.tools`), ``POST /v1/completions``,
+``POST /v1/chat/completions`` (with tool calling, :mod:`.tools`), ``POST /v1/completions`` (with
+``suffix``: fill in the middle), ``POST /infill`` (llama.cpp's, :mod:`.infill`),
 ``GET /metrics``, and ``GET /openapi.json`` (the request bodies' schemas). Cross-origin
 requests (CORS, for browser-based clients) get no CORS headers unless origins are allowed
 (``cors_origins`` of :class:`~localspec.config.ServerSettings`); then preflight ``OPTIONS``
@@ -44,6 +45,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from localspec.config import ServerSettings, Settings
 from localspec.core.drafters import DraftMemory
 from localspec.server import tools
+from localspec.server.infill import InfillBody, InfillShape, check_fim_model
 from localspec.server.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from localspec.server.openai_api import (ERROR_RESPONSES, FINISH_REASONS, MAX_JSON_DEPTH, ApiError, ChatCompletionBody, CompletionBody,
                                          GenerationRequest, ResponseShape, api_error, check_json, speculation, usage)
@@ -77,7 +79,8 @@ def bearer_token(authorization: str) -> str | None:
 
 
 #: path -> the ``endpoint`` label of ``localspec_requests_total``
-GENERATION_ENDPOINTS = {"/v1/chat/completions": "chat_completions", "/v1/completions": "completions"}
+GENERATION_ENDPOINTS = {"/v1/chat/completions": "chat_completions", "/v1/completions": "completions",
+                        "/infill": "infill"}
 
 
 class _CountRequests:
@@ -201,7 +204,19 @@ async def chat_completions(body: ChatCompletionBody, request: Request) -> Respon
 
 @generation.post("/v1/completions")
 async def completions(body: CompletionBody, request: Request) -> Response:
-    return await generate(request, body.request("completion"))
+    req = body.request("completion")
+    if req.fim is not None:
+        check_fim_model(served(request).engine, served(request).target_id, "suffix")
+    return await generate(request, req)
+
+
+@generation.post("/infill")
+async def infill(body: InfillBody, request: Request) -> Response:
+    """llama.cpp's fill-in-the-middle endpoint (:mod:`.infill`): its request and answer shapes."""
+    s = served(request)
+    check_fim_model(s.engine, s.target_id, "input_suffix")
+    return await generate(request, body.request(), lambda started: InfillShape(
+        s.target_id, started.prompt_tokens, discard=body.n_predict == 0, response_fields=body.response_fields))
 
 
 @api.get("/v1/models")
@@ -234,8 +249,10 @@ def model_object(s: Served) -> dict:
             "draft": s.draft_id, "mode": s.settings.drafting.mode, "n_ctx": s.engine.n_ctx}
 
 
-async def generate(request: Request, req: GenerationRequest) -> Response:
-    """Queue a checked request and answer it: a stream of server-sent events or one JSON object."""
+async def generate(request: Request, req: GenerationRequest, shape_for: Callable[[Started], Any] | None = None
+                   ) -> Response:
+    """Queue a checked request and answer it: a stream of server-sent events or one JSON object.
+    ``shape_for(started)``: the answer's shape (default OpenAI's :class:`ResponseShape`)."""
     s = served(request)
     if req.tools is not None and (req.tools.tools or req.tools.history):
         if s.tool_fmt is None:
@@ -250,7 +267,7 @@ async def generate(request: Request, req: GenerationRequest) -> Response:
     if isinstance(first, Failed):
         raise first.error
     assert isinstance(first, Started)
-    shape = ResponseShape(req.kind, s.target_id)
+    shape = shape_for(first) if shape_for is not None else ResponseShape(req.kind, s.target_id)
     if req.stream:
         # sse-starlette ends streams when uvicorn begins to shut down; give the running answer
         # the grace period (the worker ends it then, with an error event saying why)
@@ -289,6 +306,7 @@ async def _collect(s: Served, job: Job, request: Request, shape: ResponseShape, 
             logprobs += msg.logprobs or ()
         if isinstance(msg, Finished):
             gen = msg.generation
+            getattr(shape, "finished", lambda g: None)(gen)
             extra = {"usage": usage(gen.stats, gen.rounds), **_extra(s, job, gen)}
             if req.tools is not None and req.tools.parses:
                 return JSONResponse(tools.complete(shape, req.tools, gen.text,
@@ -300,7 +318,9 @@ async def _stream(s: Served, job: Job, req: GenerationRequest, shape: ResponseSh
     """Server-sent events; sse-starlette cancels this when the client disconnects."""
     calls = tools.ToolStream(shape, req.tools, req.include_usage) if req.tools and req.tools.parses else None
     try:
-        yield json.dumps(shape.chunk("", first=True, include_usage=req.include_usage))
+        opening = shape.chunk("", first=True, include_usage=req.include_usage)
+        if opening is not None:
+            yield json.dumps(opening)
         while True:
             msg = await job.out.get()
             if isinstance(msg, Tokens):
@@ -308,9 +328,9 @@ async def _stream(s: Served, job: Job, req: GenerationRequest, shape: ResponseSh
                 if calls is not None:
                     for chunk in calls.feed(text, msg.tokens, msg.logprobs):
                         yield json.dumps(chunk)
-                elif msg.tokens:
-                    yield json.dumps(shape.chunk(text, tokens=msg.tokens, include_usage=req.include_usage,
-                                                 logprobs=msg.logprobs))
+                elif msg.tokens and (chunk := shape.chunk(text, tokens=msg.tokens, include_usage=req.include_usage,
+                                                          logprobs=msg.logprobs)) is not None:
+                    yield json.dumps(chunk)
             elif isinstance(msg, Finished):
                 for chunk in _last_chunks(s, job, req, shape, msg.generation, calls):
                     yield json.dumps(chunk) if isinstance(chunk, dict) else chunk
@@ -325,6 +345,7 @@ async def _stream(s: Served, job: Job, req: GenerationRequest, shape: ResponseSh
 def _last_chunks(s: Served, job: Job, req: GenerationRequest, shape: ResponseShape, gen, calls) -> list:
     """A finished stream's last events: pending calls, the finish chunk, the usage chunk, ``[DONE]``."""
     out: list = []
+    getattr(shape, "finished", lambda g: None)(gen)
     reason = FINISH_REASONS[gen.stats.end_reason]
     if calls is not None:
         out += calls.finish()
@@ -333,7 +354,7 @@ def _last_chunks(s: Served, job: Job, req: GenerationRequest, shape: ResponseSha
     out.append(shape.chunk(None, reason, include_usage=req.include_usage, extra=extra))
     if req.include_usage:
         out.append(shape.usage_chunk(usage(gen.stats, gen.rounds), extra))
-    return [*out, "[DONE]"]
+    return [*out, "[DONE]"] if getattr(shape, "done_event", True) else out
 
 
 # -- errors as OpenAI's error object ---------------------------------------------------------

@@ -30,6 +30,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 
 from pydantic_core import PydanticCustomError
 
+from localspec.app.fim import FimInput
 from localspec.config import (AUTO_DRAFT_MAX, DraftMode, DraftParams, SamplingParams, check_stop, invalid_values,
                               request_field, user_error)
 from localspec.core.events import DrafterId, EndReason, GenerationStats, RoundStats, TokenEvent, drafter_tallies
@@ -148,7 +149,6 @@ UNSUPPORTED: dict[str, tuple[Any, str]] = {
     "modalities": (lambda v: v not in (None, ["text"]), "only the text modality is supported"),
     "best_of": (lambda v: v not in (None, 1), "only best_of = 1 is supported"),
     "echo": (lambda v: v not in (None, False), "echo is not supported"),
-    "suffix": (_nonempty, "suffix (insertion) is not supported"),
 }
 
 
@@ -224,6 +224,7 @@ class GenerationRequest:
     logprobs: int | None = None
     memory: bool = True
     cache_prompt: bool = True
+    fim: Any = None  #: a fill-in-the-middle request's :class:`localspec.app.fim.FimInput` (prompt unused), or None
 
     @property
     def prompt_param(self) -> str:
@@ -615,11 +616,15 @@ class CompletionBody(SamplingFields):
                                  description="return each output token's log-probability and this many "
                                              "alternatives: the target's raw distribution (before temperature, "
                                              "top-k, top-p, min-p)")
+    suffix: str | None = Field(None, description="fill in the middle: the text after the completion (the prompt "
+                                                 "is the text before it); needs a model with FIM tokens")
 
     def request(self, kind: Literal["chat", "completion"] = "completion") -> "GenerationRequest":
-        """The checked request (:class:`GenerationRequest`); max_tokens 16 when absent (OpenAI's default)."""
+        """The checked request (:class:`GenerationRequest`); max_tokens 16 when absent (OpenAI's default);
+        a non-empty ``suffix`` makes it a fill-in-the-middle request (``fim``)."""
         req = super().request("completion")
         req.prompt = self.prompt
+        req.fim = FimInput(self.prompt, self.suffix) if self.suffix else None
         req.prediction = joined(self.prediction.content) or None if self.prediction else None
         req.logprobs = self.logprobs
         if req.max_tokens is None:

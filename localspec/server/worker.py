@@ -37,6 +37,7 @@ from localspec.errors import BackendError, LocalspecError
 from localspec.core.events import RoundStats, TokenEvent
 from localspec.backend.load import machine_is_quiet
 from localspec.server.openai_api import ApiError, GenerationRequest, TokenLogprob, token_logprobs
+from localspec.server.infill import fim_prompt_tokens
 from localspec.server.tools import GRAMMAR_ROOT, call_grammar, prompt_tokens
 
 log = logging.getLogger("localspec.server")
@@ -361,7 +362,9 @@ class EngineWorker:
     def _prompt(self, req: GenerationRequest) -> tuple[list[int], int]:
         """Prompt token ids and max_tokens; ApiError 400 (with the numbers) when they do not fit."""
         eng = self.engine
-        if req.kind != "chat":
+        if req.fim is not None:
+            prompt = fim_prompt_tokens(eng, req)
+        elif req.kind != "chat":
             prompt = eng.tokenize(req.prompt)
         elif req.tools is not None and req.tools.format is not None:
             prompt = prompt_tokens(eng, req.messages, req.tools)

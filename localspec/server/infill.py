@@ -1,0 +1,239 @@
+"""Fill in the middle: ``POST /infill`` as llama.cpp's server defines it, and the FIM prompt of a
+request (``/infill``, or ``/v1/completions`` with ``suffix``).
+
+``/infill`` (llama.cpp ``tools/server/README.md``, "POST /infill"; its handler ``post_infill`` in
+``server-context.cpp``), so that llama.vscode and llama.vim work unchanged:
+
+- request: ``input_prefix`` and ``input_suffix`` (strings, required), ``input_extra`` (a list of
+  ``{"filename": str, "text": str}``: other files, before the FIM prefix), ``prompt`` (the typed
+  start of the middle, placed after the prefix as llama.cpp does), and /completion's options that
+  change the output: ``n_predict`` (-1: until the context is full; 0: the prompt is only cached),
+  ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed`` (-1: random), ``stop``, ``stream``,
+  ``response_fields``; localspec's ``speculation``. Options that only tune llama.cpp's own
+  machinery (``cache_prompt``: the KV-cache prefix is always reused; ``samplers``, ``n_indent``,
+  ``t_max_prompt_ms``, ``t_max_predict_ms``, ``id_slot``, ...) are accepted and ignored; the few
+  that would change the output and cannot be honoured (``grammar``, ``json_schema``,
+  ``n_probs``, ``logit_bias``) are a 400 naming them.
+- response: ``{content, tokens, id_slot, stop: true, model, tokens_predicted, tokens_evaluated,
+  prompt, has_new_line, truncated, stop_type ("eos" | "word" | "limit"), stopping_word,
+  tokens_cached, timings: {cache_n, prompt_n, prompt_ms, prompt_per_token_ms, prompt_per_second,
+  predicted_n, predicted_ms, predicted_per_token_ms, predicted_per_second, draft_n,
+  draft_n_accepted}}`` plus localspec's ``speculation``; with ``response_fields`` only those
+  (a ``"timings/prompt_n"`` path is returned under that key, as llama.cpp does).
+- stream (``stream: true``): server-sent events ``data: {content, tokens, stop: false, id_slot,
+  tokens_predicted, tokens_evaluated}`` per round, then the final object above with ``stop: true``
+  and empty ``content``; no ``[DONE]`` (llama.cpp sends none on this endpoint).
+
+Errors are OpenAI's error object (as every route of this server); a model without FIM tokens is
+a 400 saying so (llama.cpp answers 501 "Infill is not supported by this model").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from localspec.app.fim import FimInput, check_fim, fim_prompt
+from localspec.config import SamplingParams, check_stop, request_field, user_error
+from localspec.errors import ConfigError
+from localspec.server.openai_api import ApiError, GenerationRequest, SpeculationFields, TokenLogprob, _said
+
+#: tokens left for the output when the request gives no n_predict: the extra context is cut to leave them
+DEFAULT_ROOM = 256
+
+#: /completion options that would change the output and are not served: name -> (refused?, why)
+UNSERVED: dict[str, tuple[Any, str]] = {
+    "grammar": (lambda v: bool(v), "grammar is not supported on /infill"),
+    "json_schema": (lambda v: v not in (None, {}), "json_schema is not supported on /infill"),
+    "n_probs": (lambda v: v not in (None, 0), "n_probs is not supported (only 0)"),
+    "logit_bias": (lambda v: v not in (None, [], {}), "logit_bias is not supported"),
+}
+
+
+class ExtraChunk(BaseModel):
+    """One file of ``input_extra``."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    filename: Annotated[str, _said('an input_extra chunk\'s "filename" must be a string')] = "tmp"
+    text: Annotated[str, _said('an input_extra chunk must contain a "text" field with a string value')]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _an_object(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise user_error('input_extra must be an array of {"filename": string, "text": string}')
+        return {"text": None, **value}
+
+
+def _extra_array(value: Any) -> Any:
+    if value is not None and not isinstance(value, list):
+        raise user_error('input_extra must be an array of {"filename": string, "text": string}')
+    return value
+
+
+def _seed(v: Any) -> Any:
+    return None if v == -1 else v  # llama.cpp's "random"
+
+
+class InfillBody(BaseModel):
+    """``POST /infill``: llama.cpp's request body (see the module docstring)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    absent_as_null: ClassVar[tuple[str, ...]] = ("input_prefix", "input_suffix")
+
+    input_prefix: Annotated[str, _said('"input_prefix" is required: a string, the text before the cursor')]
+    input_suffix: Annotated[str, _said('"input_suffix" is required: a string, the text after the cursor')]
+    input_extra: Annotated[list[ExtraChunk] | None, BeforeValidator(_extra_array)] = None
+    prompt: Annotated[str, _said('"prompt" must be a string')] = ""
+    n_predict: int | None = Field(None, ge=-1, description="most tokens to generate; -1: no limit but the context; "
+                                                           "0: only cache the prompt")
+    temperature: float | None = request_field(SamplingParams, "temperature")
+    top_k: int | None = request_field(SamplingParams, "top_k")
+    top_p: float | None = request_field(SamplingParams, "top_p")
+    min_p: float | None = request_field(SamplingParams, "min_p")
+    seed: Annotated[int | None, BeforeValidator(_seed)] = request_field(SamplingParams, "seed")
+    stop: list[str] | None = Field(None, description="stop strings, not empty")
+    stream: bool = False
+    cache_prompt: bool = Field(True, description="accepted; the KV cache's common prefix is always reused")
+    response_fields: list[str] | None = None
+    speculation: SpeculationFields | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _served(cls, body: Any) -> Any:
+        if not isinstance(body, dict):
+            raise user_error("the request body must be a JSON object")
+        for name, (refused, why) in UNSERVED.items():
+            if name in body and refused(body[name]):
+                raise user_error(f"{name}: {why} by localspec serve", "unsupported_parameter", at=name)
+        return {**dict.fromkeys(cls.absent_as_null), **body}
+
+    @field_validator("n_predict", "seed", "top_k", mode="before")
+    @classmethod
+    def _integral_number(cls, v: Any) -> Any:
+        """JSON has one number type: ``4.0`` is the integer 4; ``4.5`` stays refused."""
+        return int(v) if isinstance(v, float) and v.is_integer() else v
+
+    @field_validator("stop")
+    @classmethod
+    def _no_empty_stop(cls, stop: list[str] | None) -> list[str] | None:
+        try:
+            check_stop(stop or [])
+        except ValueError as e:
+            raise user_error(str(e)) from None
+        return stop
+
+    def request(self) -> GenerationRequest:
+        """The checked request: a completion whose prompt is the FIM prompt (``fim``)."""
+        n = self.n_predict
+        req = GenerationRequest(
+            kind="completion", prompt=self.input_prefix, stop=tuple(self.stop or ()), stream=self.stream,
+            max_tokens=None if n is None or n < 0 else max(n, 1),  # n_predict 0: one token, not sent
+            sampling={k: v for k in ("temperature", "top_p", "seed", "top_k", "min_p")
+                      if (v := getattr(self, k)) is not None},
+            speculation=self.speculation.model_dump(exclude_none=True) if self.speculation else {})
+        req.fim = FimInput(self.input_prefix, self.input_suffix,
+                           tuple((c.filename, c.text) for c in self.input_extra or ()), self.prompt)
+        return req
+
+
+def check_fim_model(engine, model: str, param: str) -> None:
+    """Raises ApiError 400 ``fim_unsupported`` (naming ``param``) when the engine's target has no
+    FIM prefix, suffix or middle token; the message says so and names a model that has them."""
+    try:
+        check_fim(engine.fim_tokens(), model)
+    except ConfigError as e:
+        raise ApiError(400, f"{e.message}; {e.hint}", param, "fim_unsupported") from None
+
+
+def fim_prompt_tokens(engine, req: GenerationRequest) -> list[int]:
+    """The token ids of ``req.fim`` for ``engine``'s target (call in the thread that owns the engine):
+    :func:`localspec.app.fim.fim_prompt`, user text tokenized as plain text, the extra context cut
+    to leave ``max_tokens`` (or :data:`DEFAULT_ROOM`) tokens of the context window for the output.
+
+    Raises:
+        ConfigError: the target has no FIM tokens.
+    """
+    room = req.max_tokens or min(DEFAULT_ROOM, engine.n_ctx // 4)
+    return fim_prompt(engine.fim_tokens(), lambda t: engine.tokenize(t, special=False), req.fim,
+                      bos=engine.bos_token(), budget=engine.n_ctx - room, model="the served model")
+
+
+#: EndReason value -> llama.cpp's stop_type
+STOP_TYPES = {"eog": "eos", "stop": "word", "max_tokens": "limit", "context": "limit", "cancelled": "limit"}
+
+
+def pick_fields(obj: dict, paths: list[str]) -> dict:
+    """llama.cpp's ``response_fields``: ``{path: value}`` for each ``a/b`` path present in ``obj``."""
+    out = {}
+    for path in paths:
+        value: Any = obj
+        for key in path.split("/"):
+            if not isinstance(value, dict) or key not in value:
+                break
+            value = value[key]
+        else:
+            out[path] = value
+    return out
+
+
+@dataclass
+class InfillShape:
+    """Builds llama.cpp's /infill answers; the app's generation path calls it as it calls
+    :class:`~localspec.server.openai_api.ResponseShape` (``complete``, ``chunk``)."""
+
+    model: str
+    prompt_tokens: int
+    discard: bool = False  #: n_predict 0: the prompt was cached, the one token generated is not sent
+    response_fields: list[str] | None = None
+    done_event: ClassVar[bool] = False  #: no ``data: [DONE]`` at the end of a stream
+    kind: ClassVar[str] = "infill"
+    _sent: int = 0
+    _generation: Any = None
+
+    def finished(self, gen) -> None:
+        """The finished generation, whose statistics the final object reports."""
+        self._generation = gen
+
+    def _final(self, content: str, extra: dict) -> dict:
+        st = self._generation.stats
+        n_gen = 0 if self.discard else st.tokens
+        prompt_n = st.prompt_tokens - st.cached_prompt_tokens
+        prompt_ms = st.prefill_seconds * 1000
+        predicted_ms = max(0.0, st.elapsed_seconds - st.prefill_seconds) * 1000
+        timings = {"cache_n": st.cached_prompt_tokens, "prompt_n": prompt_n, "prompt_ms": prompt_ms,
+                   "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
+                   "prompt_per_second": prompt_n / prompt_ms * 1000 if prompt_ms else 0.0,
+                   "predicted_n": n_gen, "predicted_ms": predicted_ms,
+                   "predicted_per_token_ms": predicted_ms / n_gen if n_gen else 0.0,
+                   "predicted_per_second": n_gen / predicted_ms * 1000 if predicted_ms else 0.0,
+                   "draft_n": st.drafted, "draft_n_accepted": st.accepted}
+        reason = st.end_reason.value if st.end_reason else "eog"
+        obj = {"index": 0, "content": "" if self.discard else content, "tokens": [], "id_slot": 0, "stop": True,
+               "model": self.model, "tokens_predicted": n_gen, "tokens_evaluated": st.prompt_tokens,
+               "prompt": "", "has_new_line": "\n" in content, "truncated": False,
+               "stop_type": STOP_TYPES.get(reason, "none"), "stopping_word": "",
+               "tokens_cached": st.cached_prompt_tokens, "timings": timings,
+               "speculation": extra.get("speculation")}
+        return pick_fields(obj, self.response_fields) if self.response_fields else obj
+
+    def complete(self, text: str, finish_reason: str, extra: dict,
+                 logprobs: list[TokenLogprob] | None = None) -> dict:
+        """The non-streamed answer."""
+        return self._final(text, extra)
+
+    def chunk(self, text: str | None, finish_reason: str | None = None, tokens=None, first: bool = False,
+              include_usage: bool = False, extra: dict | None = None, logprobs=None) -> dict | None:
+        """A streamed event: None for the opening one (llama.cpp sends none), the final object
+        when ``finish_reason`` is given, else the round's text and token ids."""
+        if first:
+            return None
+        if finish_reason is not None:
+            return self._final("", extra or {})
+        if self.discard:
+            return None
+        self._sent += len(tokens or ())
+        return {"index": 0, "content": text or "", "tokens": [t.token_id for t in tokens or ()], "stop": False,
+                "id_slot": 0, "tokens_predicted": self._sent, "tokens_evaluated": self.prompt_tokens}

@@ -34,7 +34,7 @@ from localspec.errors import BackendError, LocalspecError
 from localspec.core.events import RoundStats, TokenEvent
 from localspec.backend.load import machine_is_quiet
 from localspec.server.openai_api import ApiError, GenerationRequest, TokenLogprob, token_logprobs
-from localspec.server.tools import GRAMMAR_ROOT, call_grammar, prompt_tokens
+from localspec.server.tools import prompt_tokens, tool_constraint
 
 log = logging.getLogger("localspec.server")
 
@@ -390,9 +390,7 @@ class EngineWorker:
                      drafting.cap)
             eng.calibrated_costs(drafting.cap)
             log.info("measured")
-        constraint = None
-        if req.kind == "chat" and req.tools is not None and req.tools.constrained:
-            constraint = eng.grammar(call_grammar(req.tools), GRAMMAR_ROOT)
+        constraint = tool_constraint(eng, req.tools) if req.kind == "chat" and req.tools is not None else None
         gen = eng.generate(prompt, job.sampling, drafting,
                            GenerationParams(max_tokens=max_tokens, stop=req.stop or self.settings.generation.stop),
                            prediction=prediction, constraint=constraint, logprobs=req.logprobs)

@@ -7,7 +7,7 @@ them in ``/openapi.json``. A bad value is a 400 with OpenAI's error object namin
 (:func:`api_error`, from :func:`localspec.config.invalid_values`, the translator the CLI and
 the TUI use); a field's own message is declared beside it (:func:`localspec.config.user_error`).
 Fields that do not change the output (``user``, ``metadata``, ``store``, ...) are accepted and
-ignored; fields we cannot honour (a non-text ``response_format``, ``n`` > 1, ...)
+ignored; fields we cannot honour (``n`` > 1, ``logit_bias``, ...)
 are refused with a 400 that names them, unless they are sent with their no-op value
 (:data:`UNSUPPORTED`). The tool fields are turned into a :class:`localspec.server.tools.ToolRequest`.
 
@@ -140,7 +140,6 @@ UNSUPPORTED: dict[str, tuple[Any, str]] = {
     "functions": (_nonempty, "the deprecated functions field is not supported (send tools)"),
     "function_call": (lambda v: v not in (None, "none", "auto"),
                       "the deprecated function_call field is not supported (send tool_choice)"),
-    "response_format": (lambda v: v not in (None, {"type": "text"}), "only the text response format is supported"),
     "logit_bias": (_nonempty, "logit_bias is not supported"),
     "presence_penalty": (lambda v: v not in (None, 0), "presence_penalty is not supported (only 0)"),
     "frequency_penalty": (lambda v: v not in (None, 0), "frequency_penalty is not supported (only 0)"),
@@ -204,6 +203,8 @@ class GenerationRequest:
             (``mode``, ``draft_max``) from the request's ``speculation`` object.
         logprobs: None (no logprobs), or how many alternatives each token's logprob comes with
             (chat: ``top_logprobs`` when ``logprobs`` is true; completions: ``logprobs``).
+        grammar: the GBNF (start rule ``root``) of ``response_format`` json_object / json_schema
+            (:func:`localspec.server.structured.response_grammar`), or None.
     """
 
     kind: Literal["chat", "completion"]
@@ -218,6 +219,7 @@ class GenerationRequest:
     tools: Any = None
     speculation: dict = field(default_factory=dict)
     logprobs: int | None = None
+    grammar: str | None = None
 
     @property
     def prompt_param(self) -> str:
@@ -483,6 +485,9 @@ class SamplingFields(BaseModel):
     top_k: int | None = request_field(SamplingParams, "top_k")
     min_p: float | None = request_field(SamplingParams, "min_p")
     speculation: SpeculationFields | None = None
+    response_format: Any = Field(None, description='{"type": "text" | "json_object" | "json_schema", '
+                                 '"json_schema": {"name", "schema", "strict"}}: the answer follows the '
+                                 'schema (localspec.server.structured)')
 
     @model_validator(mode="before")
     @classmethod
@@ -514,14 +519,21 @@ class SamplingFields(BaseModel):
         return stop
 
     def request(self, kind: Literal["chat", "completion"]) -> "GenerationRequest":
-        """The fields both endpoints share, as a :class:`GenerationRequest` of ``kind``."""
+        """The fields both endpoints share, as a :class:`GenerationRequest` of ``kind``.
+
+        Raises:
+            ApiError: 400 for a ``response_format`` the grammar cannot express (naming the part).
+        """
+        from localspec.server.structured import response_grammar  # structured imports this module
+
         return GenerationRequest(
             kind=kind, stop=(self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ()),
             stream=bool(self.stream), include_usage=bool(self.stream_options and self.stream_options.include_usage),
             max_tokens=self.max_completion_tokens or self.max_tokens,
             sampling={k: v for k in ("temperature", "top_p", "seed", "top_k", "min_p")
                       if (v := getattr(self, k)) is not None},
-            speculation=self.speculation.model_dump(exclude_none=True) if self.speculation else {})
+            speculation=self.speculation.model_dump(exclude_none=True) if self.speculation else {},
+            grammar=response_grammar(self.response_format))
 
 
 class ChatCompletionBody(SamplingFields):
@@ -579,6 +591,10 @@ class ChatCompletionBody(SamplingFields):
         req.messages = [m.template_message() for m in self.messages]
         req.prediction = joined(self.prediction.content) or None if self.prediction else None
         req.tools = tool_request(self, req.messages)
+        if req.grammar is not None and req.tools is not None and req.tools.tools:
+            raise ApiError(400, 'response_format: a JSON response format cannot be combined with tools (unless '
+                                'tool_choice is "none"); send one or the other', "response_format",
+                           "unsupported_parameter")
         req.logprobs = (self.top_logprobs or 0) if self.logprobs else None
         return req
 

@@ -390,7 +390,9 @@ class EngineWorker:
                      drafting.cap)
             eng.calibrated_costs(drafting.cap)
             log.info("measured")
-        constraint = tool_constraint(eng, req.tools) if req.kind == "chat" and req.tools is not None else None
+        constraint = (eng.grammar(req.grammar) if req.grammar is not None  # response_format
+                      else tool_constraint(eng, req.tools) if req.kind == "chat" and req.tools is not None
+                      else None)
         gen = eng.generate(prompt, job.sampling, drafting,
                            GenerationParams(max_tokens=max_tokens, stop=req.stop or self.settings.generation.stop),
                            prediction=prediction, constraint=constraint, logprobs=req.logprobs)

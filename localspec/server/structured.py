@@ -108,6 +108,8 @@ class _Walker:
         kind = schema.get("type")
         if isinstance(kind, list):
             _only(schema, path, {"type"}, " beside a list of types (use anyOf with one schema per type)")
+            if not kind:
+                raise _Refused(f"{path}.type", "type must not be an empty list", "name at least one type")
             for t in kind:
                 self._type(t, path)
             return {"type": list(kind)}

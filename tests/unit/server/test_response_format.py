@@ -58,6 +58,7 @@ OBJ = {"type": "object"}
     ({"type": "object", "properties": {"a": True}}, ".properties.a", "must be a JSON object"),
     ({"type": "integer", "contentEncoding": "base64"}, "", "contentEncoding"),
     ({"type": "decimal"}, ".type", "not a JSON Schema type"),
+    ({"type": []}, ".type", "empty list"),
 ])
 def test_what_the_grammar_cannot_express_is_a_400_naming_the_part(schema, path, keyword):
     e = refusal(schema)

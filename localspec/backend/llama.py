@@ -564,14 +564,25 @@ class LlamaModel(NativeResource):
     def detokenize(self, tokens: Sequence[int]) -> str:
         return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
 
-    def grammar(self, gbnf: str, root: str = "root") -> Grammar:
+    def grammar(self, gbnf: str, root: str = "root", triggers: Sequence[int] = ()) -> Grammar:
         """A fresh :class:`Grammar` state for ``gbnf`` (GBNF text, llama.cpp's grammar format) from rule ``root``.
+
+        ``triggers`` (token ids): a lazy grammar (llama.cpp's ``llama_sampler_init_grammar_lazy_patterns``
+        with trigger tokens only): it allows every token until one of them is accepted, which it then
+        accepts as its own first token (the grammar must start with that token's text), and
+        constrains from there on.
 
         Raises:
             ConfigError: llama.cpp cannot parse the grammar (or ``root`` is not one of its rules).
         """
         _recent_errors.clear()
-        sampler = self._lc.llama_sampler_init_grammar(self._vocab, gbnf.encode(), root.encode())
+        lc = self._lc
+        if triggers:
+            ids = (lc.llama_token * len(triggers))(*triggers)
+            sampler = lc.llama_sampler_init_grammar_lazy_patterns(self._vocab, gbnf.encode(), root.encode(),
+                                                                  None, 0, ids, len(triggers))
+        else:
+            sampler = lc.llama_sampler_init_grammar(self._vocab, gbnf.encode(), root.encode())
         if not sampler:
             raise ConfigError(f"llama.cpp could not parse the grammar{_last_error()}",
                               "check the GBNF text and that its root rule exists")

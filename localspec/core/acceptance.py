@@ -74,7 +74,8 @@ class Constraint(Protocol):
 
 def _no_token_allowed() -> Exception:
     return ConfigError("the output grammar allows no token here: it cannot continue",
-                       "check the grammar (a tool's parameters schema) for a rule no text can satisfy")
+                       "check the grammar (a tool's parameters schema, response_format's schema) for a rule no text "
+                       "can satisfy")
 
 
 def _final_kind(n_draft: int, accepted: int) -> TokenKind:

@@ -454,7 +454,7 @@ class Engine(Protocol):
 
     def clear_cache(self) -> None: ...
 
-    def grammar(self, gbnf: str, root: str = "root") -> Constraint: ...
+    def grammar(self, gbnf: str, root: str = "root", triggers: Sequence[int] = ()) -> Constraint: ...
 
     def close(self) -> None: ...
 
@@ -770,17 +770,19 @@ class SpeculativeEngine:
         return Generation(self, prompt, sampling or SamplingParams(), drafting,
                           generation or GenerationParams(), policy, prediction, constraint, logprobs, memory)
 
-    def grammar(self, gbnf: str, root: str = "root") -> Constraint:
+    def grammar(self, gbnf: str, root: str = "root", triggers: Sequence[int] = ()) -> Constraint:
         """A fresh grammar state over the target's vocabulary, for :meth:`generate`'s ``constraint``.
 
         Args:
             gbnf: the grammar in llama.cpp's GBNF.
             root: the name of its start rule.
+            triggers: token ids that make it lazy: no constraint until the output holds one of
+                them, the grammar (which starts with that token's text) from there on.
 
         Raises:
             ConfigError: llama.cpp cannot parse the grammar.
         """
-        return self.target.grammar(gbnf, root)
+        return self.target.grammar(gbnf, root, triggers)
 
     def close(self) -> None:
         self.target.close()

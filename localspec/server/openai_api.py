@@ -7,7 +7,7 @@ them in ``/openapi.json``. A bad value is a 400 with OpenAI's error object namin
 (:func:`api_error`, from :func:`localspec.config.invalid_values`, the translator the CLI and
 the TUI use); a field's own message is declared beside it (:func:`localspec.config.user_error`).
 Fields that do not change the output (``user``, ``metadata``, ``store``, ...) are accepted and
-ignored; fields we cannot honour (a non-text ``response_format``, ``n`` > 1, ...)
+ignored; fields we cannot honour (``n`` > 1, ``logit_bias``, ...)
 are refused with a 400 that names them, unless they are sent with their no-op value
 (:data:`UNSUPPORTED`). The tool fields are turned into a :class:`localspec.server.tools.ToolRequest`.
 
@@ -141,7 +141,6 @@ UNSUPPORTED: dict[str, tuple[Any, str]] = {
     "functions": (_nonempty, "the deprecated functions field is not supported (send tools)"),
     "function_call": (lambda v: v not in (None, "none", "auto"),
                       "the deprecated function_call field is not supported (send tool_choice)"),
-    "response_format": (lambda v: v not in (None, {"type": "text"}), "only the text response format is supported"),
     "logit_bias": (_nonempty, "logit_bias is not supported"),
     "presence_penalty": (lambda v: v not in (None, 0), "presence_penalty is not supported (only 0)"),
     "frequency_penalty": (lambda v: v not in (None, 0), "frequency_penalty is not supported (only 0)"),
@@ -208,6 +207,8 @@ class GenerationRequest:
             (``speculation.memory``, default true).
         cache_prompt: whether the request reuses a cached prompt prefix and leaves its own in the KV
             cache (llama-server's ``cache_prompt``, default true).
+        grammar: the GBNF (start rule ``root``) of ``response_format`` json_object / json_schema
+            (:func:`localspec.server.structured.response_grammar`), or None.
     """
 
     kind: Literal["chat", "completion"]
@@ -225,6 +226,7 @@ class GenerationRequest:
     memory: bool = True
     cache_prompt: bool = True
     fim: Any = None  #: a fill-in-the-middle request's :class:`localspec.app.fim.FimInput` (prompt unused), or None
+    grammar: str | None = None
 
     @property
     def prompt_param(self) -> str:
@@ -499,6 +501,9 @@ class SamplingFields(BaseModel):
     cache_prompt: Annotated[bool | None, Field(strict=True), _said("cache_prompt must be true or false")] = Field(
         None, description="llama-server's field: false = this request neither reuses a cached prompt prefix "
                           "nor leaves its own in the cache (absent: true)")
+    response_format: Any = Field(None, description='{"type": "text" | "json_object" | "json_schema", '
+                                 '"json_schema": {"name", "schema", "strict"}}: the answer follows the '
+                                 'schema (localspec.server.structured)')
 
     @model_validator(mode="before")
     @classmethod
@@ -530,7 +535,13 @@ class SamplingFields(BaseModel):
         return stop
 
     def request(self, kind: Literal["chat", "completion"]) -> "GenerationRequest":
-        """The fields both endpoints share, as a :class:`GenerationRequest` of ``kind``."""
+        """The fields both endpoints share, as a :class:`GenerationRequest` of ``kind``.
+
+        Raises:
+            ApiError: 400 for a ``response_format`` the grammar cannot express (naming the part).
+        """
+        from localspec.server.structured import response_grammar  # structured imports this module
+
         return GenerationRequest(
             kind=kind, stop=(self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ()),
             stream=bool(self.stream), include_usage=bool(self.stream_options and self.stream_options.include_usage),
@@ -539,7 +550,7 @@ class SamplingFields(BaseModel):
                       if (v := getattr(self, k)) is not None},
             speculation=self.speculation.model_dump(exclude_none=True, exclude={"memory"}) if self.speculation else {},
             memory=self.speculation is None or self.speculation.memory is not False,
-            cache_prompt=self.cache_prompt is not False)
+            cache_prompt=self.cache_prompt is not False, grammar=response_grammar(self.response_format))
 
 
 class ChatCompletionBody(SamplingFields):
@@ -597,6 +608,10 @@ class ChatCompletionBody(SamplingFields):
         req.messages = [m.template_message() for m in self.messages]
         req.prediction = joined(self.prediction.content) or None if self.prediction else None
         req.tools = tool_request(self, req.messages)
+        if req.grammar is not None and req.tools is not None and req.tools.tools:
+            raise ApiError(400, 'response_format: a JSON response format cannot be combined with tools (unless '
+                                'tool_choice is "none"); send one or the other', "response_format",
+                           "unsupported_parameter")
         req.logprobs = (self.top_logprobs or 0) if self.logprobs else None
         return req
 

@@ -12,7 +12,11 @@ known today; another family is one more entry in :data:`FORMATS`.
 
 - ``"none"``: the tools are not shown to the model and nothing is parsed (the history may
   still hold earlier calls);
-- ``"auto"`` (the default with tools): the model chooses between text and calls;
+- ``"auto"`` (the default with tools): the model chooses between text and calls; once it
+  opens a call (writes the format's start marker as its one special token, Qwen's
+  ``<tool_call>``), the same grammar as below applies from there on (a lazy grammar,
+  :func:`tool_constraint`), so an opened call is never malformed. A call written otherwise
+  (a fenced ```json block, or the marker spelled out in several tokens) is not constrained;
 - ``"required"`` / ``{"type": "function", "function": {"name": N}}``: the answer must be
   calls: a grammar (:func:`call_grammar`, GBNF made from the tools' JSON Schemas by
   llama-cpp-python's converter) admits only the format's call blocks, each a JSON object
@@ -224,7 +228,7 @@ def call_grammar(treq: ToolRequest) -> str:
     grammar over :data:`GRAMMAR_MAX_CHARS`, is replaced by "any JSON object" for every tool.
     """
     fmt = treq.format
-    assert fmt is not None and treq.constrained
+    assert fmt is not None and (treq.constrained or treq.choice == "auto")
     tools = [t for t in treq.tools if treq.name is None or t["function"]["name"] == treq.name]
     try:
         body = _schema_gbnf(tools, any_arguments=False)
@@ -236,6 +240,27 @@ def call_grammar(treq: ToolRequest) -> str:
     call = f"{before} root {after}"
     more = f" ({json.dumps(fmt.separator)} {call})*" if treq.parallel else ""
     return f"{GRAMMAR_ROOT} ::= {call}{more}\n{body}"
+
+
+def tool_constraint(engine, treq: ToolRequest):
+    """The constraint of a chat answer with tools (:meth:`localspec.core.engine.SpeculativeEngine.grammar`),
+    or None.
+
+    ``required`` / named: :func:`call_grammar` from the first token. ``auto``: the same grammar,
+    lazy, triggered by the format's start marker when the vocabulary has it as one token (the
+    grammar starts with that marker, and a call then runs to its end marker; afterwards only more
+    calls or the end of the answer); None when it does not, or without tools.
+    """
+    if treq.format is None or not treq.tools:
+        return None
+    if treq.constrained:
+        return engine.grammar(call_grammar(treq), GRAMMAR_ROOT)
+    if treq.choice != "auto":
+        return None
+    start = _special_tokens(engine, treq.format.start)
+    if len(start) != 1:
+        return None
+    return engine.grammar(call_grammar(treq), GRAMMAR_ROOT, triggers=start)
 
 
 # -- the answer -----------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from localspec.core.events import RoundStats, TokenEvent
 from localspec.backend.load import machine_is_quiet
 from localspec.server.openai_api import ApiError, GenerationRequest, TokenLogprob, token_logprobs
 from localspec.server.infill import fim_prompt_tokens
-from localspec.server.tools import GRAMMAR_ROOT, call_grammar, prompt_tokens
+from localspec.server.tools import prompt_tokens, tool_constraint
 
 log = logging.getLogger("localspec.server")
 
@@ -408,9 +408,9 @@ class EngineWorker:
                      drafting.cap)
             eng.calibrated_costs(drafting.cap)
             log.info("measured")
-        constraint = None
-        if req.kind == "chat" and req.tools is not None and req.tools.constrained:
-            constraint = eng.grammar(call_grammar(req.tools), GRAMMAR_ROOT)
+        constraint = (eng.grammar(req.grammar) if req.grammar is not None  # response_format
+                      else tool_constraint(eng, req.tools) if req.kind == "chat" and req.tools is not None
+                      else None)
         gen = eng.generate(prompt, job.sampling, drafting,
                            GenerationParams(max_tokens=max_tokens, stop=req.stop or self.settings.generation.stop),
                            prediction=prediction, constraint=constraint, logprobs=req.logprobs,

@@ -154,7 +154,9 @@ def test_growing_conversation_reuses_the_cache(client, tiny_engine):
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ({"top_logprobs": 2}, "top_logprobs"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {
+        "type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}}}}},
+     "response_format.json_schema.schema.properties.n"),
     ({"temperature": 5}, "temperature"),
     ({"stop": [""]}, "stop"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},

@@ -116,6 +116,42 @@ def test_required_and_named_make_a_call_grammar():
     assert "read_file" in named and "get_weather" not in named
 
 
+class GrammarRecorder:
+    """An engine that records the grammars asked of it; ``<tool_call>`` is one token (id 7) when ``one_token``."""
+
+    def __init__(self, one_token: bool) -> None:
+        self.one_token = one_token
+        self.asked: list[tuple[str, str, tuple]] = []
+
+    def tokenize(self, text: str, special: bool = True) -> list[int]:
+        if text == "<tool_call>" and self.one_token:
+            return [7]
+        return [ord(c) for c in text]
+
+    def grammar(self, gbnf: str, root: str = "root", triggers=()):
+        self.asked.append((gbnf, root, tuple(triggers)))
+        return object()
+
+
+@pytest.mark.parametrize("choice, one_token, triggers", [
+    ("auto", True, (7,)),        # lazy: the grammar from the model's own <tool_call> on
+    ("auto", False, None),       # no one-token marker: nothing to trigger on, no grammar
+    ("required", True, ()),      # from the first token
+    ("required", False, ()),
+    ("read_file", True, ()),
+])
+def test_tool_constraint_per_choice(choice, one_token, triggers):
+    from localspec.server.tools import GRAMMAR_ROOT, call_grammar, tool_constraint
+
+    engine = GrammarRecorder(one_token)
+    treq = _constrained(choice)
+    got = tool_constraint(engine, treq)
+    if triggers is None:
+        assert got is None and not engine.asked
+    else:
+        assert got is not None and engine.asked == [(call_grammar(treq), GRAMMAR_ROOT, triggers)]
+
+
 def test_call_grammar_follows_the_schema_and_falls_back_to_any_object():
     from localspec.server.tools import GRAMMAR_MAX_CHARS, call_grammar
 

@@ -9,8 +9,8 @@ request (``/infill``, or ``/v1/completions`` with ``suffix``).
   start of the middle, placed after the prefix as llama.cpp does), and /completion's options that
   change the output: ``n_predict`` (-1: until the context is full; 0: the prompt is only cached),
   ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed`` (-1: random), ``stop``, ``stream``,
-  ``response_fields``; localspec's ``speculation``. Options that only tune llama.cpp's own
-  machinery (``cache_prompt``: the KV-cache prefix is always reused; ``samplers``, ``n_indent``,
+  ``response_fields``, ``cache_prompt`` (false: no cached prefix reused or left); localspec's
+  ``speculation`` (``memory`` too). Options that only tune llama.cpp's own machinery (``samplers``, ``n_indent``,
   ``t_max_prompt_ms``, ``t_max_predict_ms``, ``id_slot``, ...) are accepted and ignored; the few
   that would change the output and cannot be honoured (``grammar``, ``json_schema``,
   ``n_probs``, ``logit_bias``) are a 400 naming them.
@@ -96,7 +96,8 @@ class InfillBody(BaseModel):
     seed: Annotated[int | None, BeforeValidator(_seed)] = request_field(SamplingParams, "seed")
     stop: list[str] | None = Field(None, description="stop strings, not empty")
     stream: bool = False
-    cache_prompt: bool = Field(True, description="accepted; the KV cache's common prefix is always reused")
+    cache_prompt: bool = Field(True, description="false: this request neither reuses a cached prompt prefix nor "
+                                                 "leaves its own in the cache (as on the OpenAI endpoints)")
     response_fields: list[str] | None = None
     speculation: SpeculationFields | None = None
 
@@ -133,7 +134,9 @@ class InfillBody(BaseModel):
             max_tokens=None if n is None or n < 0 else max(n, 1),  # n_predict 0: one token, not sent
             sampling={k: v for k in ("temperature", "top_p", "seed", "top_k", "min_p")
                       if (v := getattr(self, k)) is not None},
-            speculation=self.speculation.model_dump(exclude_none=True) if self.speculation else {})
+            speculation=self.speculation.model_dump(exclude_none=True, exclude={"memory"}) if self.speculation else {},
+            memory=self.speculation is None or self.speculation.memory is not False,
+            cache_prompt=self.cache_prompt)
         req.fim = FimInput(self.input_prefix, self.input_suffix,
                            tuple((c.filename, c.text) for c in self.input_extra or ()), self.prompt)
         return req

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Protocol, Sequence
 
 from localspec.core.costmodel import (LOOKUP_CHANCE_TOKENS, EngineCosts, EWAcceptance, MatchAcceptance,
-                                      best_draft_length, expected_tokens)
+                                      best_draft_length, expected_tokens, succession_prior)
 from localspec.core.events import DrafterId, RoundStats
 
 
@@ -169,6 +169,10 @@ class AdaptivePolicy:
         }
         self._pending: dict[DrafterId, tuple[int, tuple[int, ...], int]] = {}
         self.match_length: dict[DrafterId, int] = {}
+        #: per free drafter, the evidence of its current copy: committed tokens in a row (this
+        #: generation) that its proposals predicted, back to its last wrong token
+        self.run: dict[DrafterId, int] = {}
+        self._run_base: dict[DrafterId, int] = {}  #: the run before the pending proposal
         self.relax = relax
         self.margin = margin
         self.last: Choice | None = None
@@ -210,7 +214,7 @@ class AdaptivePolicy:
         for name in self.free_drafters:
             match = len(state.proposals[name].tokens) if name in state.proposals else 0
             if g_cap > 0 and match:
-                acc = self.free_est[name].values(self.match_length.get(name, 0))
+                acc = self.free_values(name)
                 g, r, r0 = best_draft_length(acc, c.verify, 0.0, min(g_cap, match), c.overhead)
                 rate0 = r0
                 options.append((r, name, g, expected_tokens(acc[:g])))
@@ -233,6 +237,24 @@ class AdaptivePolicy:
             choice = Choice(DrafterId.NONE, 0, f"no speculation: best g=0 ({why})")
         self.last = choice
         return choice
+
+    def free_values(self, name: DrafterId) -> list[float]:
+        """Acceptance estimates of free drafter ``name``'s proposal this round, per draft position.
+
+        The larger, position by position, of its match-length bucket's estimates
+        (:class:`MatchAcceptance`) and the rule of succession on the evidence of the current copy
+        (:attr:`run`: tokens in a row its proposals predicted in this generation, not capped by any
+        n-gram or context length; :func:`succession_prior` with nothing discounted, since these
+        tokens were committed, not matched by chance). A copy that keeps being accepted is so
+        trusted more with every round (after r tokens, a draft of g reaches its end with
+        probability (r + 1) / (r + g + 1)), whatever the buckets learned of other copies; one
+        wrong token resets the run, and the next draft is as short as the bucket says.
+        """
+        acc = self.free_est[name].values(self.match_length.get(name, 0))
+        run = self.run.get(name, 0)
+        if run <= 0:
+            return acc
+        return [max(a, s) for a, s in zip(acc, succession_prior(run, len(acc)))]
 
     def catchup_seconds(self) -> tuple[int, float]:
         """(tokens, expected seconds) of the catch-up the draft model needs before drafting now."""
@@ -267,18 +289,21 @@ class AdaptivePolicy:
             est = self.free_est[name] = MatchAcceptance(self.draft_max, self.lookup_est.buckets[0].prior[0],
                                                         self.lookup_est.buckets[0].weight)
         pend = self._pending.get(name)
+        base = self._run_base.get(name, 0)
         if pend is not None:
             start, prop, m = pend
             new = committed[start : start + len(prop)]
             k = 0
             while k < len(new) and prop[k] == new[k]:
                 k += 1
-            if k < len(new):  # first mismatch at k
+            self.run[name] = base + k
+            if k < len(new):  # first mismatch at k: the copy broke
                 est.update(m, k + 1, k)
-                pend = None
-            elif len(new) == len(prop):  # every proposed token matched
+                pend, self.run[name] = None, 0
+            elif len(new) == len(prop):  # every proposed token matched: the copy goes on
                 est.update(m, len(prop), len(prop))
                 pend = None
+            self._run_base[name] = self.run[name]
         if pend is None and proposal:
             pend = (len(committed), tuple(proposal), int(match_length))
         if pend is None:
@@ -296,11 +321,16 @@ class AdaptivePolicy:
         """
         c = self.costs
         c.observe_verify(rs.drafted + 1, rs.verify_seconds)
+        model_seconds = rs.verify_seconds + rs.catchup_seconds
         if rs.drafter == DrafterId.DRAFT:
             self.draft_est.update(rs.drafted, rs.accepted)
             c.observe_draft(rs.drafted, rs.draft_seconds)
+            model_seconds += rs.draft_seconds
         else:
             self.draft_est.relax(self.relax)
-            c.observe_overhead(rs.draft_seconds)
+        # the round's fixed cost: all of its time but the model passes (a free drafter's proposal,
+        # choosing, the acceptance bookkeeping, releasing text, the consumer)
+        c.observe_overhead(rs.round_seconds - model_seconds if rs.round_seconds > 0 else
+                           (rs.draft_seconds if rs.drafter != DrafterId.DRAFT else -1.0))
         if rs.catchup_tokens:
             c.observe_catchup(rs.catchup_tokens, rs.catchup_seconds)

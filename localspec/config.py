@@ -244,6 +244,17 @@ class Settings(_Strict):
     generation: GenerationParams = GenerationParams()
 
 
+#: the draft memory's default budget, tokens: earlier requests' prompts and answers that prompt lookup
+#: copies from (:class:`localspec.core.drafters.DraftMemory`); 4 MiB with its index. A round's search is a
+#: binary search in the index (well under a millisecond at this size); adding a request re-sorts the index
+#: (some tens of milliseconds at this size, once per request)
+DRAFT_MEMORY_TOKENS = 1 << 18
+#: bytes a remembered token takes: the int32 token, and in the index its int64 position and the int32 token
+#: (:data:`localspec.core.drafters.memory.TOKEN_BYTES` says the same, checked by a test)
+DRAFT_MEMORY_BYTES_PER_TOKEN = 16
+_DRAFT_MEMORY_MIB = DRAFT_MEMORY_TOKENS * DRAFT_MEMORY_BYTES_PER_TOKEN >> 20
+
+
 class ServerSettings(_Strict):
     """How ``localspec serve`` listens, queues and limits requests; its flags are built from these
     declarations (:mod:`localspec.app.flags`) and :func:`localspec.server.create_app` takes one."""
@@ -262,6 +273,11 @@ class ServerSettings(_Strict):
                                            "server from a browser; repeatable; '*' allows any origin (warned); "
                                            "default: no cross-origin access")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = option("info", help="the server log's level")
+    draft_memory_tokens: int = option(DRAFT_MEMORY_TOKENS, ge=0, le=1 << 26, unit="tokens",
+                                      help="draft memory: tokens of earlier requests (prompt + answer) that prompt "
+                                      "lookup may copy from, shared across requests, the oldest evicted first; "
+                                      f"{DRAFT_MEMORY_BYTES_PER_TOKEN} bytes a token with its index (the default "
+                                      f"{DRAFT_MEMORY_TOKENS} take {_DRAFT_MEMORY_MIB} MiB); 0 = off")
     default_max_tokens: int | None = option(None, ge=1, unit="tokens",
                                             help="max_tokens of a chat request that leaves it out (--max-tokens)",
                                             default_text="the room left in the context window")

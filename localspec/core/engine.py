@@ -33,7 +33,8 @@ from typing import Callable, Iterator, NamedTuple, Protocol, Sequence
 import numpy as np
 
 from localspec.config import DraftParams, GenerationParams, SamplingParams, fits_context
-from localspec.core.drafters import Draft, DraftModelDrafter, Drafter, PredictionDrafter, PromptLookupDrafter
+from localspec.core.drafters import (Draft, DraftMemory, DraftModelDrafter, Drafter, PredictionDrafter,
+                                     PromptLookupDrafter)
 from localspec.errors import ConfigError, ContextOverflowError, DecodeAborted
 from localspec.core.events import DrafterId, EndReason, GenerationStats, RoundStats, TokenEvent, TokenKind
 from localspec.core.costmodel import CostSource, EngineCosts
@@ -85,7 +86,8 @@ class _Pending:
 
 def _cut(draft: Draft, n: int) -> Draft:
     """The first ``n`` tokens of ``draft`` (and of its draft_probs)."""
-    return Draft(draft.tokens[:n], None if draft.probs is None else draft.probs[:n], draft.source, draft.match_length)
+    return Draft(draft.tokens[:n], None if draft.probs is None else draft.probs[:n], draft.source, draft.match_length,
+                 draft.from_memory)
 
 
 def _through_first_eog(tokens: tuple[int, ...], is_eog) -> tuple[int, ...]:
@@ -107,6 +109,10 @@ class Generation:
     With a predicted output (``prediction``, token ids), a :class:`PredictionDrafter`
     follows this generation and is tried before prompt lookup (see :mod:`localspec.core.policy`).
 
+    With a draft memory (``memory``, a :class:`~localspec.core.drafters.DraftMemory`), prompt lookup
+    also copies from the earlier texts it holds, and the generation's prompt and output are added
+    to it when it ends (however it ends); the output is the same with or without it.
+
     Attributes:
         token_ids: generated token ids (prompt excluded; end-of-generation token excluded).
         text: the generated text (equals the events' texts joined).
@@ -117,7 +123,7 @@ class Generation:
     def __init__(self, engine: "SpeculativeEngine", prompt: Sequence[int], sampling: SamplingParams,
                  drafting: DraftParams, generation: GenerationParams, policy: DraftPolicy | None,
                  prediction: Sequence[int] | None = None, constraint: Constraint | None = None,
-                 logprobs: int | None = None) -> None:
+                 logprobs: int | None = None, memory: DraftMemory | None = None) -> None:
         self.engine = engine
         self.prompt = list(prompt)
         self.sampling = sampling
@@ -125,6 +131,9 @@ class Generation:
         self.generation = generation
         self.policy = policy or engine.make_policy(drafting)
         self.prediction = PredictionDrafter(prediction, len(self.prompt)) if prediction else None
+        #: earlier texts prompt lookup copies from, fed this generation's at its end (None: none)
+        self.memory = memory
+        self.lookup = PromptLookupDrafter(memory) if memory is not None else engine.lookup
         #: restricts the output (a grammar, :meth:`SpeculativeEngine.grammar`); its state moves with
         #: every committed token and is freed when the generation ends
         self.constraint = constraint
@@ -213,7 +222,7 @@ class Generation:
             drafted=len(draft.tokens), accepted=k, committed=max(len(committed) - n_before, 0),
             draft_seconds=draft_seconds, verify_seconds=verify_seconds, draft_len_chosen=choice.draft_len,
             reason=choice.reason, catchup_tokens=catchup_tokens, catchup_seconds=catchup_seconds,
-            round_seconds=eng.clock() - self._t_mark)
+            round_seconds=eng.clock() - self._t_mark, from_memory=draft.from_memory and bool(draft.tokens))
         policy.observe(rs)
         # the round's invariant: the target's KV cache holds the committed tokens but the newest
         assert target.n_cached == len(committed) - 1, \
@@ -224,9 +233,9 @@ class Generation:
         return rs, end
 
     def _drafters(self) -> dict[DrafterId, Drafter]:
-        """This generation's drafters by name: its predicted output, the engine's prompt lookup and draft model."""
-        eng = self.engine
-        return {d.name: d for d in (self.prediction, eng.lookup, eng.drafter) if d is not None}
+        """This generation's drafters by name: its predicted output, its prompt lookup (the engine's, or one
+        reading the draft memory) and the engine's draft model."""
+        return {d.name: d for d in (self.prediction, self.lookup, self.engine.drafter) if d is not None}
 
     def _free_proposals(self, limit: int) -> dict[DrafterId, Draft]:
         """Step 1, first: the proposals (up to ``limit`` tokens) of the free drafters the policy names, in its order."""
@@ -378,6 +387,8 @@ class Generation:
         self.token_ids = committed[n_prompt:]
         # whatever happened, leave the caches consistent with what was committed
         eng.rollback(committed)
+        if self.memory is not None:
+            self.memory.add(committed)
         stats.tokens = len(self.token_ids)
         stats.kinds = {}
         for p in pending[: stats.tokens]:
@@ -436,7 +447,10 @@ class Engine(Protocol):
     def generate(self, prompt: Sequence[int], sampling: SamplingParams | None = None,
                  drafting: DraftParams | None = None, generation: GenerationParams | None = None,
                  policy: DraftPolicy | None = None, prediction: Sequence[int] | None = None,
-                 constraint: Constraint | None = None, logprobs: int | None = None) -> Generation: ...
+                 constraint: Constraint | None = None, logprobs: int | None = None,
+                 memory: DraftMemory | None = None) -> Generation: ...
+
+    def clear_cache(self) -> None: ...
 
     def grammar(self, gbnf: str, root: str = "root") -> Constraint: ...
 
@@ -664,6 +678,13 @@ class SpeculativeEngine:
         t_draft = warm(model)[0] if draft and model is not None and len(prompt) > 1 else 0.0
         return Prefill(t_target, t_draft, n_cached)
 
+    def clear_cache(self) -> None:
+        """Empty both KV caches: the next generation prefills its whole prompt and reuses nothing
+        (a request with llama-server's ``cache_prompt: false``). Not during a generation."""
+        self.target.reset()
+        if self.drafter is not None:
+            self.drafter.reset()
+
     def abort(self) -> None:
         """Stop the decode running now in either model (:meth:`LlamaModel.abort`); thread-safe."""
         for m in (self.target, self.draft_model):
@@ -699,7 +720,8 @@ class SpeculativeEngine:
     def generate(self, prompt: Sequence[int], sampling: SamplingParams | None = None,
                  drafting: DraftParams | None = None, generation: GenerationParams | None = None,
                  policy: DraftPolicy | None = None, prediction: Sequence[int] | None = None,
-                 constraint: Constraint | None = None, logprobs: int | None = None) -> Generation:
+                 constraint: Constraint | None = None, logprobs: int | None = None,
+                 memory: DraftMemory | None = None) -> Generation:
         """Start generating from ``prompt`` (token ids). Iterate the result for events.
 
         ``logprobs``: None (the default) computes none; n >= 0 gives every :class:`TokenEvent` its
@@ -710,6 +732,11 @@ class SpeculativeEngine:
         ``constraint``: a grammar the output must follow (:meth:`grammar`); the output then
         follows the target's distribution restricted to it, exactly (:mod:`localspec.core.acceptance`).
         The generation owns it and frees it when it ends.
+
+        ``memory``: a :class:`~localspec.core.drafters.DraftMemory` of earlier texts: prompt lookup
+        copies from it too (when its place agrees longer with the end of the context than the context's
+        own), and this generation's prompt and output are added to it at its end. Its drafts are
+        verified like any lookup draft: the output is unchanged by it.
 
         ``prediction``: token ids of a predicted output (``tokenize(text, special=False)``),
         drafted by :class:`~localspec.core.drafters.PredictionDrafter`; the output is unchanged
@@ -728,7 +755,7 @@ class SpeculativeEngine:
         if policy is None:
             policy = self.make_policy(drafting)
         return Generation(self, prompt, sampling or SamplingParams(), drafting,
-                          generation or GenerationParams(), policy, prediction, constraint, logprobs)
+                          generation or GenerationParams(), policy, prediction, constraint, logprobs, memory)
 
     def grammar(self, gbnf: str, root: str = "root") -> Constraint:
         """A fresh grammar state over the target's vocabulary, for :meth:`generate`'s ``constraint``.

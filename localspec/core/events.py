@@ -107,6 +107,8 @@ class RoundStats:
             this one; 0.0 when not measured. What is left after the passes (``verify_seconds``,
             a draft model's ``draft_seconds`` and ``catchup_seconds``) is the round's fixed cost
             (:meth:`localspec.core.policy.AdaptivePolicy.observe`).
+        from_memory: the draft (prompt lookup's) was copied from the draft memory of earlier
+            generations (:class:`~localspec.core.drafters.DraftMemory`), not from the context.
     """
 
     round: int
@@ -123,6 +125,7 @@ class RoundStats:
     catchup_tokens: int = 0
     catchup_seconds: float = 0.0
     round_seconds: float = 0.0
+    from_memory: bool = False
 
 
 def drafter_tallies(rounds: Iterable[RoundStats]) -> dict[str, dict[str, int]]:

@@ -42,6 +42,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from localspec.config import ServerSettings, Settings
+from localspec.core.drafters import DraftMemory
 from localspec.server import tools
 from localspec.server.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from localspec.server.openai_api import (ERROR_RESPONSES, FINISH_REASONS, MAX_JSON_DEPTH, ApiError, ChatCompletionBody, CompletionBody,
@@ -271,7 +272,8 @@ async def next_message(job: Job, request: Request):
 
 def _extra(s: Served, job: Job, gen) -> dict:
     drafting = job.drafting or s.settings.drafting
-    return {"speculation": speculation(drafting.mode, gen.stats, gen.rounds, drafting.cap),
+    memory = s.worker.memory is not None and job.request.memory
+    return {"speculation": speculation(drafting.mode, gen.stats, gen.rounds, drafting.cap, memory),
             "queue": {"arrival": job.arrival, "served": job.served, "wait_seconds": job.wait_seconds}}
 
 
@@ -385,12 +387,14 @@ def create_app(engine, settings: Settings, server: ServerSettings | None = None)
         engine: a loaded engine (:class:`~localspec.core.engine.SpeculativeEngine`, its public surface only).
         settings: the models' names, drafting settings and sampling defaults.
         server: the server's settings (:class:`~localspec.config.ServerSettings`: API key, queue size,
-            body limit, shutdown grace, CORS origins, default max_tokens); None: the defaults.
+            body limit, shutdown grace, CORS origins, default max_tokens, the draft memory's budget);
+            None: the defaults. The app keeps one draft memory for the engine (``draft_memory_tokens``).
     """
     server = server or ServerSettings()
     metrics: ServerMetrics | None = None
+    memory = DraftMemory(server.draft_memory_tokens) if server.draft_memory_tokens else None
     worker = EngineWorker(engine, settings, max_queue=server.queue_size, default_max_tokens=server.default_max_tokens,
-                          on_finished=lambda req, gen: metrics.observe(gen))
+                          on_finished=lambda req, gen: metrics.observe(gen), memory=memory)
     metrics = ServerMetrics(lambda: worker.waiting, lambda: int(worker.busy))
     template = engine.chat_template()
 

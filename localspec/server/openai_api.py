@@ -204,6 +204,10 @@ class GenerationRequest:
             (``mode``, ``draft_max``) from the request's ``speculation`` object.
         logprobs: None (no logprobs), or how many alternatives each token's logprob comes with
             (chat: ``top_logprobs`` when ``logprobs`` is true; completions: ``logprobs``).
+        memory: whether the request drafts from the server's draft memory and is added to it
+            (``speculation.memory``, default true).
+        cache_prompt: whether the request reuses a cached prompt prefix and leaves its own in the KV
+            cache (llama-server's ``cache_prompt``, default true).
     """
 
     kind: Literal["chat", "completion"]
@@ -218,6 +222,8 @@ class GenerationRequest:
     tools: Any = None
     speculation: dict = field(default_factory=dict)
     logprobs: int | None = None
+    memory: bool = True
+    cache_prompt: bool = True
 
     @property
     def prompt_param(self) -> str:
@@ -453,6 +459,9 @@ class SpeculationFields(BaseModel):
         draft_max: most tokens drafted per round, 1..:data:`~localspec.config.DRAFT_MAX_LIMIT`
             (a cap; mode auto chooses each round's length up to it); declared by
             :class:`~localspec.config.DraftParams`.
+        memory: ``false``: this request neither drafts from the server's draft memory (earlier
+            requests' prompts and answers, ``--draft-memory-tokens``) nor adds to it (benchmarks);
+            absent or ``true``: it does both. A JSON boolean.
     """
 
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -460,6 +469,9 @@ class SpeculationFields(BaseModel):
 
     mode: DraftMode | None = None
     draft_max: int | None = request_field(DraftParams, "draft_max")
+    memory: Annotated[bool | None, _said("speculation.memory must be true or false")] = Field(
+        None, description="false: neither draft from the server's memory of earlier requests nor add this one "
+                          "to it (the output is the same either way; only the speed changes)")
 
 
 class SamplingFields(BaseModel):
@@ -483,6 +495,9 @@ class SamplingFields(BaseModel):
     top_k: int | None = request_field(SamplingParams, "top_k")
     min_p: float | None = request_field(SamplingParams, "min_p")
     speculation: SpeculationFields | None = None
+    cache_prompt: Annotated[bool | None, Field(strict=True), _said("cache_prompt must be true or false")] = Field(
+        None, description="llama-server's field: false = this request neither reuses a cached prompt prefix "
+                          "nor leaves its own in the cache (absent: true)")
 
     @model_validator(mode="before")
     @classmethod
@@ -521,7 +536,9 @@ class SamplingFields(BaseModel):
             max_tokens=self.max_completion_tokens or self.max_tokens,
             sampling={k: v for k in ("temperature", "top_p", "seed", "top_k", "min_p")
                       if (v := getattr(self, k)) is not None},
-            speculation=self.speculation.model_dump(exclude_none=True) if self.speculation else {})
+            speculation=self.speculation.model_dump(exclude_none=True, exclude={"memory"}) if self.speculation else {},
+            memory=self.speculation is None or self.speculation.memory is not False,
+            cache_prompt=self.cache_prompt is not False)
 
 
 class ChatCompletionBody(SamplingFields):
@@ -666,10 +683,22 @@ def usage(stats: GenerationStats, rounds: list[RoundStats]) -> dict:
     }
 
 
-def speculation(mode: str, stats: GenerationStats, rounds: list[RoundStats], draft_max: int | None = None) -> dict:
+def memory_counts(rounds: list[RoundStats], enabled: bool) -> dict:
+    """The ``speculation.memory`` object: whether this request drafted from the draft memory
+    (``enabled``: the server keeps one and the request did not opt out), and the prompt-lookup
+    rounds whose draft was copied from it: rounds, tokens drafted, draft tokens accepted (these
+    are also counted in ``drafters.lookup``)."""
+    used = [r for r in rounds if r.from_memory]
+    return {"enabled": enabled, "rounds": len(used), "drafted": sum(r.drafted for r in used),
+            "accepted": sum(r.accepted for r in used)}
+
+
+def speculation(mode: str, stats: GenerationStats, rounds: list[RoundStats], draft_max: int | None = None,
+                memory: bool = False) -> dict:
     """The extra ``speculation`` object (definitions as in ``localspec bench``): ``mode`` and
     ``draft_max`` are what this request was drafted with (the server's settings with the
-    request's ``speculation`` overrides; ``draft_max`` the effective cap)."""
+    request's ``speculation`` overrides; ``draft_max`` the effective cap); ``memory``: the draft
+    memory's part (:func:`memory_counts`; ``memory``: whether the request used it)."""
     return {
         "mode": mode,
         "draft_max": draft_max,
@@ -686,6 +715,7 @@ def speculation(mode: str, stats: GenerationStats, rounds: list[RoundStats], dra
         "elapsed_seconds": stats.elapsed_seconds,
         "end_reason": stats.end_reason.value if stats.end_reason else None,
         "drafters": drafter_counts(rounds),
+        "memory": memory_counts(rounds, memory),
     }
 
 

@@ -8,9 +8,11 @@ A cancelled job (the client went away) leaves the queue at once, freeing its pla
 while it runs, ends after the current round (``Generation.cancel``); the engine keeps both KV caches
 consistent with what was committed, so the next request runs as from a fresh start,
 reusing the common prefix of the KV cache (an agent resending a growing conversation
-prefills only the new part). On shutdown (:meth:`EngineWorker.drain`) the waiting jobs are
-answered 503 and the running one gets a bounded grace period to finish. While no request
-comes for a while, a calibration that other processes disturbed is measured again once the
+prefills only the new part), unless it asks for ``cache_prompt: false`` (it then starts from
+empty caches and leaves them empty). Every request drafts from the draft memory (earlier
+requests' prompts and answers) and is added to it, unless it asks for ``speculation.memory:
+false``. On shutdown (:meth:`EngineWorker.drain`) the waiting jobs are answered 503 and the
+running one gets a bounded grace period to finish. While no request comes for a while, a calibration that other processes disturbed is measured again once the
 machine is quiet (:meth:`EngineWorker._remeasure_if_disturbed`).
 """
 
@@ -29,6 +31,7 @@ from pydantic import ValidationError
 
 from localspec.config import (DraftParams, GenerationParams, SamplingParams, Settings, context_room, fits_context,
                               format_validation_error, invalid_values)
+from localspec.core.drafters import DraftMemory
 from localspec.core.engine import Generation
 from localspec.errors import BackendError, LocalspecError
 from localspec.core.events import RoundStats, TokenEvent
@@ -152,11 +155,15 @@ class EngineWorker:
             the room left in the context window.
         on_finished: called in the worker thread with (request, generation) after each
             generation (metrics).
+        memory: the draft memory (:class:`~localspec.core.drafters.DraftMemory`) every request drafts
+            from and is added to (prompt + answer, by the engine), unless it opts out
+            (``speculation.memory: false``); None: none.
     """
 
     def __init__(self, engine, settings: Settings, max_queue: int = 8, default_max_tokens: int | None = None,
-                 on_finished=None) -> None:
+                 on_finished=None, memory: DraftMemory | None = None) -> None:
         self.engine = engine
+        self.memory = memory
         self.settings = settings
         self.max_queue = max_queue
         self.default_max_tokens = default_max_tokens
@@ -330,8 +337,13 @@ class EngineWorker:
             job = following if following is not None else self._wait_for_job()
 
     def _serve(self, job: Job) -> tuple[Finished | Failed, Generation | None]:
-        """Run ``job``; its last message (not posted yet) and the finished generation (None on failure)."""
+        """Run ``job``; its last message (not posted yet) and the finished generation (None on failure).
+
+        A request with ``cache_prompt: false`` starts from empty KV caches and leaves them empty.
+        """
         try:
+            if not job.request.cache_prompt:
+                self.engine.clear_cache()
             return self._run(job)
         except ApiError as e:
             return Failed(e), None
@@ -342,6 +354,9 @@ class EngineWorker:
         except Exception:  # a bug: logged here with its traceback, never sent to the client
             log.exception("request %d failed", job.arrival)
             return Failed(ApiError(500, "internal server error (see the server log)")), None
+        finally:
+            if not job.request.cache_prompt:
+                self.engine.clear_cache()
 
     def _prompt(self, req: GenerationRequest) -> tuple[list[int], int]:
         """Prompt token ids and max_tokens; ApiError 400 (with the numbers) when they do not fit."""
@@ -395,7 +410,8 @@ class EngineWorker:
             constraint = eng.grammar(call_grammar(req.tools), GRAMMAR_ROOT)
         gen = eng.generate(prompt, job.sampling, drafting,
                            GenerationParams(max_tokens=max_tokens, stop=req.stop or self.settings.generation.stop),
-                           prediction=prediction, constraint=constraint, logprobs=req.logprobs)
+                           prediction=prediction, constraint=constraint, logprobs=req.logprobs,
+                           memory=self.memory if req.memory else None)
         job.post(Started(len(prompt)))
         pending: list[TokenEvent] = []
         try:

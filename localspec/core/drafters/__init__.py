@@ -27,12 +27,15 @@ class Draft:
         source: the drafter that proposed it (``DrafterId.NONE`` for the empty draft of a round without one).
         match_length: a free drafter (prompt lookup, a prediction): over how many tokens
             the place it copies from agrees with the end of the context (0 otherwise).
+        from_memory: prompt lookup copied it from the draft memory (earlier requests,
+            :class:`~localspec.core.drafters.memory.DraftMemory`), not from the context.
     """
 
     tokens: tuple[int, ...]
     probs: np.ndarray | None
     source: DrafterId
     match_length: int = 0
+    from_memory: bool = False
 
 
 class Drafter(Protocol):
@@ -68,8 +71,9 @@ class Drafter(Protocol):
 
 
 from localspec.core.drafters.lookup import PromptLookupDrafter, find_candidate, find_match  # noqa: E402
+from localspec.core.drafters.memory import DraftMemory  # noqa: E402
 from localspec.core.drafters.model import DraftModelDrafter  # noqa: E402
 from localspec.core.drafters.prediction import PredictionDrafter  # noqa: E402
 
-__all__ = ["Draft", "Drafter", "PromptLookupDrafter", "DraftModelDrafter", "PredictionDrafter", "find_candidate",
-           "find_match"]
+__all__ = ["Draft", "Drafter", "DraftMemory", "PromptLookupDrafter", "DraftModelDrafter", "PredictionDrafter",
+           "find_candidate", "find_match"]

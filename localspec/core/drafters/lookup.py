@@ -76,25 +76,11 @@ def find_match(
         if L < n + 1:
             continue
         # candidate starts s in [0, L - n): the n-gram t[s:s+n] is followed by t[s+n]
-        starts = ngram_starts(t, t[L - n :], L - n)
-        if starts.size == 0:
+        hit = best_match(t, L - n, t, n)
+        if hit is None:
             continue
-        # keep the matches whose earlier context agrees longest with the current one
-        k = 1
-        while starts.size > 1 and k <= MAX_CONTEXT and L - n - k >= 0:
-            before = starts - k
-            ok = before >= 0
-            ok[ok] = t[before[ok]] == t[L - n - k]
-            if not ok.any():
-                break
-            starts = starts[ok]
-            k += 1
-        s = int(starts[-1])
+        s, k = hit
         period = L - n - s  # >= 1: the match repeats the text every ``period`` tokens
-        # how far the earlier context of the chosen match agrees (the loop above may stop early)
-        k = 0
-        while k < MAX_CONTEXT and s - k - 1 >= 0 and t[s - k - 1] == t[L - n - k - 1]:
-            k += 1
         copied = t[s + n : s + n + draft_max].tolist()
         while len(copied) < draft_max:
             copied.append(copied[len(copied) - period])
@@ -102,15 +88,74 @@ def find_match(
     return [], 0, 0
 
 
+def best_match(haystack: np.ndarray, end: int, context: np.ndarray, n: int,
+               starts: np.ndarray | None = None) -> tuple[int, int] | None:
+    """The best place in ``haystack`` to copy a continuation of ``context`` from (:func:`find_match`'s ranking).
+
+    Among the starts s in [0, ``end``) where ``haystack[s : s + n]`` equals the last ``n`` tokens of
+    ``context``, the one whose preceding tokens agree longest with the tokens before the last ``n``
+    of ``context`` (compared up to :data:`MAX_CONTEXT` tokens back), and of those the most recent.
+    The haystack is ``context`` itself (prompt lookup) or earlier texts
+    (:class:`~localspec.core.drafters.memory.DraftMemory`, whose separators, -1, agree with no token).
+
+    Args:
+        haystack: shape (H,) integer token ids; needs ``end + n - 1 <= H``.
+        end: starts are searched in [0, end).
+        context: shape (L,) integer token ids, L >= n.
+        n: the n-gram length, >= 1.
+        starts: the starts where the n-gram occurs, shape (k,) int, increasing, when the caller
+            found them faster (an index); None: searched here (:func:`ngram_starts`).
+
+    Returns:
+        (s, k): the chosen start and how many tokens before it agree with the tokens before the
+        context's last n (at most :data:`MAX_CONTEXT`); None when the n-gram does not occur.
+    """
+    L = context.shape[0]
+    if starts is None:
+        starts = ngram_starts(haystack, context[L - n :], end)
+    if starts.size == 0:
+        return None
+    # keep the matches whose earlier context agrees longest with the current one
+    k = 1
+    while starts.size > 1 and k <= MAX_CONTEXT and L - n - k >= 0:
+        before = starts - k
+        ok = before >= 0
+        ok[ok] = haystack[before[ok]] == context[L - n - k]
+        if not ok.any():
+            break
+        starts = starts[ok]
+        k += 1
+    s = int(starts[-1])
+    # how far the earlier context of the chosen match agrees (the loop above may stop early)
+    k = 0
+    while k < MAX_CONTEXT and s - k - 1 >= 0 and L - n - k - 1 >= 0 and haystack[s - k - 1] == context[L - n - k - 1]:
+        k += 1
+    return s, k
+
+
 class PromptLookupDrafter:
-    """Drafter that proposes tokens by prompt lookup (point-mass draft: no probabilities)."""
+    """Drafter that proposes tokens by prompt lookup (point-mass draft: no probabilities).
+
+    Args:
+        memory: earlier texts to copy from as well (:class:`~localspec.core.drafters.memory.DraftMemory`),
+            or None. Its proposal is used when its place agrees with the end of the context over more
+            tokens than the context's own best match does (ties: the context's own).
+    """
 
     name = DrafterId.LOOKUP
     last_catchup = (0, 0.0)  #: no cache, nothing to catch up
 
+    def __init__(self, memory=None) -> None:
+        self.memory = memory
+
     def draft(self, context: Sequence[int], draft_len: int, drafting: DraftParams) -> Draft:
-        """Up to ``draft_len`` ids copied after the best n-gram match (:func:`find_match`); probs None."""
+        """Up to ``draft_len`` ids copied after the best n-gram match (:func:`find_match`) in the context or,
+        when it agrees longer, in the memory (then ``from_memory``); probs None."""
         tokens, _, m = find_match(context, drafting.max_ngram, drafting.min_ngram, draft_len)
+        if self.memory is not None:
+            remembered, _, m_mem = self.memory.find(context, drafting.max_ngram, drafting.min_ngram, draft_len)
+            if remembered and m_mem > m:
+                return Draft(tuple(remembered), None, self.name, m_mem, from_memory=True)
         return Draft(tuple(tokens), None, self.name, m)
 
     def catchup_tokens(self, context: Sequence[int]) -> int:

@@ -25,7 +25,8 @@ repetition opens every message with the same nonce (so no server reuses a cached
 an earlier repetition), and the order of the servers alternates (forwards, backwards)
 between repetitions. Tasks: code edits of real files with the whole file expected back
 (``scripts/bench_files``: CPython's colorsys.py and fnmatch.py, and the 47-line file of
-``localspec bench``'s code-edit task) and a chat answer.
+``localspec bench``'s code-edit task; ``colorsys-unchanged`` asks for colorsys.py back unchanged, the
+answer a prediction fits exactly) and a chat answer.
 
 Per request: end-to-end latency (request sent to the last chunk, seconds) and decode
 tokens/s ((tokens - 1) / (last content chunk - first content chunk)). Ratios are taken per
@@ -86,6 +87,8 @@ def tasks() -> dict[str, tuple[str, str | None, int]]:
         "fnmatch-rename": ("Rename the function `translate` to `glob_to_regex` everywhere in this file (its "
                            f"definition, its calls, __all__ and the comments). {EDIT_TAIL}\n\n```python\n{fn}```",
                            fn, 4096),
+        # the answer = the file unchanged: every predicted token is accepted (the best case of a prediction)
+        "colorsys-unchanged": (f"Return this file unchanged. {EDIT_TAIL}\n\n```python\n{cs}```", cs, 4096),
         "chat": (chat.messages[0]["content"], None, 200),
     }
 

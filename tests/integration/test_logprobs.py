@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from cost_curves import FLAT_CURVE, T1, costs_for
-from helpers import PROMPTS, run
+from helpers import PROMPTS, TOL_FLASH_OFF, run
 from localspec.config import DraftParams, GenerationParams, SamplingParams
 from localspec.core.events import TokenEvent
 from localspec.core.policy import AdaptivePolicy
@@ -35,9 +35,6 @@ from localspec.core.sampling import log_softmax
 pytestmark = pytest.mark.tiny
 
 TOL = 1e-3
-#: flash attention off: what a batched verification pass is held to (measured up to 0.12); a row
-#: taken from the wrong position differs by nats, and fails this too
-TOL_FLASH_OFF = 0.25
 #: a prefill-sized batch against the one-token pass (:func:`test_a_prefill_sized_pass_differs_more`)
 PREFILL_TOL = 5e-2
 N_TOP = 5

@@ -19,7 +19,7 @@ import httpx
 import openai
 import pytest
 
-from helpers import assert_greedy_equal
+from helpers import TOL_FLASH_OFF, assert_greedy_equal
 from localspec.core.sampling import log_softmax
 from localspec.server.process import ServerProcess
 
@@ -200,7 +200,7 @@ def direct_logprobs(target, prompt: list[int], ids: list[int]) -> list[float]:
 
 def test_chat_logprobs_with_the_openai_client(client, tiny_engine, flash_off_model):
     """Streamed and not, modes lookup and none: the openai client parses them; mode none equals a
-    direct llama.cpp evaluation within 1e-3, lookup equals mode none within 0.25 (the server runs
+    direct llama.cpp evaluation within 1e-3, lookup equals mode none within 0.5 (the server runs
     with flash attention off: tests/integration/test_logprobs.py gives the measured differences)."""
     msgs = [{"role": "user", "content": "List the days of the week, one per line."}]
     # without the draft memory: drafting from the first answer would change the later requests' verification
@@ -222,7 +222,7 @@ def test_chat_logprobs_with_the_openai_client(client, tiny_engine, flash_off_mod
     ids, lps = streams["none"]
     assert lps == pytest.approx(direct_logprobs(flash_off_model, tiny_engine.chat_tokens(msgs), ids), abs=1e-3)
     n = next((i for i, (a, b) in enumerate(zip(ids, streams["lookup"][0])) if a != b), len(ids))
-    assert streams["lookup"][1][:n] == pytest.approx(lps[:n], abs=0.25)
+    assert streams["lookup"][1][:n] == pytest.approx(lps[:n], abs=TOL_FLASH_OFF)
 
 
 def test_completion_logprobs_with_the_openai_client(client):

@@ -29,7 +29,7 @@ def test_a_copy_that_keeps_being_accepted_reaches_the_longest_draft_quickly():
     body = text(900)
     trace = Trace("unchanged", (1, 2, 3) + body + (4, 5), body, eog=0)
     res = replay(trace, auto_policy(curve(STEEP_THEN_FLAT)), curve(STEEP_THEN_FLAT), use_prediction=False)
-    # the first round that drafts 64 comes within the first 100 tokens, and from there every round but
+    # the first round that drafts 64 comes within the first 150 tokens, and from there every round but
     # the last ones (near the end of the answer) drafts 64
     done, first_long = 0, None
     for g in res.lengths:
@@ -37,7 +37,7 @@ def test_a_copy_that_keeps_being_accepted_reaches_the_longest_draft_quickly():
             first_long = done
             break
         done += g + 1
-    assert first_long is not None and first_long < 100, res.lengths[:20]
+    assert first_long is not None and first_long < 150, res.lengths[:20]
     assert res.accepted == res.drafted
     assert sorted(res.lengths[-6:])[0] < 64 or len(body) % 65 == 0
     long_rounds = [g for g in res.lengths if g == 64]

@@ -49,9 +49,11 @@ def ask(pol, limit, proposals=None, committed=(), generated=0, catchup_tokens=0)
     return pol.choose(RoundState(list(committed), limit, props, generated, catchup_tokens))
 
 
-def tell(pol, drafter, drafted, accepted, draft_seconds, verify_seconds, catchup_tokens=0, catchup_seconds=0.0):
+def tell(pol, drafter, drafted, accepted, draft_seconds, verify_seconds, catchup_tokens=0, catchup_seconds=0.0,
+         round_seconds=0.0):
     """``pol.observe`` as the end of a round tells it."""
     pol.observe(RoundStats(round=0, drafter=DrafterId(drafter), draft_tokens=(0,) * drafted,
                            target_tokens=(0,) * (accepted + 1), drafted=drafted, accepted=accepted,
                            committed=accepted + 1, draft_seconds=draft_seconds, verify_seconds=verify_seconds,
-                           catchup_tokens=catchup_tokens, catchup_seconds=catchup_seconds))
+                           catchup_tokens=catchup_tokens, catchup_seconds=catchup_seconds,
+                           round_seconds=round_seconds))

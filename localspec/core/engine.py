@@ -222,13 +222,14 @@ class Generation:
             drafted=len(draft.tokens), accepted=k, committed=max(len(committed) - n_before, 0),
             draft_seconds=draft_seconds, verify_seconds=verify_seconds, draft_len_chosen=choice.draft_len,
             reason=choice.reason, catchup_tokens=catchup_tokens, catchup_seconds=catchup_seconds,
-            from_memory=draft.from_memory and bool(draft.tokens))
+            round_seconds=eng.clock() - self._t_mark, from_memory=draft.from_memory and bool(draft.tokens))
         policy.observe(rs)
         # the round's invariant: the target's KV cache holds the committed tokens but the newest
         assert target.n_cached == len(committed) - 1, \
             f"target cache holds {target.n_cached} tokens, not the {len(committed) - 1} committed before the newest"
         if eng.debug:
             eng.check_caches(committed)
+        self._t_mark = eng.clock()  # the next round's time starts here (releasing this round's text counts)
         return rs, end
 
     def _drafters(self) -> dict[DrafterId, Drafter]:
@@ -327,7 +328,7 @@ class Generation:
         eng, stats, prompt = self.engine, self.stats, self.prompt
         eng.check_prompt(prompt)
         rng = np.random.default_rng(self.sampling.seed)
-        self._t_start = eng.clock()
+        self._t_start = self._t_mark = eng.clock()
         committed = self.committed = list(prompt)
         assembler = self._assembler = TextAssembler(self.generation.stop)
         self._pending: list[_Pending] = []  # every committed output token, in order
@@ -344,6 +345,7 @@ class Generation:
             if not self._cancel:
                 stats.prefill_seconds, _, stats.cached_prompt_tokens = eng.prefill(prompt, draft=False,
                                                                                    progress=self.on_prefill)
+            self._t_mark = eng.clock()  # where the first round's time starts
             while end is None and not self._cancel:
                 if len(committed) >= eng.n_ctx:  # no position left for a new token
                     end = EndReason.CONTEXT

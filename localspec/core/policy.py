@@ -22,6 +22,8 @@ from localspec.core.events import DrafterId, RoundStats
 #: above the rule of succession's 7/8, so the rule is a safe floor there; for 2-3 tokens it is not
 #: (43 % measured, 2/3 by the rule)
 COPY_EVIDENCE_TOKENS = 8
+#: a bucket position seen this often follows what was seen, not the floor of :data:`COPY_EVIDENCE_TOKENS`
+LEARNED_OBSERVATIONS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,15 +257,19 @@ class AdaptivePolicy:
         positions that were drafted, so on its own it keeps long drafts short; the copy's own
         evidence grows with every accepted round (after r tokens a draft of g reaches its end with
         probability (r + 1) / (r + g + 1)), and one wrong token ends the copy: the next proposal
-        is a new, short match and is drafted as short as its bucket says. Shorter matches than
-        :data:`COPY_EVIDENCE_TOKENS` follow their bucket alone (what short matches do is learned).
+        is a new, short match and is drafted as short as its bucket says. The floor applies only to
+        the positions its bucket has not yet learned (seen fewer than :data:`LEARNED_OBSERVATIONS`
+        times): where long matches of this length kept breaking early in this generation, what
+        was seen wins. Shorter matches than :data:`COPY_EVIDENCE_TOKENS` follow their bucket alone.
         """
         match = self.match_length.get(name, 0)
-        acc = self.free_est[name].values(match)
+        bucket = self.free_est[name].bucket(match)
+        acc = bucket.values
         chance = LOOKUP_CHANCE_TOKENS if name == DrafterId.LOOKUP else 0
         if match < COPY_EVIDENCE_TOKENS:
             return acc
-        return [max(a, s) for a, s in zip(acc, succession_prior(match, len(acc), chance))]
+        return [a if n >= LEARNED_OBSERVATIONS else max(a, s)
+                for a, n, s in zip(acc, bucket.counts, succession_prior(match, len(acc), chance))]
 
     def catchup_seconds(self) -> tuple[int, float]:
         """(tokens, expected seconds) of the catch-up the draft model needs before drafting now."""

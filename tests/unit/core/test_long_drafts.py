@@ -19,6 +19,7 @@ from localspec.core.costmodel import (
     shifted_curve,
     succession_prior,
 )
+from localspec.core.events import DrafterId
 from localspec.core.policy import AdaptivePolicy
 
 from cost_curves import ask
@@ -208,7 +209,8 @@ def test_a_long_lookup_match_is_drafted_long_where_the_curve_allows():
     curve = linear_curve(3.05)  # the Intel CPU: a 9-token pass costs 3.05 single ones
     pol = AdaptivePolicy(costs_for(curve), 64, has_draft=False)
     ch = ask(pol, 64, {"lookup": (list(range(300, 364)), 259)}, list(range(300)))  # 259 tokens of context agree
-    prior = pol.lookup_est.values(259)
+    prior = pol.free_values(DrafterId.LOOKUP)  # its bucket's prior, floored by the rule of succession on its match
+    assert prior == [max(a, b) for a, b in zip(pol.lookup_est.values(259), succession_prior(259, 64, 2))]
     assert ch.drafter == "lookup" and ch.draft_len == best_draft_length(prior, curve, 0.0, 64)[0]
     assert ch.draft_len > 32  # far past the old cap of 8
     # less evidence, a shorter first draft (still past the old cap)
@@ -227,7 +229,7 @@ def test_a_steep_curve_keeps_long_matches_shorter():
         lens.append(ask(pol, 64, {"lookup": (list(range(100, 164)), 40)}, list(range(100))).draft_len)
     assert 0 < lens[1] < lens[0]
     # the choice is the argmax of the expected rate on each curve (nothing about the CPU hard-coded)
-    prior = succession_prior(32, 64, 2)
+    prior = succession_prior(40, 64, 2)  # the match's own evidence (40 tokens) over its bucket's (32-63)
     assert lens == [best_draft_length(prior, c, 0.0, 64)[0] for c in (flat, steep)]
 
 

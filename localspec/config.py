@@ -120,7 +120,11 @@ class SamplingParams(_Strict):
 DRAFT_MAX_LIMIT = 64
 #: most tokens a round drafts in mode ``auto`` when the user sets no ``draft_max``: the limit. The
 #: policy drafts as long as the evidence and the measured verify curve make pay, up to this
-#: (llama-server's ngram-mod drafts up to 64 too); calibration measures the verify cost up to it + 1
+#: (llama-server's ngram-mod drafts up to 64 too); calibration measures the verify cost up to it + 1.
+#: Why not more: on every curve measured (tests/data/cpu-curves) a pass past ~32 tokens costs about
+#: 0.3 T(1) a token more, so even a copy accepted to the last token gains little past 64 (Zen 4,
+#: 1.5B: ceiling 3.46x at g = 31, 3.25x at g = 64 with 512 tokens of context; a 128-token round
+#: would reach ~3.4x) while a longer calibration and a longer rejected tail cost every user
 AUTO_DRAFT_MAX = DRAFT_MAX_LIMIT
 #: tokens a round drafts in the fixed modes (``draft``, ``lookup``) when the user sets no ``draft_max``
 FIXED_DRAFT_MAX = 8

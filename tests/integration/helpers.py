@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from contextlib import contextmanager
+
 import numpy as np
 
 from generation import run  # noqa: F401  (re-exported: the integration tests import it from here)
@@ -50,3 +53,17 @@ def assert_greedy_equal(engine, prompt, reference, got, label=""):
 #: from the wrong position differs by nats, and fails this too. test_logprobs.py and test_server.py hold
 #: every mode's logprobs to it against mode none's.
 TOL_FLASH_OFF = 0.5
+
+
+@contextmanager
+def tiny_lookup_server(tiny_path, tmp, key):
+    """``localspec serve`` on SmolLM2 in mode lookup (one thread, 1,024 tokens of context) in a child
+    process, and an ``openai`` client for it (no retries)."""
+    import openai
+
+    from localspec.server.process import ServerProcess
+
+    argv = [sys.executable, "-m", "localspec.cli", "serve", "--target", str(tiny_path), "--mode", "lookup",
+            "--port", "{port}", "--api-key", key, "--n-ctx", "1024", "--n-threads", "1", "--log-level", "warning"]
+    with ServerProcess(argv, tmp / "server.log", env={"LOCALSPEC_CACHE": str(tmp / "cache")}, timeout=120) as proc:
+        yield openai.OpenAI(base_url=proc.base_url + "/v1", api_key=key, max_retries=0, timeout=300)

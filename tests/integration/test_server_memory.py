@@ -8,13 +8,10 @@ The server runs in mode lookup without a draft model, as in test_server_speculat
 
 from __future__ import annotations
 
-import sys
-
 import openai
 import pytest
 
-from helpers import assert_greedy_equal
-from localspec.server.process import ServerProcess
+from helpers import assert_greedy_equal, tiny_lookup_server
 
 pytestmark = pytest.mark.tiny
 
@@ -26,11 +23,8 @@ SECOND = "Here are the numbers in order: 1, 2, 3, 4, 5, 6,"
 
 @pytest.fixture(scope="module")
 def client(tiny_path, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("serve-memory")
-    argv = [sys.executable, "-m", "localspec.cli", "serve", "--target", str(tiny_path), "--mode", "lookup",
-            "--port", "{port}", "--api-key", KEY, "--n-ctx", "1024", "--n-threads", "1", "--log-level", "warning"]
-    with ServerProcess(argv, tmp / "server.log", env={"LOCALSPEC_CACHE": str(tmp / "cache")}, timeout=120) as proc:
-        yield openai.OpenAI(base_url=proc.base_url + "/v1", api_key=KEY, max_retries=0, timeout=300)
+    with tiny_lookup_server(tiny_path, tmp_path_factory.mktemp("serve-memory"), KEY) as client:
+        yield client
 
 
 def complete(client, prompt, max_tokens=60, **extra):

@@ -4,7 +4,7 @@ from, bounded by a token budget, the oldest evicted first, ranked as prompt look
 import numpy as np
 import pytest
 
-from localspec.config import DraftParams
+from localspec.config import DraftParams, GenerationParams, SamplingParams
 from localspec.core.drafters import DraftMemory, PromptLookupDrafter
 from localspec.core.drafters.lookup import MAX_CONTEXT
 from localspec.core.drafters.memory import TOKEN_BYTES
@@ -172,3 +172,27 @@ def test_the_settings_help_states_the_memorys_size_per_token():
     m = DraftMemory(1000)
     m.add(range(100))
     assert m.nbytes == TOKEN_BYTES * 101
+
+
+def test_sampled_output_is_unchanged_by_drafts_from_memory():
+    """Issue 31, item 8: at temperature > 0 the target samples each verified position with the same seeded
+    generator whether or not a point-mass draft sits there, so drafts from the memory (an earlier answer)
+    change nothing: the tokens equal mode none's with the same seed, and the remembered run is accepted."""
+    from fakes import FakeModel
+    from localspec.core.engine import SpeculativeEngine
+    from cost_curves import FLAT_CURVE, costs_for
+
+    prompt, memory = [11, 13, 5, 7], DraftMemory(1000)
+    eng = SpeculativeEngine(FakeModel(), None, costs=costs_for(FLAT_CURVE))
+    sampling = SamplingParams(temperature=0.8, seed=5)
+
+    def sampled(mode, mem):
+        return eng.generate(prompt, sampling, DraftParams(mode=mode, draft_max=8), GenerationParams(max_tokens=30),
+                            memory=mem).run()
+
+    reference = sampled("none", None)
+    sampled("lookup", memory)  # the first answer goes into the memory
+    again = sampled("lookup", memory)
+    assert again.token_ids == reference.token_ids
+    used = [r for r in again.rounds if r.from_memory]
+    assert used and sum(r.accepted for r in used) > 0

@@ -1,6 +1,9 @@
 """Issue 31, item 4: mode auto replayed on recorded acceptance traces and the cost curves of every CPU
 kind the project has met (``tests/data``), against the best fixed draft length for that trace and curve
-(chosen in hindsight) and an ngram-mod-like rule (llama.cpp's defaults: draft 64 once 24 tokens match).
+(chosen in hindsight) and an ngram-mod-like rule (llama.cpp's defaults: draft 64 once 24 tokens match);
+on a copy (the answer is the file) also against the ceiling: the per-round oracle, every round's length
+chosen knowing the answer (the position-by-position form of ``localspec calibrate``'s "calibrated ceiling
+for free drafts", which it gives at two context lengths only).
 
 No model runs: which drafted tokens the target accepts is a property of the text and the models
 (:mod:`localspec.bench.replay`), the CPU only sets what each round costs. So a policy change is checked
@@ -10,7 +13,7 @@ table, with the per-round oracle beside it.
 
 import pytest
 
-from localspec.bench.replay import NgramModRule, Trace, auto_policy, best_fixed, replay
+from localspec.bench.replay import NgramModRule, Trace, auto_policy, best_fixed, oracle_seconds, replay
 from traces import load_trace, recorded_curves, trace_names
 
 #: the round's fixed cost beside its passes, as a share of a one-token pass at short context: none, and
@@ -51,6 +54,9 @@ def test_auto_is_within_5_percent_of_the_best_fixed_length_and_never_slower_than
         assert auto.seconds <= fixed.seconds / 0.95, what
         if "unchanged" in name:  # a copy task: the answer is the file
             assert auto.seconds <= ngram.seconds, what
+            if share == 0.0:  # >= 0.85 of the ceiling: every round's length chosen knowing the answer
+                oracle = oracle_seconds(tr, curve, overhead, use_prediction=with_prediction)
+                assert auto.seconds <= oracle / 0.85, f"{what}, oracle {oracle:.2f} s"
 
 
 def test_there_are_traces_and_curves_of_more_than_one_cpu_kind():

@@ -126,18 +126,6 @@ def test_required_yields_a_schema_valid_call_even_for_an_unrelated_prompt_and_wh
             assert set(args) <= {"city", "unit"} and args.get("unit", "celsius") in ("celsius", "fahrenheit")
 
 
-def test_auto_constrains_a_call_once_opened(client):
-    """tool_choice auto: the model chooses freely, but a call it opens follows the grammar. The tool's
-    schema allows only the city "Lyon": asked about Paris, the model opens a get_weather call (as in
-    test_auto_call_and_its_stream) and the grammar makes its city Lyon; without the lazy grammar it
-    would write Paris."""
-    lyon = [{"type": "function", "function": {**TOOLS[0]["function"], "parameters": {
-        "type": "object", "properties": {"city": {"enum": ["Lyon"]}}, "required": ["city"]}}}]
-    r = client.chat.completions.create(model="qwen", messages=WEATHER, tools=lyon, temperature=0, max_tokens=48)
-    assert r.choices[0].finish_reason == "tool_calls", r.choices[0].message
-    assert calls_of(r.choices[0].message) == [("get_weather", '{"city": "Lyon"}')]
-
-
 def test_tool_choice_none_gives_text(client):
     r = chat(client, WEATHER, tool_choice="none", max_tokens=8)
     assert r.choices[0].message.tool_calls is None and r.choices[0].message.content

@@ -264,6 +264,8 @@ def chat_body(body: ResponsesBody) -> dict:
     """
     _check_refused(body)
     max_tokens = body.max_output_tokens
+    if isinstance(max_tokens, float) and max_tokens.is_integer():  # JSON's 4.0 is the integer 4
+        max_tokens = int(max_tokens)
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
         raise _bad("max_output_tokens", "max_output_tokens must be an integer >= 1")
     chat = {"messages": input_messages(body.input, body.instructions), "tools": chat_tools(body.tools),

@@ -17,7 +17,7 @@ from localspec.config import DraftParams, ModelSettings, Settings
 from localspec.core.engine import SpeculativeEngine
 from localspec.server import create_app
 from localspec.server.openai_api import ApiError
-from localspec.server.responses import ResponsesBody, generation_request, input_messages
+from localspec.server.responses import ResponsesBody, ResponsesShape, generation_request, input_messages
 
 SETTINGS = Settings(target=ModelSettings(model="fake.gguf"), drafting=DraftParams(mode="lookup"))
 CALL_START, CALL_END = 30, 31
@@ -228,3 +228,52 @@ def test_stream_of_a_call_and_an_incomplete_stream(served):
     assert events[-1].type == "response.incomplete" and events[-1].response.incomplete_details.reason == \
         "max_output_tokens"
     assert events[-2].item.status == "incomplete" and events[-1].response.output_text == "t4 "
+
+
+def chunk(content=None, calls=None, finish=None) -> dict:
+    delta = {k: v for k, v in (("content", content), ("tool_calls", calls)) if v is not None}
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def run_events(chunks) -> list[dict]:
+    import asyncio
+
+    async def source():
+        for c in chunks:
+            yield c
+
+    async def collect():
+        return [json.loads(e["data"]) for e in [e async for e in ResponsesShape("m", ResponsesBody()).events(source())]]
+
+    return asyncio.run(collect())
+
+
+def test_text_then_calls_close_the_message_first_and_an_error_ends_the_stream():
+    calls = [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": ""}},
+             {"index": 0, "function": {"arguments": '{"a": '}}, {"index": 0, "function": {"arguments": "1}"}},
+             {"index": 1, "id": "call_2", "type": "function", "function": {"name": "g", "arguments": ""}},
+             {"index": 1, "function": {"arguments": "{}"}}]
+    usage = {"prompt_tokens": 4, "completion_tokens": 9, "total_tokens": 13, "prompt_tokens_details":
+             {"cached_tokens": 2}}
+    events = run_events([chunk(""), chunk("Let me look."), *[chunk(calls=[c]) for c in calls],
+                         chunk(finish="tool_calls"), {"choices": [], "usage": usage, "speculation": {"rounds": 3}},
+                         "[DONE]"])
+    kinds = [(e["type"], e.get("output_index")) for e in events]
+    assert kinds == [("response.created", None), ("response.in_progress", None),
+                     ("response.output_item.added", 0), ("response.content_part.added", 0),
+                     ("response.output_text.delta", 0), ("response.output_text.done", 0),
+                     ("response.content_part.done", 0), ("response.output_item.done", 0),
+                     ("response.output_item.added", 1), ("response.function_call_arguments.delta", 1),
+                     ("response.function_call_arguments.delta", 1), ("response.function_call_arguments.done", 1),
+                     ("response.output_item.done", 1), ("response.output_item.added", 2),
+                     ("response.function_call_arguments.delta", 2), ("response.function_call_arguments.done", 2),
+                     ("response.output_item.done", 2), ("response.completed", None)]
+    final = events[-1]["response"]
+    assert [(o["type"], o.get("call_id"), o.get("arguments")) for o in final["output"]] == [
+        ("message", None, None), ("function_call", "call_1", '{"a": 1}'), ("function_call", "call_2", "{}")]
+    assert final["usage"] == {"input_tokens": 4, "input_tokens_details": {"cached_tokens": 2}, "output_tokens": 9,
+                              "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 13}
+    assert final["speculation"] == {"rounds": 3} and final["status"] == "completed"
+    failed = run_events([chunk(""), chunk("Hi"), ApiError(503, "the server is shutting down", None, "server_shutdown")])
+    assert failed[-1] == {"type": "error", "sequence_number": 5, "code": "server_shutdown",
+                          "message": "the server is shutting down", "param": None}

@@ -67,6 +67,8 @@ REFUSED = {
     "prompt": "stored prompt templates are not supported: send instructions and input",
     "max_tool_calls": "max_tool_calls is not supported: use parallel_tool_calls: false for one call",
 }
+FORMAT_SHAPE = ('text.format must be {"type": "text"}, {"type": "json_object"} or {"type": "json_schema", '
+                '"name": ..., "schema": {...}, "strict": true}')
 #: content part types read as text
 TEXT_PARTS = ("input_text", "output_text")
 MESSAGE_ROLES = ("user", "system", "developer", "assistant")
@@ -77,7 +79,7 @@ RENAMED = (("response_format.json_schema.schema", "text.format.schema"),
 
 
 def _bad(param: str, message: str, code: str = "invalid_value") -> ApiError:
-    return ApiError(400, f"{param}: {message}", param, code)
+    return ApiError(400, message if message.startswith(param) else f"{param}: {message}", param, code)
 
 
 class ResponsesBody(BaseModel):
@@ -229,7 +231,11 @@ def response_format(text: Any) -> dict | None:
     if not isinstance(text, dict):
         raise _bad("text", 'text must be an object such as {"format": {"type": "text"}}')
     fmt = text.get("format")
-    if fmt is None or not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
+        raise _bad("text.format", FORMAT_SHAPE)
+    if fmt["type"] != "json_schema":
         return fmt
     return {"type": "json_schema", "json_schema": {k: v for k, v in fmt.items() if k != "type"}}
 
@@ -252,6 +258,8 @@ def _check_refused(body: ResponsesBody) -> None:
         if value not in INCLUDE_IGNORED:
             raise _bad(f"include[{i}]", f"{value!r} is not supported (only {', '.join(INCLUDE_IGNORED)})",
                        "unsupported_parameter")
+    if body.metadata is not None and not isinstance(body.metadata, dict):
+        raise _bad("metadata", "metadata must be an object of string keys and values")
     if body.reasoning is not None and not isinstance(body.reasoning, dict):
         raise _bad("reasoning", 'reasoning must be an object such as {"effort": "low"}')
 

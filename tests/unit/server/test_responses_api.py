@@ -160,7 +160,9 @@ BAD = [
     ({"input": "x", "max_output_tokens": 0}, "max_output_tokens", "invalid_value"),
     ({"input": "x", "temperature": "hot"}, "temperature", None),
     ({"input": "x", "instructions": 3}, "instructions", "invalid_value"),
-    ({"input": "x", "text": {"format": {"type": "xml"}}}, "text.format.type", "invalid_value"),
+    ({"input": "x", "text": {"format": {"type": "xml"}}}, "text.format", "invalid_value"),
+    ({"input": "x", "text": {"format": {"type": "json_schema", "name": "n"}}}, "text.format", "invalid_value"),
+    ({"input": "x", "metadata": 3}, "metadata", "invalid_value"),
     ({"input": "x", "speculation": {"mode": "fast"}}, "speculation.mode", None),
 ]
 

@@ -184,6 +184,7 @@ def test_accepted_and_ignored_fields(served):
                                       "include": ["reasoning.encrypted_content"], "user": "u",
                                       "prompt_cache_key": "k", "parallel_tool_calls": False})
     assert r.status_code == 200 and r.json()["store"] is False and r.json()["parallel_tool_calls"] is False
+    assert 'localspec_requests_total{endpoint="responses",status="200"}' in c.get("/metrics").text
 
 
 def stream(client, **kw) -> list:

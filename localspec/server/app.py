@@ -3,7 +3,8 @@ body limit, errors as OpenAI's error object.
 
 Routes: ``GET /health``, ``GET /v1/models``, ``GET /v1/models/{id}``,
 ``POST /v1/chat/completions`` (with tool calling, :mod:`.tools`), ``POST /v1/completions`` (with
-``suffix``: fill in the middle), ``POST /infill`` (llama.cpp's, :mod:`.infill`),
+``suffix``: fill in the middle), ``POST /v1/responses`` (OpenAI's Responses API, run as a chat
+request: :mod:`.responses`), ``POST /infill`` (llama.cpp's, :mod:`.infill`),
 ``GET /metrics``, and ``GET /openapi.json`` (the request bodies' schemas). Cross-origin
 requests (CORS, for browser-based clients) get no CORS headers unless origins are allowed
 (``cors_origins`` of :class:`~localspec.config.ServerSettings`); then preflight ``OPTIONS``
@@ -49,6 +50,7 @@ from localspec.server.infill import InfillBody, InfillShape, check_fim_model
 from localspec.server.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from localspec.server.openai_api import (ERROR_RESPONSES, FINISH_REASONS, MAX_JSON_DEPTH, ApiError, ChatCompletionBody, CompletionBody,
                                          GenerationRequest, ResponseShape, api_error, check_json, speculation, usage)
+from localspec.server.responses import ResponsesBody, ResponsesShape, generation_request
 from localspec.server.worker import EngineWorker, Failed, Finished, Job, Started, Tokens, drafting_for, sampling_for
 
 log = logging.getLogger("localspec.server")
@@ -80,7 +82,7 @@ def bearer_token(authorization: str) -> str | None:
 
 #: path -> the ``endpoint`` label of ``localspec_requests_total``
 GENERATION_ENDPOINTS = {"/v1/chat/completions": "chat_completions", "/v1/completions": "completions",
-                        "/infill": "infill"}
+                        "/v1/responses": "responses", "/infill": "infill"}
 
 
 class _CountRequests:
@@ -210,6 +212,12 @@ async def completions(body: CompletionBody, request: Request) -> Response:
     return await generate(request, req)
 
 
+@generation.post("/v1/responses")
+async def responses(body: ResponsesBody, request: Request) -> Response:
+    """OpenAI's Responses API (:mod:`.responses`): converted to a chat request, its answer reshaped."""
+    return await generate(request, generation_request(body), responses=ResponsesShape(served(request).target_id, body))
+
+
 @generation.post("/infill")
 async def infill(body: InfillBody, request: Request) -> Response:
     """llama.cpp's fill-in-the-middle endpoint (:mod:`.infill`): its request and answer shapes."""
@@ -249,10 +257,11 @@ def model_object(s: Served) -> dict:
             "draft": s.draft_id, "mode": s.settings.drafting.mode, "n_ctx": s.engine.n_ctx}
 
 
-async def generate(request: Request, req: GenerationRequest, shape_for: Callable[[Started], Any] | None = None
-                   ) -> Response:
+async def generate(request: Request, req: GenerationRequest, shape_for: Callable[[Started], Any] | None = None,
+                   responses: ResponsesShape | None = None) -> Response:
     """Queue a checked request and answer it: a stream of server-sent events or one JSON object.
-    ``shape_for(started)``: the answer's shape (default OpenAI's :class:`ResponseShape`)."""
+    ``shape_for(started)``: the answer's shape (default OpenAI's :class:`ResponseShape`);
+    ``responses``: reshape the chat answer as a Responses API answer."""
     s = served(request)
     if req.tools is not None and (req.tools.tools or req.tools.history):
         if s.tool_fmt is None:
@@ -271,9 +280,12 @@ async def generate(request: Request, req: GenerationRequest, shape_for: Callable
     if req.stream:
         # sse-starlette ends streams when uvicorn begins to shut down; give the running answer
         # the grace period (the worker ends it then, with an error event saying why)
-        return EventSourceResponse(_stream(s, job, req, shape), sep="\n",
+        return EventSourceResponse(_stream(s, job, req, shape, responses), sep="\n",
                                    shutdown_grace_period=s.server.shutdown_grace + 2)
-    return await _collect(s, job, request, shape, req)
+    answer = await _collect(s, job, request, shape, req)
+    if responses is None or not isinstance(answer, dict):
+        return answer if isinstance(answer, Response) else JSONResponse(answer)
+    return JSONResponse(responses.whole(answer))
 
 
 async def next_message(job: Job, request: Request):
@@ -294,7 +306,8 @@ def _extra(s: Served, job: Job, gen) -> dict:
             "queue": {"arrival": job.arrival, "served": job.served, "wait_seconds": job.wait_seconds}}
 
 
-async def _collect(s: Served, job: Job, request: Request, shape: ResponseShape, req: GenerationRequest) -> Response:
+async def _collect(s: Served, job: Job, request: Request, shape: ResponseShape, req: GenerationRequest
+                   ) -> dict | Response:
     logprobs: list | None = [] if req.logprobs is not None else None  # every output token's entry
     while True:
         msg = await next_message(job, request)
@@ -309,37 +322,50 @@ async def _collect(s: Served, job: Job, request: Request, shape: ResponseShape, 
             getattr(shape, "finished", lambda g: None)(gen)
             extra = {"usage": usage(gen.stats, gen.rounds), **_extra(s, job, gen)}
             if req.tools is not None and req.tools.parses:
-                return JSONResponse(tools.complete(shape, req.tools, gen.text,
-                                                   FINISH_REASONS[gen.stats.end_reason], extra, logprobs))
-            return JSONResponse(shape.complete(gen.text, FINISH_REASONS[gen.stats.end_reason], extra, logprobs))
+                return tools.complete(shape, req.tools, gen.text, FINISH_REASONS[gen.stats.end_reason], extra,
+                                      logprobs)
+            return shape.complete(gen.text, FINISH_REASONS[gen.stats.end_reason], extra, logprobs)
 
 
-async def _stream(s: Served, job: Job, req: GenerationRequest, shape: ResponseShape):
-    """Server-sent events; sse-starlette cancels this when the client disconnects."""
-    calls = tools.ToolStream(shape, req.tools, req.include_usage) if req.tools and req.tools.parses else None
+async def _stream(s: Served, job: Job, req: GenerationRequest, shape: ResponseShape,
+                  responses: ResponsesShape | None = None):
+    """Server-sent events; sse-starlette cancels this when the client disconnects. ``responses``:
+    the chat chunks become Responses API events."""
     try:
-        opening = shape.chunk("", first=True, include_usage=req.include_usage)
-        if opening is not None:
-            yield json.dumps(opening)
-        while True:
-            msg = await job.out.get()
-            if isinstance(msg, Tokens):
-                text = "".join(t.text for t in msg.tokens)
-                if calls is not None:
-                    for chunk in calls.feed(text, msg.tokens, msg.logprobs):
-                        yield json.dumps(chunk)
-                elif msg.tokens and (chunk := shape.chunk(text, tokens=msg.tokens, include_usage=req.include_usage,
-                                                          logprobs=msg.logprobs)) is not None:
-                    yield json.dumps(chunk)
-            elif isinstance(msg, Finished):
-                for chunk in _last_chunks(s, job, req, shape, msg.generation, calls):
-                    yield json.dumps(chunk) if isinstance(chunk, dict) else chunk
-                return
-            elif isinstance(msg, Failed):
-                yield json.dumps(msg.error.body())
-                return
+        if responses is not None:
+            async for event in responses.events(_chunks(s, job, req, shape)):
+                yield event
+            return
+        async for chunk in _chunks(s, job, req, shape):
+            yield (json.dumps(chunk.body()) if isinstance(chunk, ApiError) else
+                   json.dumps(chunk) if isinstance(chunk, dict) else chunk)
     finally:
         job.cancel()  # no effect once finished; otherwise the generation ends after this round
+
+
+async def _chunks(s: Served, job: Job, req: GenerationRequest, shape: ResponseShape):
+    """The answer's chunks (dicts), then ``"[DONE]"`` (where the shape sends it), or an ApiError."""
+    calls = tools.ToolStream(shape, req.tools, req.include_usage) if req.tools and req.tools.parses else None
+    opening = shape.chunk("", first=True, include_usage=req.include_usage)
+    if opening is not None:
+        yield opening
+    while True:
+        msg = await job.out.get()
+        if isinstance(msg, Tokens):
+            text = "".join(t.text for t in msg.tokens)
+            if calls is not None:
+                for chunk in calls.feed(text, msg.tokens, msg.logprobs):
+                    yield chunk
+            elif msg.tokens and (chunk := shape.chunk(text, tokens=msg.tokens, include_usage=req.include_usage,
+                                                      logprobs=msg.logprobs)) is not None:
+                yield chunk
+        elif isinstance(msg, Finished):
+            for chunk in _last_chunks(s, job, req, shape, msg.generation, calls):
+                yield chunk
+            return
+        elif isinstance(msg, Failed):
+            yield msg.error
+            return
 
 
 def _last_chunks(s: Served, job: Job, req: GenerationRequest, shape: ResponseShape, gen, calls) -> list:

@@ -103,7 +103,8 @@ def test_integral_numbers_are_integers():
 def test_openapi_documents_the_request_bodies():
     with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS, ServerSettings(api_key="k"))) as c:
         doc = c.get("/openapi.json").json()
-    for path, model in (("/v1/chat/completions", "ChatCompletionBody"), ("/v1/completions", "CompletionBody")):
+    for path, model in (("/v1/chat/completions", "ChatCompletionBody"), ("/v1/completions", "CompletionBody"),
+                        ("/v1/responses", "ResponsesBody")):
         ref = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
         assert ref == f"#/components/schemas/{model}" and model in doc["components"]["schemas"]
     assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"

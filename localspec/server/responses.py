@@ -49,6 +49,7 @@ error after the stream began is an ``error`` event ``{"type": "error", "code", "
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from typing import Any, AsyncIterator
@@ -134,7 +135,7 @@ def _string_field(item: dict, key: str, param: str) -> str:
     return value
 
 
-def _call_message(messages: list[dict], item: dict, param: str) -> None:
+def _call_message(messages: list[dict], item: dict, param: str, origins: list[str]) -> None:
     """A function_call item joins the assistant message before it (or starts one)."""
     call = {"id": _string_field(item, "call_id", param), "type": "function",
             "function": {"name": _string_field(item, "name", param),
@@ -144,6 +145,7 @@ def _call_message(messages: list[dict], item: dict, param: str) -> None:
         last.setdefault("tool_calls", []).append(call)
     else:
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        origins.append(param)
 
 
 def _output_message(messages: list[dict], item: dict, param: str) -> dict:
@@ -158,19 +160,24 @@ def _output_message(messages: list[dict], item: dict, param: str) -> dict:
     return {"role": "tool", "tool_call_id": call_id, "name": calls[call_id], "content": text}
 
 
-def input_messages(value: Any, instructions: Any = None) -> list[dict]:
+def input_messages(value: Any, instructions: Any = None, origins: list[str] | None = None) -> list[dict]:
     """``instructions`` and ``input`` as chat messages (``{"role", "content"}``, assistant messages
-    with ``tool_calls``, ``role: tool`` messages with ``tool_call_id`` and ``name``).
+    with ``tool_calls``, ``role: tool`` messages with ``tool_call_id`` and ``name``). ``origins``, when
+    given, gets for each message the Responses field it came from (``instructions``, ``input``,
+    ``input[3]``), so a chat check's error can name it.
 
     Raises:
         ApiError: 400 naming the item or part at fault (``input[2].content[0].type``).
     """
     messages: list[dict] = []
+    origins = origins if origins is not None else []
     if instructions is not None:
         if not isinstance(instructions, str):
             raise _bad("instructions", "instructions must be a string")
         messages.append({"role": "system", "content": instructions})
+        origins.append("instructions")
     if isinstance(value, str) and value:
+        origins.append("input")
         return [*messages, {"role": "user", "content": value}]
     if not isinstance(value, list) or not value:
         raise _bad("input", "input must be a non-empty string or a non-empty list of items")
@@ -183,10 +190,12 @@ def input_messages(value: Any, instructions: Any = None) -> list[dict]:
                 raise _bad(f"{param}.role", f"messages with role {role!r} are not supported "
                                             f"({', '.join(MESSAGE_ROLES)})")
             messages.append({"role": role, "content": _text_of(item.get("content"), f"{param}.content")})
+            origins.append(param)
         elif kind == "function_call":
-            _call_message(messages, item, param)
+            _call_message(messages, item, param, origins)
         elif kind == "function_call_output":
             messages.append(_output_message(messages, item, param))
+            origins.append(param)
         elif kind != "reasoning":
             raise _bad(f"{param}.type", f"input items of type {kind!r} are not supported (message, "
                                         "function_call, function_call_output)", "unsupported_item")
@@ -264,7 +273,7 @@ def _check_refused(body: ResponsesBody) -> None:
         raise _bad("reasoning", 'reasoning must be an object such as {"effort": "low"}')
 
 
-def chat_body(body: ResponsesBody) -> dict:
+def chat_body(body: ResponsesBody, origins: list[str] | None = None) -> dict:
     """The ``/v1/chat/completions`` body of a Responses request (see the module docstring).
 
     Raises:
@@ -276,16 +285,21 @@ def chat_body(body: ResponsesBody) -> dict:
         max_tokens = int(max_tokens)
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
         raise _bad("max_output_tokens", "max_output_tokens must be an integer >= 1")
-    chat = {"messages": input_messages(body.input, body.instructions), "tools": chat_tools(body.tools),
+    chat = {"messages": input_messages(body.input, body.instructions, origins), "tools": chat_tools(body.tools),
             "tool_choice": chat_tool_choice(body.tool_choice), "parallel_tool_calls": body.parallel_tool_calls,
             "temperature": body.temperature, "top_p": body.top_p, "max_tokens": max_tokens, "stream": body.stream,
             "response_format": response_format(body.text), "speculation": body.speculation}
     return {k: v for k, v in chat.items() if v is not None}
 
 
-def _renamed(e: ApiError) -> ApiError:
-    """A chat check's error, naming the Responses field (``max_tokens`` -> ``max_output_tokens``)."""
+def _renamed(e: ApiError, origins: list[str]) -> ApiError:
+    """A chat check's error, naming the Responses field (``max_tokens`` -> ``max_output_tokens``;
+    ``messages[k]`` -> the field message k came from, ``origins[k]``)."""
     param, message = e.param or "", e.message
+    m = re.match(r"messages\[(\d+)\]", param)
+    if m and int(m[1]) < len(origins):
+        ours = origins[int(m[1])]
+        param, message = ours + param[m.end():], message.replace(m[0], ours)
     for chat, ours in RENAMED:
         if param.startswith(chat):
             param, message = ours + param[len(chat):], message.replace(chat, ours)
@@ -302,13 +316,14 @@ def generation_request(body: ResponsesBody) -> GenerationRequest:
     Raises:
         ApiError: 400 naming the Responses field at fault.
     """
-    chat = chat_body(body)
+    origins: list[str] = []
+    chat = chat_body(body, origins)
     try:
         req = ChatCompletionBody.model_validate(chat).request("chat")
     except ValidationError as e:
-        raise _renamed(api_error(e)) from None
+        raise _renamed(api_error(e), origins) from None
     except ApiError as e:
-        raise _renamed(e) from None
+        raise _renamed(e, origins) from None
     req.include_usage = True
     return req
 

@@ -280,3 +280,33 @@ def test_text_then_calls_close_the_message_first_and_an_error_ends_the_stream():
     failed = run_events([chunk(""), chunk("Hi"), ApiError(503, "the server is shutting down", None, "server_shutdown")])
     assert failed[-1] == {"type": "error", "sequence_number": 5, "code": "server_shutdown",
                           "message": "the server is shutting down", "param": None}
+
+
+@pytest.mark.parametrize("with_instructions", [False, True])
+def test_an_error_the_chat_checks_find_names_the_input_item_it_came_from(served, with_instructions):
+    """A bad item is named by its place in ``input`` whether or not instructions come first."""
+    _, c, _ = served
+    items = ('[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes"}, '
+             '{"role": "user", "content": "x \\ud800 y"}]')
+    body = '{"model": "m", %s"input": %s}' % ('"instructions": "be brief", ' if with_instructions else "", items)
+    r = c.post("/v1/responses", content=body.encode(), headers={"content-type": "application/json"})
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == "input[2].content", err
+    assert err["message"].startswith("input[2].content"), err
+
+
+def test_a_chat_checks_message_index_is_mapped_back_to_the_responses_field():
+    """The chat checks name ``messages[k]``; instructions come first and function_call items join the
+    assistant message before them, so k is not the item's index in ``input``: the origins map it."""
+    from localspec.server.openai_api import ApiError
+    from localspec.server.responses import _renamed, input_messages
+
+    origins = []
+    messages = input_messages([{"role": "user", "content": "a"},
+                               {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+                               {"type": "function_call_output", "call_id": "c", "output": "x"},
+                               {"role": "user", "content": "b"}], "be brief", origins)
+    assert len(messages) == len(origins) == 5
+    assert origins == ["instructions", "input[0]", "input[1]", "input[2]", "input[3]"]
+    e = _renamed(ApiError(400, "messages[4].content: bad", "messages[4].content", "invalid_value"), origins)
+    assert (e.param, e.message) == ("input[3].content", "input[3].content: bad")

@@ -13,7 +13,7 @@ request (``/infill``, or ``/v1/completions`` with ``suffix``).
   ``speculation`` (``memory`` too). Options that only tune llama.cpp's own machinery (``samplers``, ``n_indent``,
   ``t_max_prompt_ms``, ``t_max_predict_ms``, ``id_slot``, ...) are accepted and ignored; the few
   that would change the output and cannot be honoured (``grammar``, ``json_schema``,
-  ``n_probs``, ``logit_bias``) are a 400 naming them.
+  ``n_probs``, ``logit_bias``) are a 400 naming them (:data:`localspec.server.refused.REFUSED_FIELDS`).
 - response: ``{content, tokens, id_slot, stop: true, model, tokens_predicted, tokens_evaluated,
   prompt, has_new_line, truncated, stop_type ("eos" | "word" | "limit"), stopping_word,
   tokens_cached, timings: {cache_n, prompt_n, prompt_ms, prompt_per_token_ms, prompt_per_second,
@@ -39,17 +39,11 @@ from localspec.app.fim import FimInput, check_fim, fim_prompt
 from localspec.config import SamplingParams, check_stop, request_field, user_error
 from localspec.errors import ConfigError
 from localspec.server.openai_api import ApiError, GenerationRequest, SpeculationFields, TokenLogprob, _said
+from localspec.server.refused import INFILL, refused_field
 
 #: tokens left for the output when the request gives no n_predict: the extra context is cut to leave them
 DEFAULT_ROOM = 256
 
-#: /completion options that would change the output and are not served: name -> (refused?, why)
-UNSERVED: dict[str, tuple[Any, str]] = {
-    "grammar": (lambda v: bool(v), "grammar is not supported on /infill"),
-    "json_schema": (lambda v: v not in (None, {}), "json_schema is not supported on /infill"),
-    "n_probs": (lambda v: v not in (None, 0), "n_probs is not supported (only 0)"),
-    "logit_bias": (lambda v: v not in (None, [], {}), "logit_bias is not supported"),
-}
 
 
 class ExtraChunk(BaseModel):
@@ -106,9 +100,9 @@ class InfillBody(BaseModel):
     def _served(cls, body: Any) -> Any:
         if not isinstance(body, dict):
             raise user_error("the request body must be a JSON object")
-        for name, (refused, why) in UNSERVED.items():
-            if name in body and refused(body[name]):
-                raise user_error(f"{name}: {why} by localspec serve", "unsupported_parameter", at=name)
+        refused = refused_field(INFILL, body)
+        if refused:
+            raise user_error(refused[1], "unsupported_parameter", at=refused[0])
         return {**dict.fromkeys(cls.absent_as_null), **body}
 
     @field_validator("n_predict", "seed", "top_k", mode="before")

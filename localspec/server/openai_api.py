@@ -9,7 +9,7 @@ the TUI use); a field's own message is declared beside it (:func:`localspec.conf
 Fields that do not change the output (``user``, ``metadata``, ``store``, ...) are accepted and
 ignored; fields we cannot honour (``n`` > 1, ``logit_bias``, ...)
 are refused with a 400 that names them, unless they are sent with their no-op value
-(:data:`UNSUPPORTED`). The tool fields are turned into a :class:`localspec.server.tools.ToolRequest`.
+(:data:`localspec.server.refused.REFUSED_FIELDS`). The tool fields are turned into a :class:`localspec.server.tools.ToolRequest`.
 
 Reference: the OpenAI API reference for ``/v1/chat/completions`` and ``/v1/completions``
 (objects ``chat.completion``, ``chat.completion.chunk``, ``text_completion``, ``usage``
@@ -34,6 +34,7 @@ from localspec.app.fim import FimInput
 from localspec.config import (AUTO_DRAFT_MAX, DraftMode, DraftParams, SamplingParams, check_stop, invalid_values,
                               request_field, user_error)
 from localspec.core.events import DrafterId, EndReason, GenerationStats, RoundStats, TokenEvent, drafter_tallies
+from localspec.server.refused import CHAT, COMPLETIONS, refused_field
 
 #: ``error.type`` per HTTP status, as OpenAI names them
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
@@ -135,20 +136,6 @@ def _nonempty(v: Any) -> bool:
     return v not in (None, [], {}, "")
 
 
-#: parameter -> (is it set to something we cannot honour?, why)
-UNSUPPORTED: dict[str, tuple[Any, str]] = {
-    "n": (lambda v: v not in (None, 1), "only n = 1 is supported (one engine generates one answer at a time)"),
-    "functions": (_nonempty, "the deprecated functions field is not supported (send tools)"),
-    "function_call": (lambda v: v not in (None, "none", "auto"),
-                      "the deprecated function_call field is not supported (send tool_choice)"),
-    "logit_bias": (_nonempty, "logit_bias is not supported"),
-    "presence_penalty": (lambda v: v not in (None, 0), "presence_penalty is not supported (only 0)"),
-    "frequency_penalty": (lambda v: v not in (None, 0), "frequency_penalty is not supported (only 0)"),
-    "audio": (_nonempty, "audio output is not supported"),
-    "modalities": (lambda v: v not in (None, ["text"]), "only the text modality is supported"),
-    "best_of": (lambda v: v not in (None, 1), "only best_of = 1 is supported"),
-    "echo": (lambda v: v not in (None, False), "echo is not supported"),
-}
 
 
 #: the most alternatives per token: chat's ``top_logprobs`` and completions' ``logprobs`` (OpenAI's limits)
@@ -479,7 +466,7 @@ class SpeculationFields(BaseModel):
 
 class SamplingFields(BaseModel):
     """What both endpoints share: the body is a JSON object; parameters we cannot honour are refused
-    (:data:`UNSUPPORTED`); the scalar fields' JSON types are checked strictly. The sampling fields
+    (:data:`localspec.server.refused.REFUSED_FIELDS`); the scalar fields' JSON types are checked strictly. The sampling fields
     take their range and help from the options' one declaration
     (:class:`~localspec.config.SamplingParams`); absent, they keep the server's settings."""
 
@@ -510,13 +497,15 @@ class SamplingFields(BaseModel):
     def _supported(cls, body: Any) -> Any:
         if not isinstance(body, dict):
             raise user_error("the request body must be a JSON object")
-        for name, (refused, why) in UNSUPPORTED.items():
-            if name in body and refused(body[name]):
-                raise user_error(f"{name}: {why} by localspec serve", "unsupported_parameter", at=name)
+        refused = refused_field(cls.endpoint, body)
+        if refused:
+            raise user_error(refused[1], "unsupported_parameter", at=refused[0])
         return {**dict.fromkeys(cls.absent_as_null), **body}
 
     #: the fields read as null when absent (so that their own message says what is missing)
     absent_as_null: ClassVar[tuple[str, ...]] = ()
+    #: the route, for the table of refused fields (localspec.server.refused)
+    endpoint: ClassVar[str] = CHAT
 
     @field_validator("max_tokens", "max_completion_tokens", "seed", "top_k", "top_logprobs", mode="before",
                      check_fields=False)
@@ -618,6 +607,8 @@ class ChatCompletionBody(SamplingFields):
 
 class CompletionBody(SamplingFields):
     """``POST /v1/completions``: the request body, validated and documented in ``/openapi.json``."""
+
+    endpoint: ClassVar[str] = COMPLETIONS
 
     absent_as_null: ClassVar[tuple[str, ...]] = ("prompt",)
     prompt: Annotated[str, BeforeValidator(lambda p: p[0] if isinstance(p, list) and len(p) == 1 else p),

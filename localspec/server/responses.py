@@ -26,11 +26,12 @@ Request (OpenAI's Responses API reference, "Create a model response"):
   (``effort``/``summary``: the served models do not reason), ``text.verbosity``, ``user``,
   ``safety_identifier``, ``prompt_cache_key``, ``service_tier``, ``include:
   ["reasoning.encrypted_content"]`` (there is no reasoning to include).
-- Refused with a 400 naming the field: ``previous_response_id`` and ``conversation`` (no response
-  is stored: send the whole conversation in ``input``), ``background: true``, ``prompt``,
-  ``truncation: "auto"``, ``max_tool_calls``, ``top_logprobs`` > 0, any other ``include`` value,
-  item and content types other than the above (images, files, audio, ``item_reference``, built-in
-  tool calls), and tools other than functions (``web_search``, ``file_search``, ``local_shell``...).
+- Refused with a 400 naming the field: the fields of /v1/responses in
+  :data:`localspec.server.refused.REFUSED_FIELDS` (``previous_response_id``, ``conversation``,
+  ``background``, ``prompt``, ``truncation: "auto"``, ``max_tool_calls``, ``top_logprobs`` > 0, any
+  other ``include`` value); item and content types other than the above (images, files, audio,
+  ``item_reference``, built-in tool calls), and tools other than functions (``web_search``,
+  ``file_search``, ``local_shell``...).
 
 Answer: ``{"id": "resp_...", "object": "response", "created_at", "status": "completed" |
 "incomplete", "model", "output": [message and function_call items], "usage": {"input_tokens",
@@ -57,17 +58,8 @@ from typing import Any, AsyncIterator
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from localspec.server.openai_api import ApiError, ChatCompletionBody, GenerationRequest, api_error
+from localspec.server.refused import RESPONSES, refused_field
 
-#: ``include`` values accepted (and without effect)
-INCLUDE_IGNORED = ("reasoning.encrypted_content",)
-#: request fields refused when set (not null/false/absent): field -> why, and what to do instead
-REFUSED = {
-    "previous_response_id": "localspec serve stores no responses: send the whole conversation in input",
-    "conversation": "localspec serve stores no conversations: send the whole conversation in input",
-    "background": "background responses are not supported: send the request and wait for its answer",
-    "prompt": "stored prompt templates are not supported: send instructions and input",
-    "max_tool_calls": "max_tool_calls is not supported: use parallel_tool_calls: false for one call",
-}
 FORMAT_SHAPE = ('text.format must be {"type": "text"}, {"type": "json_object"} or {"type": "json_schema", '
                 '"name": ..., "schema": {...}, "strict": true}')
 #: content part types read as text
@@ -250,23 +242,11 @@ def response_format(text: Any) -> dict | None:
 
 
 def _check_refused(body: ResponsesBody) -> None:
-    extra = body.model_extra or {}
-    for name, why in REFUSED.items():
-        if extra.get(name) not in (None, False):
-            raise _bad(name, why, "unsupported_parameter")
-    if extra.get("truncation") not in (None, "disabled"):
-        raise _bad("truncation", 'only "disabled" is supported: localspec does not drop input items; an input '
-                                 "too long for the context is a 400", "unsupported_parameter")
-    if extra.get("top_logprobs") not in (None, 0):
-        raise _bad("top_logprobs", "logprobs are not supported on /v1/responses (use /v1/chat/completions)",
-                   "unsupported_parameter")
-    include = body.include or []
-    if not isinstance(include, list):
+    refused = refused_field(RESPONSES, body.model_dump())
+    if refused:
+        raise _bad(refused[0], refused[1], "unsupported_parameter")
+    if body.include is not None and not isinstance(body.include, list):
         raise _bad("include", "include must be an array")
-    for i, value in enumerate(include):
-        if value not in INCLUDE_IGNORED:
-            raise _bad(f"include[{i}]", f"{value!r} is not supported (only {', '.join(INCLUDE_IGNORED)})",
-                       "unsupported_parameter")
     if body.metadata is not None and not isinstance(body.metadata, dict):
         raise _bad("metadata", "metadata must be an object of string keys and values")
     if body.reasoning is not None and not isinstance(body.reasoning, dict):

@@ -155,7 +155,7 @@ BAD = [
     ({"input": "x", "tool_choice": {"type": "web_search"}}, "tool_choice", "invalid_value"),
     ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id", "unsupported_parameter"),
     ({"input": "x", "background": True}, "background", "unsupported_parameter"),
-    ({"input": "x", "include": ["file_search_call.results"]}, "include[0]", "unsupported_parameter"),
+    ({"input": "x", "include": ["file_search_call.results"]}, "include", "unsupported_parameter"),
     ({"input": "x", "truncation": "auto"}, "truncation", "unsupported_parameter"),
     ({"input": "x", "max_output_tokens": 0}, "max_output_tokens", "invalid_value"),
     ({"input": "x", "temperature": "hot"}, "temperature", None),

@@ -360,7 +360,7 @@ def test_the_servers_own_log_lines_reach_stderr(capsys):
     ({"messages": [{"role": "user", "content": "t3"}], "temperature": 5}, "temperature",
      "temperature: Input should be less than or equal to 2 (got 5)"),
     ({"messages": [{"role": "user", "content": "t3"}], "n": 2}, "n",
-     "n: only n = 1 is supported (one engine generates one answer at a time) by localspec serve"),
+     "n: only n = 1 is supported: one engine generates one answer at a time (send n requests)"),
     ({"messages": [{"role": "user", "content": "t3"}], "speculation": {"gamma": 4}}, "speculation.gamma",
      "speculation.gamma: Extra inputs are not permitted (got 4)"),
     ({"messages": [{"role": "user", "content": "t3"}], "tools": [{"type": "function", "function": {"name": "f"}}],

@@ -16,7 +16,7 @@ What runs, each in a fresh temporary folder (a git repository holding ``hello.py
   and not, with the ``speculation`` figures of every step;
 - LiteLLM (``--litellm-python``): a completion with a tool, and a prompt over the context
   window, which LiteLLM must raise as ``ContextWindowExceededError``;
-- aider (``--aider``): one whole-file edit with ``--message`` (the README's command plus a
+- aider (``--aider``): one edit with ``--message`` in each of ``--aider-formats`` (whole, diff) (the README's command plus a
   ``.aider.model.metadata.json`` giving the context size); prints the file afterwards;
 - Continue (``--cn``): ``cn -p "Say hello"`` and a prompt that needs its Read tool (the answer
   must name the function in ``hello.py``), with the README's ``config.yaml`` in a temporary HOME.
@@ -37,6 +37,8 @@ import textwrap
 import time
 from pathlib import Path
 
+#: seconds for one run of an agent CLI (--client-timeout)
+CLIENT_TIMEOUT = 900
 HELLO_PY = 'def greet(name):\n    return "Hello, " + name\n\n\nprint(greet("world"))\n'
 WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "The current weather in a city",
@@ -126,16 +128,16 @@ def try_litellm(python: str, base_url: str, api_key: str) -> bool:
     return r.returncode == 0
 
 
-def try_aider(aider: str, base_url: str, api_key: str, n_ctx: int) -> bool:
+def try_aider(aider: str, base_url: str, api_key: str, n_ctx: int, edit_format: str) -> bool:
     version = subprocess.run([aider, "--version"], text=True, capture_output=True).stdout.strip()
-    section(version)
+    section(f"{version}, --edit-format {edit_format}")
     d = workdir()
     (d / ".aider.model.metadata.json").write_text(json.dumps({"openai/localspec": {
         "max_input_tokens": n_ctx, "max_output_tokens": n_ctx, "input_cost_per_token": 0,
         "output_cost_per_token": 0, "litellm_provider": "openai", "mode": "chat"}}))
     cmd = [aider, "--openai-api-base", base_url, "--openai-api-key", api_key, "--model", "openai/localspec",
            "--yes-always", "--no-auto-commits", "--no-check-update", "--no-analytics", "--no-show-model-warnings",
-           "--edit-format", "whole", "--no-stream", "--map-tokens", "0",
+           "--edit-format", edit_format, "--no-stream", "--map-tokens", "0",
            "--message", "Rename the function greet to welcome, everywhere in hello.py.", "hello.py"]
     t0 = time.perf_counter()
     r = subprocess.run(cmd, cwd=d, text=True, capture_output=True, timeout=3600,
@@ -182,6 +184,78 @@ def try_continue(cn: str, base_url: str, api_key: str) -> bool:
     return ok
 
 
+CODEX_TASK = "Create a file named hi.txt in the current directory containing the word hi."
+QWEN_TASK = "Read hello.py and tell me the name of the function defined in it."
+
+
+def try_codex(codex: str, base_url: str, model: str) -> bool:
+    """``codex exec`` on a small task, with the README's config.toml in a temporary CODEX_HOME."""
+    version = subprocess.run([codex, "--version"], text=True, capture_output=True).stdout.strip()
+    section(f"Codex CLI (@openai/codex) {version}")
+    d = workdir()
+    home = d / "codex-home"
+    home.mkdir()
+    (home / "config.toml").write_text(textwrap.dedent(f"""\
+        model = "{model}"
+        model_provider = "localspec"
+        approval_policy = "never"
+        sandbox_mode = "danger-full-access"
+        web_search = "disabled"
+
+        [agents]
+        enabled = false
+
+        [model_providers.localspec]
+        name = "localspec"
+        base_url = "{base_url}"
+        wire_api = "responses"
+        request_max_retries = 0
+        stream_max_retries = 0
+        """))
+    t0 = time.perf_counter()
+    try:
+        r = subprocess.run([codex, "exec", "--skip-git-repo-check", CODEX_TASK], cwd=d, text=True,
+                           capture_output=True, timeout=CLIENT_TIMEOUT, stdin=subprocess.DEVNULL,
+                           env={**os.environ, "CODEX_HOME": str(home)})
+        out, rc = (r.stdout + r.stderr).strip(), r.returncode
+    except subprocess.TimeoutExpired as e:
+        out, rc = f"(stopped after {CLIENT_TIMEOUT} s)\n" + (e.stdout or b"").decode()[-2000:], None
+    print(f"codex exec {CODEX_TASK!r} -> exit {rc} after {time.perf_counter() - t0:.0f} s:")
+    print(textwrap.indent(out[-3000:] or "(no output)", "  "))
+    made = (d / "hi.txt").read_text() if (d / "hi.txt").exists() else None
+    print(f"hi.txt: {made!r}")
+    shutil.rmtree(d, ignore_errors=True)
+    return rc == 0 and made is not None and "hi" in made
+
+
+def try_qwen(qwen: str, base_url: str, api_key: str, model: str) -> bool:
+    """``qwen -p`` (Qwen Code, headless) on a task that needs its read_file tool, with --yolo."""
+    version = subprocess.run([qwen, "--version"], text=True, capture_output=True).stdout.strip()
+    section(f"Qwen Code (@qwen-code/qwen-code) {version}")
+    d = workdir()
+    home = d / "home"
+    (home / ".qwen").mkdir(parents=True)
+    (home / ".qwen" / "settings.json").write_text(json.dumps({
+        "security": {"auth": {"selectedType": "openai"}}, "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False}, "general": {"disableAutoUpdate": True, "disableUpdateNag": True}}))
+    env = {**os.environ, "HOME": str(home), "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": api_key,
+           "OPENAI_MODEL": model}
+    ok = True
+    for prompt in ("Say hello", QWEN_TASK):
+        t0 = time.perf_counter()
+        try:
+            r = subprocess.run([qwen, "--yolo", "-p", prompt], cwd=d, text=True, capture_output=True,
+                               timeout=CLIENT_TIMEOUT, stdin=subprocess.DEVNULL, env=env)
+            out, rc = (r.stdout + r.stderr).strip(), r.returncode
+        except subprocess.TimeoutExpired as e:
+            out, rc = f"(stopped after {CLIENT_TIMEOUT} s)\n" + (e.stdout or b"").decode()[-2000:], None
+        print(f"qwen --yolo -p {prompt!r} -> exit {rc} after {time.perf_counter() - t0:.0f} s:")
+        print(textwrap.indent(out[-2000:] or "(no output)", "  "))
+        ok = ok and rc == 0 and (prompt != QWEN_TASK or "greet" in out)
+    shutil.rmtree(d, ignore_errors=True)
+    return ok
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--base-url", default="http://127.0.0.1:8080/v1")
@@ -190,18 +264,30 @@ def main() -> int:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--litellm-python", help="a Python interpreter with litellm installed")
     p.add_argument("--aider", help="the aider executable")
+    p.add_argument("--aider-formats", default="whole,diff", help="aider's edit formats to try, comma-separated")
     p.add_argument("--cn", help="the Continue CLI executable (cn)")
+    p.add_argument("--codex", help="the Codex CLI executable (codex)")
+    p.add_argument("--qwen", help="the Qwen Code executable (qwen)")
+    p.add_argument("--model", default="qwen2.5-coder-1.5b", help="the model name Codex and Qwen Code send")
+    p.add_argument("--client-timeout", type=int, default=900, help="seconds for each Codex / Qwen Code run")
     p.add_argument("--skip-openai", action="store_true")
     ns = p.parse_args()
+    global CLIENT_TIMEOUT
+    CLIENT_TIMEOUT = ns.client_timeout
     results = {}
     if not ns.skip_openai:
         results["openai"] = try_openai(ns.base_url, ns.api_key, ns.max_tokens)
     if ns.litellm_python:
         results["litellm"] = try_litellm(ns.litellm_python, ns.base_url, ns.api_key)
     if ns.aider:
-        results["aider"] = try_aider(ns.aider, ns.base_url, ns.api_key, ns.n_ctx)
+        for fmt in ns.aider_formats.split(","):
+            results[f"aider {fmt}"] = try_aider(ns.aider, ns.base_url, ns.api_key, ns.n_ctx, fmt)
     if ns.cn:
         results["continue"] = try_continue(ns.cn, ns.base_url, ns.api_key)
+    if ns.codex:
+        results["codex"] = try_codex(ns.codex, ns.base_url, ns.model)
+    if ns.qwen:
+        results["qwen code"] = try_qwen(ns.qwen, ns.base_url, ns.api_key, ns.model)
     section("summary")
     for name, ok in results.items():
         print(f"{name}: {'ok' if ok else 'FAILED'}")

@@ -138,6 +138,17 @@ def _nonempty(v: Any) -> bool:
 
 
 
+#: ``response_format``'s shape in /openapi.json (documentation and the fuzz's generator; the values are
+#: checked by localspec.server.structured, which names the part at fault)
+JSON_SCHEMA_FORMAT = {"type": "object", "properties": {"name": {"type": "string"}, "schema": {"type": "object"},
+                                                       "strict": {"type": "boolean"}}, "required": ["name"]}
+RESPONSE_FORMAT_SCHEMA = {"anyOf": [
+    {"type": "object", "properties": {"type": {"enum": ["text", "json_object"]}}, "required": ["type"]},
+    {"type": "object", "properties": {"type": {"const": "json_schema"}, "json_schema": JSON_SCHEMA_FORMAT},
+     "required": ["type", "json_schema"]},
+    {"type": "null"}]}
+
+
 #: the most alternatives per token: chat's ``top_logprobs`` and completions' ``logprobs`` (OpenAI's limits)
 TOP_LOGPROBS_MAX = 20
 COMPLETION_LOGPROBS_MAX = 5
@@ -488,7 +499,7 @@ class SamplingFields(BaseModel):
     cache_prompt: Annotated[bool | None, Field(strict=True), _said("cache_prompt must be true or false")] = Field(
         None, description="llama-server's field: false = this request neither reuses a cached prompt prefix "
                           "nor leaves its own in the cache (absent: true)")
-    response_format: Any = Field(None, description='{"type": "text" | "json_object" | "json_schema", '
+    response_format: Annotated[Any, WithJsonSchema(RESPONSE_FORMAT_SCHEMA)] = Field(None, description='{"type": "text" | "json_object" | "json_schema", '
                                  '"json_schema": {"name", "schema", "strict"}}: the answer follows the '
                                  'schema (localspec.server.structured)')
 

@@ -53,9 +53,9 @@ import json
 import re
 import time
 import uuid
-from typing import Any, AsyncIterator
+from typing import Annotated, Any, AsyncIterator
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
 from localspec.server.openai_api import ApiError, ChatCompletionBody, GenerationRequest, api_error
 from localspec.server.refused import RESPONSES, refused_field
@@ -71,6 +71,32 @@ RENAMED = (("response_format.json_schema.schema", "text.format.schema"),
            ("tool_choice.function", "tool_choice"), ("max_tokens", "max_output_tokens"), ("messages", "input"))
 
 
+# The fields' shapes in /openapi.json (documentation and the fuzz's generator): the values are checked by
+# chat_body, which names the field at fault, so the model itself takes Any.
+_TEXT_CONTENT = {"anyOf": [{"type": "string"}, {"type": "array", "items": {
+    "type": "object", "properties": {"type": {"enum": list(TEXT_PARTS)}, "text": {"type": "string"}},
+    "required": ["type", "text"]}}]}
+INPUT_SCHEMA = {"anyOf": [{"type": "string", "minLength": 1}, {"type": "array", "minItems": 1, "items": {"anyOf": [
+    {"type": "object", "properties": {"type": {"const": "message"}, "role": {"enum": list(MESSAGE_ROLES)},
+                                      "content": _TEXT_CONTENT}, "required": ["role", "content"]},
+    {"type": "object", "properties": {"type": {"const": "function_call"}, "call_id": {"type": "string"},
+                                      "name": {"type": "string"}, "arguments": {"type": "string"}},
+     "required": ["type", "call_id", "name", "arguments"]},
+    {"type": "object", "properties": {"type": {"const": "function_call_output"}, "call_id": {"type": "string"},
+                                      "output": {"type": "string"}}, "required": ["type", "call_id", "output"]}]}}]}
+TOOL_SCHEMA = {"type": "object", "properties": {
+    "type": {"const": "function"}, "name": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$"},
+    "description": {"type": "string"}, "parameters": {"type": "object"}, "strict": {"type": "boolean"}},
+    "required": ["type", "name"]}
+TOOL_CHOICE_SCHEMA = {"anyOf": [{"enum": ["none", "auto", "required"]}, {"type": "object", "properties": {
+    "type": {"const": "function"}, "name": {"type": "string"}}, "required": ["type", "name"]}, {"type": "null"}]}
+TEXT_SCHEMA = {"type": ["object", "null"], "properties": {"format": {"anyOf": [
+    {"type": "object", "properties": {"type": {"enum": ["text", "json_object"]}}, "required": ["type"]},
+    {"type": "object", "properties": {"type": {"const": "json_schema"}, "name": {"type": "string"},
+                                      "schema": {"type": "object"}, "strict": {"type": "boolean"}},
+     "required": ["type", "name", "schema"]}]}}}
+
+
 def _bad(param: str, message: str, code: str = "invalid_value") -> ApiError:
     return ApiError(400, message if message.startswith(param) else f"{param}: {message}", param, code)
 
@@ -82,23 +108,29 @@ class ResponsesBody(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model: Any = Field(None, description="accepted and ignored: the loaded model answers")
-    input: Any = Field(None, description="a string, or a list of message, function_call and "
-                                         "function_call_output items")
-    instructions: Any = Field(None, description="a system message put first")
-    tools: Any = Field(None, description='function tools: [{"type": "function", "name", "description", '
-                                         '"parameters", "strict"}]')
-    tool_choice: Any = Field(None, description='"none", "auto", "required" or {"type": "function", "name"}')
-    parallel_tool_calls: Any = None
-    temperature: Any = None
-    top_p: Any = None
-    max_output_tokens: Any = Field(None, description="most tokens to generate (>= 1)")
-    stream: Any = None
-    text: Any = Field(None, description='{"format": {"type": "text" | "json_object" | "json_schema", '
-                                        '"name", "schema", "strict"}}')
+    input: Annotated[Any, WithJsonSchema(INPUT_SCHEMA)] = Field(
+        None, description="a string, or a list of message, function_call and function_call_output items")
+    instructions: Annotated[Any, WithJsonSchema({"type": ["string", "null"]})] = Field(
+        None, description="a system message put first")
+    tools: Annotated[Any, WithJsonSchema({"type": ["array", "null"], "items": TOOL_SCHEMA})] = Field(
+        None, description='function tools: [{"type": "function", "name", "description", "parameters", "strict"}]')
+    tool_choice: Annotated[Any, WithJsonSchema(TOOL_CHOICE_SCHEMA)] = Field(
+        None, description='"none", "auto", "required" or {"type": "function", "name"}')
+    parallel_tool_calls: Annotated[Any, WithJsonSchema({"type": ["boolean", "null"]})] = None
+    temperature: Annotated[Any, WithJsonSchema({"type": ["number", "null"], "minimum": 0, "maximum": 2})] = None
+    top_p: Annotated[Any, WithJsonSchema({"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1})] = None
+    max_output_tokens: Annotated[Any, WithJsonSchema({"type": ["integer", "null"], "minimum": 1})] = Field(
+        None, description="most tokens to generate (>= 1)")
+    stream: Annotated[Any, WithJsonSchema({"type": ["boolean", "null"]})] = None
+    text: Annotated[Any, WithJsonSchema(TEXT_SCHEMA)] = Field(
+        None, description='{"format": {"type": "text" | "json_object" | "json_schema", "name", "schema", "strict"}}')
     speculation: Any = Field(None, description="localspec's extension, as in /v1/chat/completions")
-    include: Any = Field(None, description='only "reasoning.encrypted_content" (ignored)')
+    include: Annotated[Any, WithJsonSchema({"type": ["array", "null"], "items": {"type": "string"}})] = Field(
+        None, description='only "reasoning.encrypted_content" (ignored)')
     store: Any = Field(None, description="accepted and ignored: nothing is stored")
-    metadata: Any = Field(None, description="echoed in the response")
+    metadata: Annotated[Any, WithJsonSchema({"type": ["object", "null"],
+                                             "additionalProperties": {"type": "string"}})] = Field(
+        None, description="echoed in the response")
     reasoning: Any = Field(None, description="accepted and ignored (the served models do not reason)")
 
 

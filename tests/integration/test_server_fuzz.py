@@ -39,6 +39,8 @@ FUZZ = settings(derandomize=SCALE == 1, deadline=None, database=None,
                                        HealthCheck.filter_too_much, HealthCheck.data_too_large])
 #: status codes seen, by test (printed at the end; the lead's note quotes them)
 SEEN: dict[str, Counter] = {}
+#: (method, path) -> status codes seen by schemathesis: every operation must be reached
+REACHED: dict[tuple[str, str], Counter] = {}
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +77,9 @@ def probe(base: str) -> dict:
 def bound(body):
     """Cap a generated body's answer length (the server's own --max-tokens covers a body without one)."""
     if isinstance(body, dict):
-        for key in ("max_tokens", "max_completion_tokens"):
-            if isinstance(body.get(key), (int, float)) and not isinstance(body[key], bool) and body[key] > MAX_TOKENS:
+        for key in ("max_tokens", "max_completion_tokens", "max_output_tokens", "n_predict"):
+            if isinstance(body.get(key), (int, float)) and not isinstance(body[key], bool) and (
+                    body[key] > MAX_TOKENS or key == "n_predict" and body[key] < 0):
                 body[key] = MAX_TOKENS
     return body
 
@@ -94,11 +97,21 @@ def test_schemathesis_no_server_errors(served, reference, schema, mode, examples
         case = data.draw(schema.as_strategy(mode))
         case.body = bound(case.body)
         response = case.call(base_url=served.base_url, headers=AUTH, timeout=60)
+        REACHED.setdefault((case.method.upper(), case.path), Counter())[response.status_code] += 1
         record(f"schemathesis-{mode.value}", response.status_code, (case.method, case.path, case.body))
 
     run()
     seen = SEEN[f"schemathesis-{mode.value}"]
     assert sum(seen.values()) > 0 and not any(status >= 500 for status in seen)
+
+
+def test_schemathesis_reached_every_operation(schema):
+    """Runs after the two generation modes: each operation of /openapi.json (the generation endpoints
+    /v1/responses and /infill included) got requests."""
+    operations = {(op.method.upper(), op.path) for op in (r.ok() for r in schema.get_all_operations())}
+    print("\nschemathesis reached: " + "; ".join(f"{m} {p}: {dict(sorted(c.items()))}"
+                                                for (m, p), c in sorted(REACHED.items())))
+    assert operations and operations <= set(REACHED), operations - set(REACHED)
 
 
 # hostile JSON: lone surrogates, control characters, deep and wide nesting, wrong types everywhere

@@ -450,6 +450,12 @@ class Prediction(BaseModel):
     content: Content
 
 
+def integral_number(v: Any) -> Any:
+    """JSON has one number type: ``4.0`` is the integer 4 (as JSON Schema says, so /openapi.json's
+    ``integer`` admits it); ``4.5`` stays refused by the field's own type."""
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
 class SpeculationFields(BaseModel):
     """The request's ``speculation`` extension: how this request is drafted (llama.cpp's server
     has no per-request control). Unknown keys are refused; absent ones keep the server's settings
@@ -473,6 +479,11 @@ class SpeculationFields(BaseModel):
     memory: Annotated[bool | None, _said("speculation.memory must be true or false")] = Field(
         None, description="false: neither draft from the server's memory of earlier requests nor add this one "
                           "to it (the output is the same either way; only the speed changes)")
+
+    @field_validator("draft_max", mode="before")
+    @classmethod
+    def _integral_number(cls, v: Any) -> Any:
+        return integral_number(v)
 
 
 class SamplingFields(BaseModel):
@@ -522,8 +533,7 @@ class SamplingFields(BaseModel):
                      check_fields=False)
     @classmethod
     def _integral_number(cls, v: Any) -> Any:
-        """JSON has one number type: ``4.0`` is the integer 4 (as JSON Schema says); ``4.5`` stays refused."""
-        return int(v) if isinstance(v, float) and v.is_integer() else v
+        return integral_number(v)
 
     @field_validator("stop")
     @classmethod
@@ -635,6 +645,11 @@ class CompletionBody(SamplingFields):
                                              "top-k, top-p, min-p)")
     suffix: str | None = Field(None, description="fill in the middle: the text after the completion (the prompt "
                                                  "is the text before it); needs a model with FIM tokens")
+
+    @field_validator("logprobs", mode="before")
+    @classmethod
+    def _integral_logprobs(cls, v: Any) -> Any:
+        return integral_number(v)
 
     def request(self, kind: Literal["chat", "completion"] = "completion") -> "GenerationRequest":
         """The checked request (:class:`GenerationRequest`); max_tokens 16 when absent (OpenAI's default);

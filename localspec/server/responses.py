@@ -89,7 +89,8 @@ TOOL_SCHEMA = {"type": "object", "properties": {
     "description": {"type": "string"}, "parameters": {"type": "object"}, "strict": {"type": "boolean"}},
     "required": ["type", "name"]}
 TOOL_CHOICE_SCHEMA = {"anyOf": [{"enum": ["none", "auto", "required"]}, {"type": "object", "properties": {
-    "type": {"const": "function"}, "name": {"type": "string"}}, "required": ["type", "name"]}, {"type": "null"}]}
+    "type": {"const": "function"}, "name": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$"}},
+    "required": ["type", "name"]}, {"type": "null"}]}
 TEXT_SCHEMA = {"type": ["object", "null"], "properties": {"format": {"anyOf": [
     {"type": "object", "properties": {"type": {"enum": ["text", "json_object"]}}, "required": ["type"]},
     {"type": "object", "properties": {"type": {"const": "json_schema"}, "name": {"type": "string"},
@@ -105,7 +106,7 @@ class ResponsesBody(BaseModel):
     """``POST /v1/responses``: the request body (the subset in this module's docstring). Values are
     checked by :func:`chat_body`, which names the field at fault."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", json_schema_extra={"required": ["input"]})
 
     model: Any = Field(None, description="accepted and ignored: the loaded model answers")
     input: Annotated[Any, WithJsonSchema(INPUT_SCHEMA)] = Field(

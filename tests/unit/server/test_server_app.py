@@ -424,3 +424,20 @@ def test_one_translator_drops_pydantics_value_error_prefix():
     (v,) = invalid_values(e.value)
     assert v.reason == "draft_min (8) must not exceed draft_max (4)" and not v.written
     assert format_validation_error(e.value) == "settings: draft_min (8) must not exceed draft_max (4)"
+
+
+@pytest.mark.parametrize("body, kind, check", [
+    ({"prompt": "t3", "logprobs": 2.0}, "completion", lambda r: r.logprobs == 2),
+    ({"prompt": "t3", "speculation": {"draft_max": 6.0}}, "completion", lambda r: r.speculation["draft_max"] == 6),
+    ({"messages": [{"role": "user", "content": "t3"}], "speculation": {"draft_max": 6.0}}, "chat",
+     lambda r: r.speculation["draft_max"] == 6),
+])
+def test_an_integral_float_is_the_integer_wherever_the_schema_says_integer(body, kind, check):
+    """Found by the fuzz (issue 32): /openapi.json says integer, which JSON Schema satisfies with 6.0;
+    completions' logprobs and speculation.draft_max refused it while max_tokens took it."""
+    req = parse_request(body, kind)
+    assert check(req), req
+    with pytest.raises(ApiError) as e:
+        parse_request({**body, **({"logprobs": 2.5} if "logprobs" in body else {"speculation": {"draft_max": 6.5}})},
+                      kind)
+    assert e.value.param in ("logprobs", "speculation.draft_max")

@@ -340,15 +340,26 @@ class ToolCallItem(BaseModel):
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
+def _content_required(schema: dict) -> None:
+    """/openapi.json's message: content required, a string or text parts (the validator also takes
+    null in an assistant message holding tool_calls; the schema says the common case, so that
+    the fuzz's valid messages are valid)."""
+    schema["required"] = sorted({*schema.get("required", ()), "content"})
+    schema["properties"]["content"] = {
+        "anyOf": [{"type": "string"}, {"type": "array", "items": TextPart.model_json_schema()}],
+        "description": "null only in an assistant message with tool_calls"}
+
+
 class ChatMessage(BaseModel):
     """A message: system, developer (read as system), user, assistant (content may be null, then
     it holds ``tool_calls``) or tool (a tool's result, answering ``tool_call_id``)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", json_schema_extra=lambda schema: _content_required(schema))
     _an_object = _object("a message must be an object", ("role",))
     role: Annotated[Literal["system", "developer", "user", "assistant", "tool"],
                     _said(lambda r: f"messages with role {r!r} are not supported ({', '.join(ROLES)})")]
-    function_call: Any = Field(None, description="deprecated: refused (send tool_calls)")
+    function_call: Annotated[Any, WithJsonSchema({"type": "null"})] = Field(
+        None, description="deprecated: refused (send tool_calls)")
     content: Content | None = Field(None, validate_default=True)
     tool_calls: list[ToolCallItem] | None = Field(None, description="an assistant message's calls")
     tool_call_id: Annotated[str, BeforeValidator(lambda v: str(v or ""))] | None = None

@@ -441,3 +441,22 @@ def test_an_integral_float_is_the_integer_wherever_the_schema_says_integer(body,
         parse_request({**body, **({"logprobs": 2.5} if "logprobs" in body else {"speculation": {"draft_max": 6.5}})},
                       kind)
     assert e.value.param in ("logprobs", "speculation.draft_max")
+
+
+def test_openapi_declares_the_new_endpoints_and_fields_the_fuzz_generates_from():
+    """Issue 32 item 7: the fuzz (tests/integration/test_server_fuzz.py) draws from /openapi.json, so
+    what it must reach is declared there with its shape (not as an untyped value)."""
+    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS)) as c:
+        doc = c.get("/openapi.json").json()
+    assert {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/infill"} <= set(doc["paths"])
+    schemas = doc["components"]["schemas"]
+    chat, completion = schemas["ChatCompletionBody"]["properties"], schemas["CompletionBody"]["properties"]
+    responses, infill = schemas["ResponsesBody"], schemas["InfillBody"]["properties"]
+    assert {"logprobs", "top_logprobs", "response_format"} <= set(chat)
+    assert {"logprobs", "suffix", "response_format"} <= set(completion)
+    assert {"input_prefix", "input_suffix", "input_extra", "n_predict"} <= set(infill)
+    assert "anyOf" in chat["response_format"] and "anyOf" in completion["response_format"]
+    assert responses["required"] == ["input"]
+    for name in ("input", "tools", "tool_choice", "text", "max_output_tokens"):
+        assert set(responses["properties"][name]) & {"anyOf", "type"}, name
+    assert "content" in schemas["ChatMessage"]["required"]

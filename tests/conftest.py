@@ -2,7 +2,7 @@
 paths, and the rule that a test loading a real model carries its marker.
 
 Layers: ``unit/`` (pure functions, the fake backend; ``unit/core``, ``unit/backend``, ``unit/app``,
-``unit/server`` mirror the packages, and ``unit/`` itself holds the checks of the whole tree),
+``unit/server``, ``unit/bench`` mirror the packages, and ``unit/`` itself holds the checks of the whole tree),
 ``integration/`` (real GGUF models), ``tui/`` (Pilot and snapshots on a scripted fake engine, a few on the tiny model),
 ``robustness/`` (bad input and faults). Markers: ``tiny`` (SmolLM2-135M) and ``pair`` (the
 Qwen2.5-Coder pair), so ``-m "not pair"`` skips the slow pair and ``-m "not tiny and not

@@ -18,3 +18,11 @@ def test_no_two_test_modules_share_a_basename():
         by_name[path.name].append(str(path.relative_to(TESTS)))
     clashes = {name: paths for name, paths in by_name.items() if len(paths) > 1}
     assert clashes == {}, f"rename one of each: {clashes}"
+
+
+def test_each_unit_test_folder_is_a_package_of_localspec():
+    """``tests/unit/<name>/`` mirrors ``localspec/<name>/``: a folder named after no package (or after
+    one that was renamed) fails."""
+    root = TESTS.parent / "localspec"
+    folders = {p.name for p in (TESTS / "unit").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders and {f for f in folders if not (root / f / "__init__.py").is_file()} == set()

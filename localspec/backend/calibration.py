@@ -300,6 +300,29 @@ def _batch_sizes(points: Sequence[int], max_batch: int) -> list[int]:
     return sorted({int(b) for b in points if 1 <= int(b) <= max_batch} | {1, max_batch})
 
 
+def _sweep_contexts(model, toks: list[int], wanted: Sequence[int], pts: list[int], lpts: list[int], repeats: int,
+                    tick: Callable[[], None], given: dict[int, list[float]] | None
+                    ) -> tuple[list[list[float]], float | None]:
+    """The timed sweep of :func:`measure_decode_costs`: for each context in ``wanted`` (ascending), fill
+    the cache to it and time ``pts`` at the first context (``given`` counted there), ``lpts`` at the others.
+
+    Returns:
+        (per context, the median seconds per timed b; seconds per token of the last fill to a
+        longer context of at least 32 tokens, or None).
+    """
+    medians: list[list[float]] = []
+    prefill = None
+    for c in wanted:
+        n, secs = _fill_to(model, c, seed=1 + len(medians))
+        if medians:
+            tick()
+            if n >= 32:
+                prefill = secs / n
+        medians.append(_time_points(model, toks, c, lpts if medians else pts, repeats, tick,
+                                    None if medians else given))
+    return medians, prefill
+
+
 def measure_decode_costs(model, max_batch: int, repeats: int = 2, contexts: Sequence[int] | None = None,
                          progress: StepFn | None = None, label: str = "", points: Sequence[int] | None = None,
                          long_points: Sequence[int] | None = None,
@@ -340,19 +363,10 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 2, contexts: Sequ
     n0 = min(model.n_cached, wanted[0])
     model.truncate(n0)
     toks = _filler_tokens(model, max_batch, seed=2)
-    medians: list[list[float]] = []
-    prefill = None
     steps = len(wanted) * max(1, repeats) + len(wanted) - 1  # the repetitions, and each fill to a longer context
     tick = _ticker(progress, label or f"measuring decode costs of {_model_name(model)}", steps)
     try:
-        for c in wanted:
-            n, secs = _fill_to(model, c, seed=1 + len(medians))
-            if medians:
-                tick()
-                if n >= 32:
-                    prefill = secs / n
-            medians.append(_time_points(model, toks, c, lpts if medians else pts, repeats, tick,
-                                        None if medians else given))
+        medians, prefill = _sweep_contexts(model, toks, wanted, pts, lpts, repeats, tick, given)
     finally:
         model.truncate(n0)
     curves = [interpolate_curve(pts, medians[0], max_batch)]

@@ -27,7 +27,6 @@ ALLOWED = {
         114, "the paired run order (modes alternating within a repetition), timed side by side in one loop"),
     "localspec/cli.py:cmd_generate": (71, "the token stream's two output formats (coloured text, --json) in one loop"),
     "localspec/cli.py:cmd_calibrate": (73, "the calibrate command's report, line by line"),
-    "localspec/tui/widgets.py:StatsPanel._redraw": (63, "the statistics panel's rows, one line each"),
 }
 
 

@@ -196,8 +196,10 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     try:
         from localspec.server import serve
     except ImportError as e:
-        raise ConfigError(f"the server's dependencies are missing: {e}", "pip install -e . (installs fastapi, "
-                          "uvicorn, sse-starlette, prometheus-client)") from e
+        raise ConfigError(f"the server's dependencies are missing: {e}", "reinstall localspec with its "
+                          "dependencies (fastapi, uvicorn, sse-starlette, prometheus-client): pip install "
+                          "--force-reinstall localspec, pipx reinstall localspec, or pip install -e . in a "
+                          "checkout") from e
     from rich.console import Console
 
     # the probe, the loads and (mode auto, first run) the calibration, each said in the log as it happens

@@ -224,3 +224,14 @@ def test_unexpected_error_is_one_message_not_a_traceback(capsys, isolated_env, m
     monkeypatch.setenv("LOCALSPEC_DEBUG", "1")
     with pytest.raises(RuntimeError):
         cli.main(["generate", "--mode", "none", "hi"])
+
+
+def test_serve_without_the_servers_dependencies_says_how_to_reinstall(capsys, isolated_env, monkeypatch):
+    """An installed localspec (a wheel, pipx) has no checkout: the hint names the installers, not only
+    ``pip install -e .``."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "localspec.server", None)  # its import fails as a missing dependency would
+    code, _, err = run_cli(capsys, "serve", "--mode", "none")
+    assert code != 0 and "error: the server's dependencies are missing" in err
+    assert "pipx reinstall localspec" in err and "pip install --force-reinstall localspec" in err

@@ -5,6 +5,7 @@ by that name), so two test files with one basename in different folders stop col
 ``tests/unit/core`` and ``tests/integration``)."""
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -46,3 +47,19 @@ def test_a_conftest_fixture_is_defined_once():
     assert {"tiny_engine", "pair_engine", "tiny_env"} <= shared
     twice = {name: paths for name, paths in defined.items() if name in shared and len(paths) > 1}
     assert twice == {}, f"define each shared fixture once: {twice}"
+
+
+#: the documents a newcomer reads, and the code's, tests' and scripts' comments: every file path they name exists
+_CITED = re.compile(r"(?<![\w/.~$-])((?:localspec|tests|scripts|models|docs)/[\w./-]+\.(?:py|toml|md|tcss|json))")
+
+
+def test_the_paths_the_docs_and_docstrings_name_exist():
+    """A moved module or test leaves no reference to its old path (README, docs/architecture.md,
+    docs/benchmark.md, models/README.md, the code, the tests, the scripts)."""
+    root = TESTS.parent
+    texts = [root / "README.md", root / "models" / "README.md", *(root / "docs").glob("*.md"),
+             *(root / "localspec").rglob("*.py"), *(root / "localspec").rglob("*.toml"),
+             *(root / "tests").rglob("*.py"), *(root / "scripts").rglob("*.py")]
+    missing = {f"{t.relative_to(root)}: {m}" for t in texts if t.name != "benchmark-history.md"
+               for m in _CITED.findall(t.read_text(encoding="utf-8")) if not (root / m).exists()}
+    assert missing == set()

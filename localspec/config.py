@@ -254,7 +254,7 @@ class Settings(_Strict):
 #: (some tens of milliseconds at this size, once per request)
 DRAFT_MEMORY_TOKENS = 1 << 18
 #: bytes a remembered token takes: the int32 token, and in the index its int64 position and the int32 token
-#: (:data:`localspec.core.drafters.memory.TOKEN_BYTES` says the same, checked by a test)
+#: (:data:`localspec.core.drafters.memory.TOKEN_BYTES` is this number; a test checks it against the arrays)
 DRAFT_MEMORY_BYTES_PER_TOKEN = 16
 _DRAFT_MEMORY_MIB = DRAFT_MEMORY_TOKENS * DRAFT_MEMORY_BYTES_PER_TOKEN >> 20
 

@@ -115,11 +115,38 @@ def _format_stats(stats) -> list[tuple[str, str]]:
     ]
 
 
+def _legend():
+    """``legend: accepted draft  resampled  ...``: each token kind's label in its terminal style."""
+    from rich.text import Text
+
+    from localspec.core.events import TokenKind
+
+    legend = Text("legend: ")
+    for kind in TokenKind:
+        legend.append(LOOKS[kind].label, style=KIND_STYLES[kind.value] or "default")
+        legend.append("  ")
+    return legend
+
+
+def _json_line(ev) -> str:
+    """``generate --json``'s line for a streamed event: a token (TokenEvent) or a round (RoundStats)."""
+    from localspec.core.events import TokenEvent
+
+    if isinstance(ev, TokenEvent):
+        return json.dumps({"type": "token", "id": ev.token_id, "text": ev.text, "kind": ev.kind.value,
+                           "round": ev.round, "position": ev.position}, ensure_ascii=False)
+    return json.dumps({"type": "round", "round": ev.round, "drafter": ev.drafter, "drafted": ev.drafted,
+                       "accepted": ev.accepted, "committed": ev.committed, "draft_tokens": list(ev.draft_tokens),
+                       "target_tokens": list(ev.target_tokens), "draft_seconds": ev.draft_seconds,
+                       "verify_seconds": ev.verify_seconds, "draft_len_chosen": ev.draft_len_chosen,
+                       "reason": ev.reason})
+
+
 def cmd_generate(ns: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.text import Text
 
-    from localspec.core.events import RoundStats, TokenEvent, TokenKind
+    from localspec.core.events import TokenEvent
     from localspec.app.loader import load_engine
 
     settings = settings_from_args(ns)
@@ -153,26 +180,14 @@ def cmd_generate(ns: argparse.Namespace) -> int:
                           f"to fit the context window of {engine.n_ctx}[/yellow]")
         if not ns.json:
             gen.on_prefill = _prefill_printer(sys.stderr)
-            legend = Text("legend: ")
-            for kind in TokenKind:
-                legend.append(LOOKS[kind].label, style=KIND_STYLES[kind.value] or "default")
-                legend.append("  ")
-            err.print(legend)
+            err.print(_legend())
         interrupted = False
         try:
             for ev in gen:
-                if isinstance(ev, TokenEvent):
-                    if ns.json:
-                        print(json.dumps({"type": "token", "id": ev.token_id, "text": ev.text, "kind": ev.kind.value,
-                                          "round": ev.round, "position": ev.position}, ensure_ascii=False), flush=True)
-                    elif ev.text:
-                        out.print(Text(ev.text, style=KIND_STYLES[ev.kind.value]), end="")
-                elif isinstance(ev, RoundStats) and ns.json:
-                    print(json.dumps({"type": "round", "round": ev.round, "drafter": ev.drafter,
-                                      "drafted": ev.drafted, "accepted": ev.accepted, "committed": ev.committed,
-                                      "draft_tokens": list(ev.draft_tokens), "target_tokens": list(ev.target_tokens),
-                                      "draft_seconds": ev.draft_seconds, "verify_seconds": ev.verify_seconds,
-                                      "draft_len_chosen": ev.draft_len_chosen, "reason": ev.reason}), flush=True)
+                if ns.json:
+                    print(_json_line(ev), flush=True)
+                elif isinstance(ev, TokenEvent) and ev.text:
+                    out.print(Text(ev.text, style=KIND_STYLES[ev.kind.value]), end="")
         except KeyboardInterrupt:
             interrupted = True
             gen.close()

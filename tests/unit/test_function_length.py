@@ -25,7 +25,6 @@ ALLOWED = {
     "localspec/bench/report.py:format_table": (81, "one table, column by column"),
     "localspec/bench/runner.py:run_bench": (
         114, "the paired run order (modes alternating within a repetition), timed side by side in one loop"),
-    "localspec/cli.py:cmd_generate": (71, "the token stream's two output formats (coloured text, --json) in one loop"),
     "localspec/cli.py:cmd_calibrate": (73, "the calibrate command's report, line by line"),
 }
 

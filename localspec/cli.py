@@ -308,7 +308,55 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_option(cal.add_argument_group("decoding"), "draft_max", default_text=f"{AUTO_DRAFT_MAX}, mode auto's")
     add_model_arguments(cal)
+    _add_worker_parser(sub)
     return p
+
+
+def _add_worker_parser(sub) -> None:
+    from localspec.config import RPC_DEFAULT_PORT
+
+    w = sub.add_parser("worker", help="serve this machine's CPU to another machine's localspec (--rpc HOST:PORT)",
+                       description="A llama.cpp RPC worker (ggml's rpc-server, from localspec's own llama.cpp, so "
+                       "the protocol versions match). It has NO authentication and runs whatever it is sent: "
+                       "make it reachable only from trusted machines.")
+    w.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only; "
+                   "a LAN address or 0.0.0.0 lets other machines in: trusted networks only)")
+    w.add_argument("--port", type=int, default=RPC_DEFAULT_PORT, help=f"TCP port (default {RPC_DEFAULT_PORT})")
+    w.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default all cores)")
+    w.add_argument("--cache", default=None, metavar="DIR",
+                   help="keep the tensors it is sent in DIR, so a restarted client loads faster (default none)")
+
+
+def cmd_worker(ns: argparse.Namespace) -> int:
+    """``localspec worker``: a llama.cpp RPC worker on ``--host:--port`` until stopped (Ctrl-C)."""
+    import signal
+    import socket
+
+    from localspec.backend import rpc
+    from localspec.config import parse_endpoint
+
+    try:
+        host, port = parse_endpoint(f"{ns.host}:{ns.port}")
+    except ValueError as e:
+        raise ConfigError(str(e), "use --host NAME_OR_IPV4 --port 1..65535") from None
+    threads = ns.threads or os.cpu_count() or 1
+    if threads < 1:
+        raise ConfigError(f"--threads {ns.threads}: must be at least 1", "leave it out to use every core")
+    rpc.require_support()
+    try:  # the port is free and the address is ours: said here, not by a C message
+        with socket.create_server((host, port)):
+            pass
+    except OSError as e:
+        raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror or e}",
+                          "pick another --port, or stop the program that uses it") from None
+    exposed = host not in ("127.0.0.1", "localhost")
+    print(f"localspec worker on {host}:{port}, {threads} threads, RPC protocol "
+          f"{rpc.RPC_PROTOCOL[0]}.{rpc.RPC_PROTOCOL[1]}; connect with --rpc {host}:{port}", file=sys.stderr)
+    print(("WARNING: reachable from other machines. " if exposed else "") + "A worker has no authentication and runs "
+          "whatever it is sent: only trusted machines may reach it. Ctrl-C stops it.", file=sys.stderr, flush=True)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # the C loop never returns to Python: Ctrl-C ends the process
+    rpc.serve_worker(host, port, threads, ns.cache)
+    raise ConfigError(f"the worker on {host}:{port} stopped", "see the message above")
 
 
 def cmd_calibrate(ns: argparse.Namespace) -> int:
@@ -421,6 +469,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_serve(ns)
         if ns.command == "calibrate":
             return cmd_calibrate(ns)
+        if ns.command == "worker":
+            return cmd_worker(ns)
         if ns.command is None:
             ns = build_parser().parse_args(["chat", *argv])
         return _run_tui(ns)

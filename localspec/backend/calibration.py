@@ -102,6 +102,8 @@ def model_cost_key(model) -> dict:
         "flash_attn": _flash_attn_mode(model),
         "huge_pages": bool(getattr(model, "huge_pages", False)),
         "repack": bool(getattr(model, "repack", False)),
+        # layers on RPC workers: every pass pays the network, so the curve is the workers' own
+        **({"rpc": list(model.rpc)} if getattr(model, "rpc", ()) else {}),
         **machine_key(),
     }
 

@@ -87,6 +87,15 @@ def _model_name(model) -> str:
     return Path(str(getattr(model, "path", "model"))).name
 
 
+def _meter(model) -> CpuMeter:
+    """The meter of other processes' CPU share while ``model`` is timed: its own child process
+    (:class:`~localspec.backend.isolated.IsolatedModel`) counts as this process. RPC workers on this
+    machine (loopback) do the passes' work, so no share can be told apart: the meter then reports
+    nothing (None) and the curve is not judged disturbed."""
+    loopback = any(ep.startswith(("127.", "localhost:")) for ep in getattr(model, "rpc", ()))
+    return CpuMeter(also=getattr(model, "child_pids", ()), blind=loopback)
+
+
 def model_cost_key(model) -> dict:
     """What a measurement depends on: model file, context settings, llama.cpp build, machine."""
     from localspec.backend.cache_keys import file_key, machine_key
@@ -357,7 +366,7 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 2, contexts: Sequ
     Raises:
         ContextOverflowError: the model's context cannot hold ``contexts[-1] + max_batch`` tokens.
     """
-    t_start, meter = time.perf_counter(), CpuMeter()
+    t_start, meter = time.perf_counter(), _meter(model)
     load = (load_average() or [-1.0])[0]
     wanted = sorted(set(contexts if contexts is not None else calibration_contexts(model, max_batch)))
     pts = _batch_sizes(calibration_points(max_batch) if points is None else points, max_batch)
@@ -461,7 +470,7 @@ def calibrate_model(model, max_batch: int, repeats: int = 2, contexts: Sequence[
     if _flash_attn_mode(model) != "auto" or not hasattr(model, "set_flash_attn"):
         return measure_decode_costs(model, max_batch, repeats, contexts, progress,
                                     f"measuring decode costs of {model_name}")
-    t0, meter = time.perf_counter(), CpuMeter()
+    t0, meter = time.perf_counter(), _meter(model)
     short = min(contexts) if contexts else SHORT_CONTEXT
     scores, timed = compare_flash_attn(model, max_batch, repeats, short, progress)
     setting = "on" if model.flash_attn else "off"

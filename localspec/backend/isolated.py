@@ -254,6 +254,11 @@ class IsolatedModel:
         self.cached_tokens.clear()
 
     @property
+    def child_pids(self) -> tuple[int, ...]:
+        """The child process's id, for CPU meters (its work is this model's)."""
+        return (self._proc.pid,) if self._proc is not None and self._proc.is_alive() else ()
+
+    @property
     def n_cached(self) -> int:
         return len(self.cached_tokens)
 

@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--worker-threads", type=int, default=1)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="the client's threads")
     p.add_argument("--out", default="rpc-bench", help="folder for each delay's JSON")
-    args = p.parse_args(argv)
+    args, passed_on = p.parse_known_args(argv)  # others go to bench_llama_server.py (--target, --draft, ...)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     servers = ["lp-none", "lp-lookup", "lp-auto"] + (["ls-plain", "ls-ngram"] if args.llama_server else [])
@@ -84,6 +84,7 @@ def main(argv: list[str]) -> int:
                 cmd += ["--llama-server", args.llama_server]
             if args.max_tokens:
                 cmd += ["--max-tokens", str(args.max_tokens)]
+            cmd += passed_on
             rc = subprocess.call(cmd)
             proxy.terminate()
             proxy.wait()

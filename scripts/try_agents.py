@@ -240,7 +240,8 @@ def try_qwen(qwen: str, base_url: str, api_key: str, model: str) -> bool:
         "security": {"auth": {"selectedType": "openai"}}, "privacy": {"usageStatisticsEnabled": False},
         "telemetry": {"enabled": False}, "general": {"disableAutoUpdate": True, "disableUpdateNag": True}}))
     env = {**os.environ, "HOME": str(home), "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": api_key,
-           "OPENAI_MODEL": model, "QWEN_CODE_MAX_OUTPUT_TOKENS": "4096", "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"}
+           "OPENAI_MODEL": model, "QWEN_CODE_MAX_OUTPUT_TOKENS": "4096", "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1",
+           "QWEN_STREAM_IDLE_TIMEOUT_MS": str(CLIENT_TIMEOUT * 1000)}
     ok = True
     for prompt in ("Say hello", QWEN_TASK):
         t0 = time.perf_counter()

@@ -9,7 +9,8 @@ the TUI use); a field's own message is declared beside it (:func:`localspec.conf
 Fields that do not change the output (``user``, ``metadata``, ``store``, ...) are accepted and
 ignored; fields we cannot honour (``n`` > 1, ``logit_bias``, ...)
 are refused with a 400 that names them, unless they are sent with their no-op value
-(:data:`localspec.server.refused.REFUSED_FIELDS`). The tool fields are turned into a :class:`localspec.server.tools.ToolRequest`.
+(:data:`localspec.server.refused.REFUSED_FIELDS`). The tool fields are turned into a
+:class:`localspec.server.tools.ToolRequest`.
 
 Reference: the OpenAI API reference for ``/v1/chat/completions`` and ``/v1/completions``
 (objects ``chat.completion``, ``chat.completion.chunk``, ``text_completion``, ``usage``
@@ -499,7 +500,8 @@ class SpeculationFields(BaseModel):
 
 class SamplingFields(BaseModel):
     """What both endpoints share: the body is a JSON object; parameters we cannot honour are refused
-    (:data:`localspec.server.refused.REFUSED_FIELDS`); the scalar fields' JSON types are checked strictly. The sampling fields
+    (:data:`localspec.server.refused.REFUSED_FIELDS`); the scalar fields' JSON types are checked
+    strictly. The sampling fields
     take their range and help from the options' one declaration
     (:class:`~localspec.config.SamplingParams`); absent, they keep the server's settings."""
 
@@ -521,9 +523,9 @@ class SamplingFields(BaseModel):
     cache_prompt: Annotated[bool | None, Field(strict=True), _said("cache_prompt must be true or false")] = Field(
         None, description="llama-server's field: false = this request neither reuses a cached prompt prefix "
                           "nor leaves its own in the cache (absent: true)")
-    response_format: Annotated[Any, WithJsonSchema(RESPONSE_FORMAT_SCHEMA)] = Field(None, description='{"type": "text" | "json_object" | "json_schema", '
-                                 '"json_schema": {"name", "schema", "strict"}}: the answer follows the '
-                                 'schema (localspec.server.structured)')
+    response_format: Annotated[Any, WithJsonSchema(RESPONSE_FORMAT_SCHEMA)] = Field(
+        None, description='{"type": "text" | "json_object" | "json_schema", "json_schema": {"name", "schema", '
+                          '"strict"}}: the answer follows the schema (localspec.server.structured)')
 
     @model_validator(mode="before")
     @classmethod

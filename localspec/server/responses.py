@@ -58,7 +58,7 @@ from typing import Annotated, Any, AsyncIterator
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
 from localspec.server.openai_api import ApiError, ChatCompletionBody, GenerationRequest, api_error
-from localspec.server.refused import RESPONSES, refused_field
+from localspec.server.refused import INCLUDE_IGNORED, RESPONSES, refused_field
 
 FORMAT_SHAPE = ('text.format must be {"type": "text"}, {"type": "json_object"} or {"type": "json_schema", '
                 '"name": ..., "schema": {...}, "strict": true}')
@@ -79,8 +79,10 @@ _TEXT_CONTENT = {"anyOf": [{"type": "string"}, {"type": "array", "items": {
 INPUT_SCHEMA = {"anyOf": [{"type": "string", "minLength": 1}, {"type": "array", "minItems": 1, "items": {"anyOf": [
     {"type": "object", "properties": {"type": {"const": "message"}, "role": {"enum": list(MESSAGE_ROLES)},
                                       "content": _TEXT_CONTENT}, "required": ["role", "content"]},
-    {"type": "object", "properties": {"type": {"const": "function_call"}, "call_id": {"type": "string"},
-                                      "name": {"type": "string"}, "arguments": {"type": "string"}},
+    {"type": "object", "properties": {"type": {"const": "function_call"},
+                                      "call_id": {"type": "string", "minLength": 1},
+                                      "name": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$"},
+                                      "arguments": {"type": "string"}},
      "required": ["type", "call_id", "name", "arguments"]},
     {"type": "object", "properties": {"type": {"const": "function_call_output"}, "call_id": {"type": "string"},
                                       "output": {"type": "string"}}, "required": ["type", "call_id", "output"]}]}}]}
@@ -126,7 +128,8 @@ class ResponsesBody(BaseModel):
     text: Annotated[Any, WithJsonSchema(TEXT_SCHEMA)] = Field(
         None, description='{"format": {"type": "text" | "json_object" | "json_schema", "name", "schema", "strict"}}')
     speculation: Any = Field(None, description="localspec's extension, as in /v1/chat/completions")
-    include: Annotated[Any, WithJsonSchema({"type": ["array", "null"], "items": {"type": "string"}})] = Field(
+    include: Annotated[Any, WithJsonSchema({"type": ["array", "null"],
+                                            "items": {"enum": list(INCLUDE_IGNORED)}})] = Field(
         None, description='only "reasoning.encrypted_content" (ignored)')
     store: Any = Field(None, description="accepted and ignored: nothing is stored")
     metadata: Annotated[Any, WithJsonSchema({"type": ["object", "null"],

@@ -69,8 +69,11 @@ def make_engine(target: LlamaModel, draft_model: LlamaModel | None = None,
 
 
 def load_model(ms: ModelSettings, progress: ProgressFn | None = None, stage: StageFn | None = None,
-               notices: list[str] | None = None) -> LlamaModel:
+               notices: list[str] | None = None, n_ctx_max: int | None = None) -> LlamaModel:
     """Resolve, probe weight repacking (``ms.repack``) and load one model.
+
+    ``ms.n_ctx`` None: the default window (:mod:`localspec.backend.context`: the training context where
+    memory allows), at most ``n_ctx_max`` (a draft model: the target's window).
 
     A fresh probe verdict that turns repacking off in mode ``auto`` appends one sentence for
     the user (why, and what it costs) to ``notices``; a cached verdict adds nothing.
@@ -85,7 +88,8 @@ def load_model(ms: ModelSettings, progress: ProgressFn | None = None, stage: Sta
         notices.append(f"{path.name}: {verdict.reason} (--repack off skips the probe; localspec calibrate shows it)")
     model = LlamaModel(path, n_ctx=ms.n_ctx, n_batch=ms.n_batch, n_threads=ms.n_threads,
                        n_gpu_layers=ms.n_gpu_layers, flash_attn={"on": True}.get(ms.flash_attn, False),
-                       huge_pages=ms.huge_pages, repack=bool(verdict and verdict.use), flash_attn_mode=ms.flash_attn)
+                       huge_pages=ms.huge_pages, repack=bool(verdict and verdict.use), flash_attn_mode=ms.flash_attn,
+                       n_ctx_max=n_ctx_max)
     model.repack_verdict = verdict
     if ms.flash_attn == "auto":
         apply_cached_flash_attn(model)  # the faster setting, if this machine has measured it
@@ -118,7 +122,7 @@ def load_engine(settings: Settings, progress: ProgressFn | None = None, stage: S
         if needs_draft_model(settings):
             if stage:
                 stage(f"loading draft {settings.draft.model}")
-            draft = load_model(settings.draft, progress, stage, notices)
+            draft = load_model(settings.draft, progress, stage, notices, n_ctx_max=target.n_ctx)
         if stage:
             stage("checking tokenizers")
         # mode auto: this machine's measured costs, when cached; else measured now (calibrate)

@@ -295,6 +295,12 @@ class ServerSettings(_Strict):
                                     "alternating between long prompts does not read either again: most MiB they "
                                     "take (the least recently used evicted; about 40 KiB a token for the default "
                                     "pair, target and draft); 0 = off (only the live cache is reused)")
+    prompt_cache_disk_mb: float = option(0.0, ge=0, le=1 << 24, unit="MiB",
+                                         help="also keep the prompt-prefix snapshots on disk, under "
+                                         "$LOCALSPEC_CACHE/prompts (default ~/.cache/localspec/prompts), so a "
+                                         "restarted server does not read an agent's prompt again: most MiB they "
+                                         "take there (the least recently used deleted); 0 = off (default); needs "
+                                         "--prompt-cache-mb above 0")
     default_max_tokens: int | None = option(None, ge=1, unit="tokens",
                                             help="max_tokens of a chat request that leaves it out (--max-tokens)",
                                             default_text="the room left in the context window")

@@ -785,12 +785,12 @@ class LlamaModel(NativeResource):
         ``state.tokens``, computed as when the snapshot was taken (no decode).
 
         Returns:
-            True; False when llama.cpp refuses it (taken under another flash-attention setting or
-            context, or longer than the window): the cache is then empty.
+            True; False when it was taken under another flash-attention setting or is longer than the
+            window (the cache is left as it was), or llama.cpp refuses it (the cache is then empty).
         """
-        self.reset()
         if state.flash_attn != self.flash_attn or len(state.tokens) > self.n_ctx:
             return False
+        self.reset()
         if int(self._lc.llama_state_seq_set_data(self._ctx, state.data, state.nbytes, 0)) == 0:
             self.reset()
             return False

@@ -26,6 +26,19 @@ import numpy as np
 MIN_SNAPSHOT_TOKENS = 64
 
 
+class SnapshotStore(Protocol):
+    """A second, persistent tier (:class:`localspec.backend.prompt_store.PromptStore`): it is given every
+    snapshot the cache keeps, and asked when memory holds no match as long."""
+
+    def save(self, role: str, snapshot: "Snapshot") -> None: ...
+
+    def best(self, role: str, tokens: Sequence[int], limit: int | None = None) -> tuple["Snapshot", int] | None: ...
+
+    def discard(self, snapshot: "Snapshot") -> None: ...
+
+    def flush(self) -> None: ...
+
+
 class Snapshot(Protocol):
     """What :class:`PrefixCache` keeps: a model's cache contents and their size."""
 
@@ -53,6 +66,8 @@ class PrefixCacheStats:
     restored: int = 0
     evicted: int = 0
     restored_tokens: int = 0
+    #: snapshots :meth:`PrefixCache.best` found in the store (disk), not in memory
+    from_store: int = 0
 
 
 class PrefixCache:
@@ -61,9 +76,11 @@ class PrefixCache:
     Args:
         max_bytes: the most bytes the snapshots may take together; 0 keeps none.
         min_tokens: snapshots of fewer tokens are not kept.
+        store: a persistent tier (disk) that gets every snapshot kept and serves longer matches, or None.
     """
 
-    def __init__(self, max_bytes: int, min_tokens: int = MIN_SNAPSHOT_TOKENS) -> None:
+    def __init__(self, max_bytes: int, min_tokens: int = MIN_SNAPSHOT_TOKENS,
+                 store: SnapshotStore | None = None) -> None:
         if max_bytes < 0 or min_tokens < 1:
             raise ValueError("max_bytes must be >= 0 and min_tokens >= 1")
         self.max_bytes = max_bytes
@@ -71,6 +88,7 @@ class PrefixCache:
         self._entries: OrderedDict[int, tuple[str, Snapshot]] = OrderedDict()  # least recently used first
         self._next = 0
         self.stats = PrefixCacheStats()
+        self.store = store
 
     @property
     def nbytes(self) -> int:
@@ -105,6 +123,8 @@ class PrefixCache:
         self._entries[self._next] = (role, snapshot)
         self._next += 1
         self.stats.saved += 1
+        if self.store is not None:
+            self.store.save(role, snapshot)
         total = self.nbytes
         while total > self.max_bytes:
             _, (_, old) = self._entries.popitem(last=False)
@@ -115,23 +135,29 @@ class PrefixCache:
     def best(self, role: str, tokens: Sequence[int], limit: int | None = None) -> tuple[Snapshot, int] | None:
         """The snapshot of ``role`` sharing the longest prefix with ``tokens`` (at most ``limit`` tokens),
         marked most recently used, and that length; None when none shares a token. Ties: the most
-        recently used."""
+        recently used. The store's longest match when it is longer than memory's."""
         found, found_key, longest = None, None, 0
         for key, (r, s) in reversed(self._entries.items()):
             if r == role:
                 n = common_prefix(s.tokens, tokens, limit)
                 if n > longest:
                     found, found_key, longest = s, key, n
+        stored = self.store.best(role, tokens, limit) if self.store is not None else None
+        if stored is not None and stored[1] > longest:
+            self.stats.from_store += 1
+            return stored
         if found is None:
             return None
         self._entries.move_to_end(found_key)
         return found, longest
 
     def discard(self, snapshot: Snapshot) -> None:
-        """Forget ``snapshot`` (one a model refused to load)."""
+        """Forget ``snapshot`` (one a model refused to load), in the store too."""
         for key, (_, s) in list(self._entries.items()):
             if s is snapshot:
                 del self._entries[key]
+        if self.store is not None:
+            self.store.discard(snapshot)
 
     def clear(self) -> None:
         self._entries.clear()

@@ -242,6 +242,17 @@ class EngineWorker:
             self._ready.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
+        self._store_live_caches()
+
+    def _store_live_caches(self) -> None:
+        """At shutdown, with prompt snapshots kept on disk: store what both KV caches hold (an agent's prompt is
+        usually in the live cache, not among the snapshots) and wait for the writes. Not while the engine's
+        thread still runs."""
+        cache = getattr(self.engine, "prefix_cache", None)
+        if cache is None or cache.store is None or (self._thread is not None and self._thread.is_alive()):
+            return
+        self.engine.clear_cache(keep=True)
+        cache.store.flush()
 
     def submit(self, job: Job) -> None:
         """Queue ``job`` in arrival order.

@@ -3,7 +3,8 @@
 An agent alternates between long prompts: A, B, then A again reads only what A's kept snapshot does not
 hold (``/metrics``: ``localspec_prompt_tokens_read``; the usage's ``cached_tokens``), and answers what it
 answered the first time, on an empty cache (a fresh server's answer); a request with ``cache_prompt: false``
-neither restores nor keeps one. The KV-level exactness (logits) is in test_prefix_snapshots.py.
+neither restores nor keeps one. With ``--prompt-cache-disk-mb`` a restarted server reads A from disk.
+The KV-level exactness (logits) is in test_prefix_snapshots.py.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ C = [{"role": "system", "content": SYSTEM_B.replace("shell", "SQL")}, {"role": "
 @pytest.fixture(scope="module")
 def served(tiny_path, tmp_path_factory):
     with tiny_lookup_server(tiny_path, tmp_path_factory.mktemp("serve-prefix"), KEY) as client:
-        yield client, str(client.base_url).removesuffix("/v1/").removesuffix("/v1")
+        yield client, _base(client)
 
 
 def metric(base: str, name: str) -> float:
@@ -79,3 +80,20 @@ def test_cache_prompt_false_neither_restores_nor_keeps_a_snapshot(served):
     assert read_a == 1 and restores_a == 1
     _, usage_c, read_c, restores_c = ask(served, C)  # C's was not: kept, C would come back without reading
     assert restores_c == 0 and read_c >= usage_c.prompt_tokens - 20
+
+
+def test_a_restarted_server_reads_the_prompt_it_held_from_disk(tiny_path, tmp_path):
+    disk = ["--prompt-cache-disk-mb", "256"]
+    with tiny_lookup_server(tiny_path, tmp_path, KEY, disk) as client:  # the same $LOCALSPEC_CACHE both times
+        first, usage_a, read_a, _ = ask((client, _base(client)), A)
+    assert read_a == usage_a.prompt_tokens
+    assert list((tmp_path / "cache" / "prompts").glob("*.kv"))  # A's cache, stored at shutdown
+    with tiny_lookup_server(tiny_path, tmp_path, KEY, disk) as client:
+        again, usage, read, restores = ask((client, _base(client)), A)
+        assert metric(_base(client), "localspec_prompt_cache_store_reads_total") == 1
+    assert again == first and restores == 1 and read == 1
+    assert usage.prompt_tokens_details.cached_tokens == usage_a.prompt_tokens - 1
+
+
+def _base(client) -> str:
+    return str(client.base_url).removesuffix("/v1/").removesuffix("/v1")

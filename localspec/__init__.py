@@ -8,7 +8,8 @@ The packages are the layers, each importing only from those below it (docs/archi
 - :mod:`localspec.core`: the speculative loop (drafting, acceptance, sampling, cost model, rounds)
 - :mod:`localspec.config`, :mod:`localspec.errors`: settings models and the error types
 
-Data flows down (front-end -> app -> engine -> drafters / acceptance / backend); events flow back.
+Calls flow down (front-end -> app -> backend, core); the loader hands the engine (core) the models it
+made (backend), which the engine sees only through a small interface; events flow back.
 """
 
 __version__ = "0.1.0"

@@ -115,11 +115,38 @@ def _format_stats(stats) -> list[tuple[str, str]]:
     ]
 
 
+def _legend():
+    """``legend: accepted draft  resampled  ...``: each token kind's label in its terminal style."""
+    from rich.text import Text
+
+    from localspec.core.events import TokenKind
+
+    legend = Text("legend: ")
+    for kind in TokenKind:
+        legend.append(LOOKS[kind].label, style=KIND_STYLES[kind.value] or "default")
+        legend.append("  ")
+    return legend
+
+
+def _json_line(ev) -> str:
+    """``generate --json``'s line for a streamed event: a token (TokenEvent) or a round (RoundStats)."""
+    from localspec.core.events import TokenEvent
+
+    if isinstance(ev, TokenEvent):
+        return json.dumps({"type": "token", "id": ev.token_id, "text": ev.text, "kind": ev.kind.value,
+                           "round": ev.round, "position": ev.position}, ensure_ascii=False)
+    return json.dumps({"type": "round", "round": ev.round, "drafter": ev.drafter, "drafted": ev.drafted,
+                       "accepted": ev.accepted, "committed": ev.committed, "draft_tokens": list(ev.draft_tokens),
+                       "target_tokens": list(ev.target_tokens), "draft_seconds": ev.draft_seconds,
+                       "verify_seconds": ev.verify_seconds, "draft_len_chosen": ev.draft_len_chosen,
+                       "reason": ev.reason})
+
+
 def cmd_generate(ns: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.text import Text
 
-    from localspec.core.events import RoundStats, TokenEvent, TokenKind
+    from localspec.core.events import TokenEvent
     from localspec.app.loader import load_engine
 
     settings = settings_from_args(ns)
@@ -153,26 +180,14 @@ def cmd_generate(ns: argparse.Namespace) -> int:
                           f"to fit the context window of {engine.n_ctx}[/yellow]")
         if not ns.json:
             gen.on_prefill = _prefill_printer(sys.stderr)
-            legend = Text("legend: ")
-            for kind in TokenKind:
-                legend.append(LOOKS[kind].label, style=KIND_STYLES[kind.value] or "default")
-                legend.append("  ")
-            err.print(legend)
+            err.print(_legend())
         interrupted = False
         try:
             for ev in gen:
-                if isinstance(ev, TokenEvent):
-                    if ns.json:
-                        print(json.dumps({"type": "token", "id": ev.token_id, "text": ev.text, "kind": ev.kind.value,
-                                          "round": ev.round, "position": ev.position}, ensure_ascii=False), flush=True)
-                    elif ev.text:
-                        out.print(Text(ev.text, style=KIND_STYLES[ev.kind.value]), end="")
-                elif isinstance(ev, RoundStats) and ns.json:
-                    print(json.dumps({"type": "round", "round": ev.round, "drafter": ev.drafter,
-                                      "drafted": ev.drafted, "accepted": ev.accepted, "committed": ev.committed,
-                                      "draft_tokens": list(ev.draft_tokens), "target_tokens": list(ev.target_tokens),
-                                      "draft_seconds": ev.draft_seconds, "verify_seconds": ev.verify_seconds,
-                                      "draft_len_chosen": ev.draft_len_chosen, "reason": ev.reason}), flush=True)
+                if ns.json:
+                    print(_json_line(ev), flush=True)
+                elif isinstance(ev, TokenEvent) and ev.text:
+                    out.print(Text(ev.text, style=KIND_STYLES[ev.kind.value]), end="")
         except KeyboardInterrupt:
             interrupted = True
             gen.close()
@@ -196,8 +211,10 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     try:
         from localspec.server import serve
     except ImportError as e:
-        raise ConfigError(f"the server's dependencies are missing: {e}", "pip install -e . (installs fastapi, "
-                          "uvicorn, sse-starlette, prometheus-client)") from e
+        raise ConfigError(f"the server's dependencies are missing: {e}", "reinstall localspec with its "
+                          "dependencies (fastapi, uvicorn, sse-starlette, prometheus-client): pip install "
+                          "--force-reinstall localspec, pipx reinstall localspec, or pip install -e . in a "
+                          "checkout") from e
     from rich.console import Console
 
     # the probe, the loads and (mode auto, first run) the calibration, each said in the log as it happens
@@ -291,7 +308,55 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_option(cal.add_argument_group("decoding"), "draft_max", default_text=f"{AUTO_DRAFT_MAX}, mode auto's")
     add_model_arguments(cal)
+    _add_worker_parser(sub)
     return p
+
+
+def _add_worker_parser(sub) -> None:
+    from localspec.config import RPC_DEFAULT_PORT
+
+    w = sub.add_parser("worker", help="serve this machine's CPU to another machine's localspec (--rpc HOST:PORT)",
+                       description="A llama.cpp RPC worker (ggml's rpc-server, from localspec's own llama.cpp, so "
+                       "the protocol versions match). It has NO authentication and runs whatever it is sent: "
+                       "make it reachable only from trusted machines.")
+    w.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only; "
+                   "a LAN address or 0.0.0.0 lets other machines in: trusted networks only)")
+    w.add_argument("--port", type=int, default=RPC_DEFAULT_PORT, help=f"TCP port (default {RPC_DEFAULT_PORT})")
+    w.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default all cores)")
+    w.add_argument("--cache", default=None, metavar="DIR",
+                   help="keep the tensors it is sent in DIR, so a restarted client loads faster (default none)")
+
+
+def cmd_worker(ns: argparse.Namespace) -> int:
+    """``localspec worker``: a llama.cpp RPC worker on ``--host:--port`` until stopped (Ctrl-C)."""
+    import signal
+    import socket
+
+    from localspec.backend import rpc
+    from localspec.config import parse_endpoint
+
+    try:
+        host, port = parse_endpoint(f"{ns.host}:{ns.port}")
+    except ValueError as e:
+        raise ConfigError(str(e), "use --host NAME_OR_IPV4 --port 1..65535") from None
+    threads = ns.threads or os.cpu_count() or 1
+    if threads < 1:
+        raise ConfigError(f"--threads {ns.threads}: must be at least 1", "leave it out to use every core")
+    rpc.require_support()
+    try:  # the port is free and the address is ours: said here, not by a C message
+        with socket.create_server((host, port)):
+            pass
+    except OSError as e:
+        raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror or e}",
+                          "pick another --port, or stop the program that uses it") from None
+    exposed = host not in ("127.0.0.1", "localhost")
+    print(f"localspec worker on {host}:{port}, {threads} threads, RPC protocol "
+          f"{rpc.RPC_PROTOCOL[0]}.{rpc.RPC_PROTOCOL[1]}; connect with --rpc {host}:{port}", file=sys.stderr)
+    print(("WARNING: reachable from other machines. " if exposed else "") + "A worker has no authentication and runs "
+          "whatever it is sent: only trusted machines may reach it. Ctrl-C stops it.", file=sys.stderr, flush=True)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # the C loop never returns to Python: Ctrl-C ends the process
+    rpc.serve_worker(host, port, threads, ns.cache)
+    raise ConfigError(f"the worker on {host}:{port} stopped", "see the message above")
 
 
 def cmd_calibrate(ns: argparse.Namespace) -> int:
@@ -404,6 +469,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_serve(ns)
         if ns.command == "calibrate":
             return cmd_calibrate(ns)
+        if ns.command == "worker":
+            return cmd_worker(ns)
         if ns.command is None:
             ns = build_parser().parse_args(["chat", *argv])
         return _run_tui(ns)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from localspec.errors import ConfigError
@@ -84,6 +84,47 @@ def fits_context(n_ctx: int, prompt_tokens: int, max_tokens: int = 1) -> bool:
     fits a window of ``n_ctx`` tokens when it leaves room for ``max_tokens`` generated tokens
     (at least one: every generation makes one)."""
     return max(1, max_tokens) <= context_room(n_ctx, prompt_tokens)
+
+
+#: the port llama.cpp's rpc-server (and ``localspec worker``) listens on by default
+RPC_DEFAULT_PORT = 50052
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """``"HOST:PORT"`` -> (host, port); a host name or an IPv4 address (llama.cpp's RPC client
+    splits at the first colon, so IPv6 addresses cannot be written).
+
+    Raises:
+        ValueError: no port, a port outside 1..65535, an empty host or an IPv6 address.
+    """
+    text = text.strip()
+    host, sep, port = text.partition(":")
+    if not sep or not host:
+        raise ValueError(f"RPC worker {text!r} is not HOST:PORT (for example 192.168.1.20:{RPC_DEFAULT_PORT})")
+    if ":" in port or host.startswith("["):
+        raise ValueError(f"RPC worker {text!r}: llama.cpp's RPC takes a host name or an IPv4 address, not IPv6")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"RPC worker {text!r}: the port must be a number 1..65535")
+    return host, int(port)
+
+
+def split_endpoints(value: object) -> tuple[str, ...]:
+    """Endpoints from a comma-separated string or a list of them (each may hold commas too),
+    checked by :func:`parse_endpoint`, duplicates refused.
+
+    Raises:
+        ValueError: a malformed or repeated endpoint.
+    """
+    items = [value] if isinstance(value, str) else list(value or ())
+    out: list[str] = []
+    for item in items:
+        for part in str(item).split(","):
+            if part.strip():
+                parse_endpoint(part)
+                if part.strip() in out:
+                    raise ValueError(f"RPC worker {part.strip()} is given twice")
+                out.append(part.strip())
+    return tuple(out)
 
 
 class _Strict(BaseModel):
@@ -192,6 +233,13 @@ class ModelSettings(_Strict):
     repack: Repack = option("auto", help="llama.cpp's weight repacking (AMX, interleaved Q4_0): auto (default) = only "
                             "where a test decode in a child process did not crash and was not slower (it crashes on "
                             "some virtualized AMX Xeons); on; off (llama-server's --no-repack)")
+    rpc: tuple[str, ...] = option((), help="llama.cpp RPC workers HOST:PORT[,HOST:PORT...] that hold this model's "
+                                  "layers (started with localspec worker; trusted networks only)")
+
+    @field_validator("rpc", mode="before")
+    @classmethod
+    def _endpoints(cls, value: object) -> tuple[str, ...]:
+        return split_endpoints(value)
 
 
 def check_stop(stop: Sequence[str]) -> None:
@@ -257,7 +305,7 @@ class Settings(_Strict):
 #: (some tens of milliseconds at this size, once per request)
 DRAFT_MEMORY_TOKENS = 1 << 18
 #: bytes a remembered token takes: the int32 token, and in the index its int64 position and the int32 token
-#: (:data:`localspec.core.drafters.memory.TOKEN_BYTES` says the same, checked by a test)
+#: (:data:`localspec.core.drafters.memory.TOKEN_BYTES` is this number; a test checks it against the arrays)
 DRAFT_MEMORY_BYTES_PER_TOKEN = 16
 _DRAFT_MEMORY_MIB = DRAFT_MEMORY_TOKENS * DRAFT_MEMORY_BYTES_PER_TOKEN >> 20
 

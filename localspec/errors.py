@@ -66,3 +66,10 @@ class DecodeAborted(BackendError):
     The KV cache is rolled back to where it was before the call; the engine ends the
     generation with end reason ``cancelled``.
     """
+
+
+class WorkerError(LocalspecError):
+    """An RPC worker (llama.cpp's rpc-server, ``localspec worker``) is down, refuses, is busy,
+    speaks another protocol version, or was lost during a generation; the message names it (host:port)."""
+
+    exit_code = 7

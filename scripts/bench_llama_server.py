@@ -96,7 +96,7 @@ from localspec.server.process import ServerProcess
 
 HERE = Path(__file__).resolve().parent
 SERVERS = ("ls-plain", "ls-ngram", "ls-draft", "lp-auto", "lp-pred")
-OPTIONAL_SERVERS = ("lp-none", "lp-auto-8", "lp-pred-8")
+OPTIONAL_SERVERS = ("lp-none", "lp-lookup", "lp-auto-8", "lp-pred-8")
 #: the paired design's default variants (ls-draft only when asked: no comparison of the issue needs it)
 PAIRED_SERVERS = ("ls-plain", "ls-ngram", "lp-auto", "lp-pred")
 REFERENCE = "ls-plain"
@@ -221,10 +221,12 @@ def timed_request(client: openai.OpenAI, message: str, prediction: str | None, m
 
 
 def server_argv(name: str, llama_server: str, target: str, draft: str, threads: int, n_ctx: int,
-                repack: bool) -> list[str]:
+                repack: bool, rpc: str | None = None) -> list[str]:
     if name.startswith("ls-"):
         argv = [llama_server, "-m", target, "--host", "127.0.0.1", "--port", "{port}", "-t", str(threads),
                 "-tb", str(threads), "-c", str(n_ctx), "-np", "1", "--no-webui"] + ([] if repack else ["--no-repack"])
+        if rpc:  # every layer on the workers, as localspec --rpc does
+            argv += ["--rpc", rpc, "-ngl", "99"]
         if name == "ls-ngram":
             argv += ["--spec-type", "ngram-mod"]
         elif name == "ls-draft":
@@ -233,7 +235,8 @@ def server_argv(name: str, llama_server: str, target: str, draft: str, threads: 
     return [sys.executable, "-m", "localspec.cli", "serve", "--target", target, "--draft", draft, "--port", "{port}",
             "--n-threads", str(threads), "--n-ctx", str(n_ctx), "--repack", "on" if repack else "off",
             "--log-level", "warning"] + (["--mode", "none"] if name == "lp-none" else []) + \
-        (["--draft-max", "8"] if name.endswith("-8") else [])
+        (["--mode", "lookup"] if name == "lp-lookup" else []) + \
+        (["--draft-max", "8"] if name.endswith("-8") else []) + (["--rpc", rpc] if rpc else [])
 
 
 def ratio_stats(xs: list[float]) -> str:
@@ -495,6 +498,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, default=None, help="cap every task's max_tokens (a quick check)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--n-ctx", type=int, default=8192)
+    p.add_argument("--rpc", default=None, metavar="HOST:PORT[,...]",
+                   help="the target's layers on these llama.cpp RPC workers, on both sides (llama-server: --rpc "
+                        "and -ngl 99; it must be built with -DGGML_RPC=ON); a worker serves one client at a time, "
+                        "so use --design sequential")
     p.add_argument("--repack", choices=["auto", "on", "off"], default="auto",
                    help="weight repacking on both sides; auto = localspec's probe decides (default)")
     p.add_argument("--recalibrate", action="store_true", help="measure localspec's calibration again first")
@@ -527,7 +534,8 @@ def main(argv: list[str]) -> int:
     print(f"CPU: {cpu}\ndesign: {args.design}; target {target}; draft {draft}; {args.threads} threads")
     repack = repack_choice(args.repack, target, args.threads)
     print(f"weight repacking: {'on' if repack else 'off'} on both sides")
-    common = ["--n-threads", str(args.threads), "--n-ctx", str(args.n_ctx), "--repack", "on" if repack else "off"]
+    common = ["--n-threads", str(args.threads), "--n-ctx", str(args.n_ctx), "--repack", "on" if repack else "off"] \
+        + (["--rpc", args.rpc] if args.rpc else [])
     cal = None
     if any(s.startswith("lp-") for s in servers):
         cal = calibrate(target, draft, common, args.recalibrate)
@@ -539,7 +547,7 @@ def main(argv: list[str]) -> int:
     print(f"server logs: {tmp}")
 
     def argv_of(server: str) -> list[str]:
-        return server_argv(server, args.llama_server, target, draft, args.threads, args.n_ctx, repack)
+        return server_argv(server, args.llama_server, target, draft, args.threads, args.n_ctx, repack, args.rpc)
 
     orders: list = []
     comps: list[dict] = []

@@ -2,7 +2,7 @@
 paths, and the rule that a test loading a real model carries its marker.
 
 Layers: ``unit/`` (pure functions, the fake backend; ``unit/core``, ``unit/backend``, ``unit/app``,
-``unit/server`` mirror the packages, and ``unit/`` itself holds the checks of the whole tree),
+``unit/server``, ``unit/bench`` mirror the packages, and ``unit/`` itself holds the checks of the whole tree),
 ``integration/`` (real GGUF models), ``tui/`` (Pilot and snapshots on a scripted fake engine, a few on the tiny model),
 ``robustness/`` (bad input and faults). Markers: ``tiny`` (SmolLM2-135M) and ``pair`` (the
 Qwen2.5-Coder pair), so ``-m "not pair"`` skips the slow pair and ``-m "not tiny and not
@@ -17,8 +17,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 #: a test that uses one of these fixtures loads that model: it is marked so automatically
-_MODEL_FIXTURES = {"tiny_path": "tiny", "tiny_engine": "tiny", "pair_paths": "pair", "pair_engine": "pair",
-                   "engines": "tiny"}
+_MODEL_FIXTURES = {"tiny_path": "tiny", "tiny_engine": "tiny", "tiny_engine_ctx512": "tiny", "pair_paths": "pair",
+                   "pair_engine": "pair", "engines": "tiny"}
 #: SmolLM2-135M is about 90 MB; a larger file is a slow model (the pair's are 0.4 and 1.1 GB)
 _TINY_MAX_BYTES = 200_000_000
 
@@ -42,7 +42,7 @@ def pair_paths():
 
 class EngineCache:
     """Real-model engines built once per test session and settings: the one place a test engine is
-    made (``tiny_engine`` and ``pair_engine`` in each folder's conftest ask it for theirs)."""
+    made (``tiny_engine``, ``tiny_engine_ctx512`` and ``pair_engine`` below ask it for theirs)."""
 
     def __init__(self):
         self._engines = {}
@@ -77,6 +77,13 @@ def engines():
 def tiny_engine(engines, tiny_path):
     """SmolLM2 drafting for itself (n_ctx 2048)."""
     return engines.get(tiny_path, n_ctx=2048, n_batch=512)
+
+
+@pytest.fixture(scope="session")
+def tiny_engine_ctx512(engines, tiny_path):
+    """SmolLM2 drafting for itself in a 512-token context (n_batch 128, one thread): overflow is cheap to
+    reach (the robustness tests)."""
+    return engines.get(tiny_path, n_ctx=512, n_batch=128, n_threads=1)
 
 
 @pytest.fixture(scope="session")

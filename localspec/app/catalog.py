@@ -82,9 +82,9 @@ class Catalog(BaseModel):
     def default(self) -> PairPreset:
         """The default pair (``default_pair``): the models ``localspec`` loads when none is named.
 
-        The one source of the default target and draft; :class:`localspec.config.Settings` (the
-        bottom layer, which cannot read the catalog) repeats the two names as its defaults, and
-        ``tests/unit/test_catalog.py`` keeps them equal.
+        The one source of the default target and draft: :func:`localspec.config.default_pair` reads
+        the same entry of the file for :class:`localspec.config.Settings`' defaults
+        (``tests/unit/app/test_catalog.py``).
         """
         return self.pairs[self.default_pair]
 

@@ -12,6 +12,9 @@ from __future__ import annotations
 import os
 from typing import Callable
 
+from localspec.backend import rpc
+from localspec.backend.isolated import IsolatedModel
+from localspec.backend.context import MIN_DEFAULT_CONTEXT
 from localspec.backend.llama import LlamaModel
 from localspec.backend.calibration import StepFn, apply_cached_flash_attn, cached_engine_costs, engine_costs
 from localspec.config import ModelSettings, Settings
@@ -76,13 +79,17 @@ def load_model(ms: ModelSettings, progress: ProgressFn | None = None, stage: Sta
     memory allows), at most ``n_ctx_max`` (a draft model: the target's window).
 
     A fresh probe verdict that turns repacking off in mode ``auto`` appends one sentence for
-    the user (why, and what it costs) to ``notices``; a cached verdict adds nothing.
+    the user (why, and what it costs) to ``notices``; a cached verdict adds nothing. With
+    ``ms.rpc`` the model is loaded in a child process with its layers on the workers
+    (:func:`_load_on_workers`), and ``stage`` names each worker with its layers.
 
     Raises:
-        ModelError / ConfigError / BackendError.
+        ModelError / ConfigError / BackendError / WorkerError.
     """
     path = resolve_model(ms.model, progress)
     threads = ms.n_threads or os.cpu_count() or 1
+    if ms.rpc:
+        return _load_on_workers(ms, path, stage, n_ctx_max)
     verdict = decide_repack(path, ms.repack, n_threads=threads, n_gpu_layers=ms.n_gpu_layers, stage=stage)
     if verdict is not None and verdict.fresh and not verdict.use and ms.repack == "auto" and notices is not None:
         notices.append(f"{path.name}: {verdict.reason} (--repack off skips the probe; localspec calibrate shows it)")
@@ -94,6 +101,37 @@ def load_model(ms: ModelSettings, progress: ProgressFn | None = None, stage: Sta
     if ms.flash_attn == "auto":
         apply_cached_flash_attn(model)  # the faster setting, if this machine has measured it
     return model
+
+
+def _load_on_workers(ms: ModelSettings, path, stage: StageFn | None, n_ctx_max: int | None = None) -> IsolatedModel:
+    """A model whose layers go to RPC workers, loaded in a child process (:mod:`localspec.backend.isolated`:
+    llama.cpp's RPC client aborts its process when a worker is lost). Every layer goes to the workers
+    unless ``ms.n_gpu_layers`` says how many; no repack probe (the weights live on the workers). Its
+    default window is 4,096 tokens (at most ``n_ctx_max``): the KV cache lives on the workers, whose memory
+    the default rule of :mod:`localspec.backend.context` cannot see."""
+    rpc.require_support()
+    if stage:
+        stage(f"connecting to RPC workers {', '.join(ms.rpc)}")
+    n_ctx = ms.n_ctx or min(MIN_DEFAULT_CONTEXT, n_ctx_max or MIN_DEFAULT_CONTEXT)
+    model = IsolatedModel(path, rpc=ms.rpc, n_ctx=n_ctx, n_batch=ms.n_batch, n_threads=ms.n_threads,
+                          n_gpu_layers=ms.n_gpu_layers or -1, flash_attn={"on": True}.get(ms.flash_attn, False),
+                          huge_pages=ms.huge_pages, repack=False, flash_attn_mode=ms.flash_attn)
+    if stage:
+        stage(f"{path.name} layers: {layer_placement(model.device_layers, model.device_endpoints)}")
+    if ms.flash_attn == "auto":
+        apply_cached_flash_attn(model)
+    return model
+
+
+def layer_placement(device_layers: dict[str, int], endpoints: dict[str, str]) -> str:
+    """``{"RPC0": 14, "CPU": 1}``, ``{"RPC0": "h:50052"}`` -> ``"h:50052 14, this machine 1"``: each
+    worker by its endpoint (a local GPU by its ggml name), in llama.cpp's order (the last "layer" is
+    the output)."""
+    parts = []
+    for name, n in device_layers.items():
+        where = endpoints.get(name) or ("this machine" if name == "CPU" else name)
+        parts.append(f"{where} {n}")
+    return ", ".join(parts) or "none reported"
 
 
 def needs_draft_model(settings: Settings) -> bool:

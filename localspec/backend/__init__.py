@@ -7,5 +7,6 @@ markup/content split (pure text); of the package only :mod:`.llama` and :mod:`.g
 :mod:`.machine` reads the CPU, :mod:`.load` how busy it is, :mod:`.cache_keys` what
 cached measurements depend on; :mod:`.calibration` measures this machine's
 verification-cost curve for a loaded model; :mod:`.repack` probes llama.cpp's weight
-repacking in a child process; :mod:`.hugepages` reads weights into transparent huge pages.
+repacking in a child process; :mod:`.hugepages` reads weights into transparent huge pages;
+:mod:`.native` is what every class holding a llama.cpp handle shares (closing it).
 """

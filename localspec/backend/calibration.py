@@ -95,6 +95,15 @@ def _model_name(model) -> str:
     return Path(str(getattr(model, "path", "model"))).name
 
 
+def _meter(model) -> CpuMeter:
+    """The meter of other processes' CPU share while ``model`` is timed: its own child process
+    (:class:`~localspec.backend.isolated.IsolatedModel`) counts as this process. RPC workers on this
+    machine (loopback) do the passes' work, so no share can be told apart: the meter then reports
+    nothing (None) and the curve is not judged disturbed."""
+    loopback = any(ep.startswith(("127.", "localhost:")) for ep in getattr(model, "rpc", ()))
+    return CpuMeter(also=getattr(model, "child_pids", ()), blind=loopback)
+
+
 def model_cost_key(model) -> dict:
     """What a measurement depends on: model file, context settings, llama.cpp build, machine."""
     from localspec.backend.cache_keys import file_key, machine_key
@@ -110,6 +119,8 @@ def model_cost_key(model) -> dict:
         "flash_attn": _flash_attn_mode(model),
         "huge_pages": bool(getattr(model, "huge_pages", False)),
         "repack": bool(getattr(model, "repack", False)),
+        # layers on RPC workers: every pass pays the network, so the curve is the workers' own
+        **({"rpc": list(model.rpc)} if getattr(model, "rpc", ()) else {}),
         **machine_key(),
     }
 
@@ -308,6 +319,29 @@ def _batch_sizes(points: Sequence[int], max_batch: int) -> list[int]:
     return sorted({int(b) for b in points if 1 <= int(b) <= max_batch} | {1, max_batch})
 
 
+def _sweep_contexts(model, toks: list[int], wanted: Sequence[int], pts: list[int], lpts: list[int], repeats: int,
+                    tick: Callable[[], None], given: dict[int, list[float]] | None
+                    ) -> tuple[list[list[float]], float | None]:
+    """The timed sweep of :func:`measure_decode_costs`: for each context in ``wanted`` (ascending), fill
+    the cache to it and time ``pts`` at the first context (``given`` counted there), ``lpts`` at the others.
+
+    Returns:
+        (per context, the median seconds per timed b; seconds per token of the last fill to a
+        longer context of at least 32 tokens, or None).
+    """
+    medians: list[list[float]] = []
+    prefill = None
+    for c in wanted:
+        n, secs = _fill_to(model, c, seed=1 + len(medians))
+        if medians:
+            tick()
+            if n >= 32:
+                prefill = secs / n
+        medians.append(_time_points(model, toks, c, lpts if medians else pts, repeats, tick,
+                                    None if medians else given))
+    return medians, prefill
+
+
 def measure_decode_costs(model, max_batch: int, repeats: int = 2, contexts: Sequence[int] | None = None,
                          progress: StepFn | None = None, label: str = "", points: Sequence[int] | None = None,
                          long_points: Sequence[int] | None = None,
@@ -340,7 +374,7 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 2, contexts: Sequ
     Raises:
         ContextOverflowError: the model's context cannot hold ``contexts[-1] + max_batch`` tokens.
     """
-    t_start, meter = time.perf_counter(), CpuMeter()
+    t_start, meter = time.perf_counter(), _meter(model)
     load = (load_average() or [-1.0])[0]
     wanted = sorted(set(contexts if contexts is not None else calibration_contexts(model, max_batch)))
     pts = _batch_sizes(calibration_points(max_batch) if points is None else points, max_batch)
@@ -348,19 +382,10 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 2, contexts: Sequ
     n0 = min(model.n_cached, wanted[0])
     model.truncate(n0)
     toks = _filler_tokens(model, max_batch, seed=2)
-    medians: list[list[float]] = []
-    prefill = None
     steps = len(wanted) * max(1, repeats) + len(wanted) - 1  # the repetitions, and each fill to a longer context
     tick = _ticker(progress, label or f"measuring decode costs of {_model_name(model)}", steps)
     try:
-        for c in wanted:
-            n, secs = _fill_to(model, c, seed=1 + len(medians))
-            if medians:
-                tick()
-                if n >= 32:
-                    prefill = secs / n
-            medians.append(_time_points(model, toks, c, lpts if medians else pts, repeats, tick,
-                                        None if medians else given))
+        medians, prefill = _sweep_contexts(model, toks, wanted, pts, lpts, repeats, tick, given)
     finally:
         model.truncate(n0)
     curves = [interpolate_curve(pts, medians[0], max_batch)]
@@ -453,7 +478,7 @@ def calibrate_model(model, max_batch: int, repeats: int = 2, contexts: Sequence[
     if _flash_attn_mode(model) != "auto" or not hasattr(model, "set_flash_attn"):
         return measure_decode_costs(model, max_batch, repeats, contexts, progress,
                                     f"measuring decode costs of {model_name}")
-    t0, meter = time.perf_counter(), CpuMeter()
+    t0, meter = time.perf_counter(), _meter(model)
     short = min(contexts) if contexts else SHORT_CONTEXT
     scores, timed = compare_flash_attn(model, max_batch, repeats, short, progress)
     setting = "on" if model.flash_attn else "off"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import threading
 import time
 from contextlib import nullcontext
@@ -37,6 +38,9 @@ _initialized = False
 _log_callback = None  # keep a reference: llama.cpp holds the C pointer
 GGUF_MAGIC = b"GGUF"
 _recent_errors: list[str] = []
+#: while a model with explicit devices loads: llama.cpp's "layer N assigned to device D" lines
+_layer_log: list[str] | None = None
+_LAYER_LINE = re.compile(r"layer\s+(\d+) assigned to device (\S+?),")
 
 
 def _last_error() -> str:
@@ -82,9 +86,11 @@ def _ensure_init(verbose: bool = False) -> None:
 
             @lc.llama_log_callback
             def _keep_errors(level, text, user_data):  # pragma: no cover - native callback
-                if level == 3 and text:  # GGML_LOG_LEVEL_ERROR: kept for error messages
+                if level in (3, 4) and text:  # GGML_LOG_LEVEL_WARN, _ERROR: kept for error messages
                     _recent_errors.append(text.decode("utf-8", errors="replace").strip())
                     del _recent_errors[:-8]
+                elif _layer_log is not None and text and b"assigned to device" in text:
+                    _layer_log.append(text.decode("utf-8", errors="replace"))
 
             _log_callback = _keep_errors
             lc.llama_log_set(_log_callback, ctypes.c_void_p(0))
@@ -215,6 +221,12 @@ class LlamaModel(NativeResource):
         flash_attn_mode: the setting the user asked for (``"auto"``/``"on"``/``"off"``), kept
             for the calibration, which with ``"auto"`` times both and keeps the faster
             (:mod:`localspec.backend.calibration`); None for a model loaded outside the loader.
+        devices: ggml devices (``ggml_backend_dev_t`` addresses) the offloaded layers may go to,
+            e.g. RPC workers' (:func:`localspec.backend.rpc.connect_workers`); ``[]`` keeps every
+            layer on this CPU; None lets llama.cpp use every registered device. With it,
+            :attr:`device_layers` says how many layers each device got.
+        vocab_only: load the tokenizer and metadata only (no weights, no context): tokenizing,
+            chat templates and grammars work, :meth:`decode` does not.
 
     Raises:
         ModelError: the file is missing, not a GGUF, truncated, or fails to load.
@@ -234,6 +246,8 @@ class LlamaModel(NativeResource):
         repack: bool = False,
         flash_attn_mode: str | None = None,
         verbose: bool = False,
+        devices: Sequence[int] | None = None,
+        vocab_only: bool = False,
         n_ctx_max: int | None = None,
     ) -> None:
         self.path = Path(path)
@@ -242,17 +256,21 @@ class LlamaModel(NativeResource):
         lc = self._lc = _llama()
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers < 0 else n_gpu_layers
+        mparams.vocab_only = bool(vocab_only)
         #: whether the weights were loaded into llama.cpp's extra (repacked) buffer types
         self.repack = bool(repack) and set_extra_bufts(mparams, True)
         if not self.repack:
             set_extra_bufts(mparams, False)
         # every layer on a GPU: the CPU streams no weights, so nothing is gained from huge pages
         all_on_gpu = n_gpu_layers < 0 and bool(lc.llama_supports_gpu_offload())
-        self.huge_pages = huge_pages = bool(huge_pages) and not all_on_gpu and hugepages.available()
+        self.huge_pages = huge_pages = (bool(huge_pages) and not all_on_gpu and not vocab_only
+                                        and hugepages.available())
         if huge_pages:
             _read_into_memory(lc, mparams)
+        #: ggml device name -> layers llama.cpp put there (only when ``devices`` was given)
+        self.device_layers: dict[str, int] = {}
         with hugepages.new_regions() if huge_pages else nullcontext([]) as regions:
-            self._model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
+            self._model = self._load_weights(lc, mparams, devices)
         #: bytes of the weights the kernel moved into huge pages (0: none, or not asked)
         self.huge_page_bytes = hugepages.collapse(regions) if huge_pages and self._model else 0
         if not self._model:
@@ -269,24 +287,18 @@ class LlamaModel(NativeResource):
         self._ctx = None
         self._abort_flag = ctypes.create_string_buffer(2)  # see abort(); read by llama.cpp's threads
         self.flash_attn = flash_attn
-        try:
-            self._first_context(flash_attn, n_ctx_max)
-        except BackendError:
-            lc.llama_model_free(self._model)
-            self._model = None
-            raise
+        if not vocab_only:  # a tokenizer only (an IsolatedModel's): no context, no batch
+            try:
+                self._first_context(flash_attn, n_ctx_max)
+            except BackendError:
+                lc.llama_model_free(self._model)
+                self._model = None
+                raise
         self.n_threads = threads
         self.n_gpu_layers = n_gpu_layers
-        self._batch = lc.llama_batch_init(n_batch, 0, 1)
+        self._batch = None if vocab_only else lc.llama_batch_init(n_batch, 0, 1)
         self.cached_tokens: list[int] = []
-        self.bos = int(lc.llama_vocab_bos(self._vocab))
-        self.eos = int(lc.llama_vocab_eos(self._vocab))
-        self.add_bos = bool(lc.llama_vocab_get_add_bos(self._vocab))
-        self._eog = np.zeros(self.n_vocab, dtype=bool)
-        for t in range(self.n_vocab):
-            if lc.llama_vocab_is_eog(self._vocab, t):
-                self._eog[t] = True
-        self.eog_tokens = frozenset(int(t) for t in np.flatnonzero(self._eog))
+        self._read_vocab(lc)
         self.flash_attn_mode = flash_attn_mode  # asked for (auto/on/off): the calibration reads it
         #: the :class:`localspec.backend.repack.RepackVerdict` the loader followed (None: not probed)
         self.repack_verdict = None
@@ -335,6 +347,33 @@ class LlamaModel(NativeResource):
                 if not self.n_ctx_default or n_ctx <= MIN_DEFAULT_CONTEXT:
                     raise
                 self._ctx_args = (max(MIN_DEFAULT_CONTEXT, n_ctx // 2), n_batch, threads)
+
+    def _read_vocab(self, lc) -> None:
+        """The special ids: BOS, EOS, whether BOS is added, the end-of-generation set."""
+        self.bos = int(lc.llama_vocab_bos(self._vocab))
+        self.eos = int(lc.llama_vocab_eos(self._vocab))
+        self.add_bos = bool(lc.llama_vocab_get_add_bos(self._vocab))
+        self._eog = np.zeros(self.n_vocab, dtype=bool)
+        for t in range(self.n_vocab):
+            if lc.llama_vocab_is_eog(self._vocab, t):
+                self._eog[t] = True
+        self.eog_tokens = frozenset(int(t) for t in np.flatnonzero(self._eog))
+
+    def _load_weights(self, lc, mparams, devices: Sequence[int] | None):
+        """``llama_model_load_from_file``; with ``devices``, offload only to them and count the layers
+        llama.cpp put on each (its "layer N assigned to device D" log lines) into :attr:`device_layers`."""
+        global _layer_log
+        if devices is not None:
+            # a NULL-terminated ggml_backend_dev_t list; kept alive while llama.cpp reads it
+            self._devices = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
+            mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+            _layer_log = []
+        try:
+            return lc.llama_model_load_from_file(str(self.path).encode(), mparams)
+        finally:
+            lines, _layer_log = _layer_log or [], None
+            for m in filter(None, map(_LAYER_LINE.search, lines)):
+                self.device_layers[m.group(2)] = self.device_layers.get(m.group(2), 0) + 1
 
     def _new_context(self, flash_attn: bool | None) -> None:
         lc = self._lc
@@ -656,6 +695,9 @@ class LlamaModel(NativeResource):
     def n_cached(self) -> int:
         """Number of positions in the KV cache (sequence 0)."""
         return len(self.cached_tokens)
+
+    #: RPC workers (HOST:PORT) holding this model's layers, set by the loader; part of the cost cache key
+    rpc: tuple[str, ...] = ()
 
     #: seconds spent in :meth:`decode` since the model was loaded (wall time; benchmarks
     #: take differences of it to separate llama.cpp's work from the engine's own)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Sequence
 
 #: share of all CPUs that other processes may use while timings are taken; above it they are
 #: disturbed (a 2-core machine running one more busy process decodes at half speed)
@@ -31,19 +32,22 @@ class CpuMeter:
     ``start()`` (or since the meter was made); None where ``/proc`` is not available.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, also: Sequence[int] = (), blind: bool = False) -> None:
+        self.also = tuple(also)  # processes whose CPU counts as ours (a model's child process)
+        self.blind = blind  # others' work cannot be told from ours (RPC workers on this machine): report None
         self._t0 = self._state()
 
-    @staticmethod
-    def _state():
+    def _state(self):
         try:
             with open("/proc/stat") as f:
                 parts = f.readline().split()[1:]
             vals = [int(x) for x in parts[:8]]
             busy = sum(vals) - vals[3] - vals[4]  # minus idle and iowait
-            with open("/proc/self/stat") as f:
-                st = f.read().rsplit(")", 1)[1].split()
-            mine = int(st[11]) + int(st[12])  # utime + stime of every thread, clock ticks
+            mine = 0
+            for pid in ("self", *self.also):
+                with open(f"/proc/{pid}/stat") as f:
+                    st = f.read().rsplit(")", 1)[1].split()
+                mine += int(st[11]) + int(st[12])  # utime + stime of every thread, clock ticks
             return busy, mine, time.monotonic()
         except (OSError, ValueError, IndexError):
             return None
@@ -55,7 +59,7 @@ class CpuMeter:
     def other_fraction(self) -> float | None:
         """The share of all CPUs, in [0, 1], that other processes used since :meth:`start`; None where unknown."""
         t1 = self._state()
-        if t1 is None or self._t0 is None:
+        if t1 is None or self._t0 is None or self.blind:
             return None
         busy, mine, wall = (a - b for a, b in zip(t1, self._t0))
         hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

@@ -100,7 +100,7 @@ def cli_bench(argv: list[str]) -> int:
           "peers load the target the same way", file=sys.stderr)
     t0 = time.perf_counter()
     try:
-        modes = build_modes(args.lookup_lengths, args.peer_lookup, args.draft_lengths, peers=not args.no_peers,
+        modes = build_modes(args.lookup_lengths, args.peer_lookup, args.draft_lengths, peers=_peers(args, settings),
                             draft=engine.has_draft_model)
         result = run_bench(engine, tasks, modes, repeats=args.repeats, max_tokens=args.max_tokens,
                            target_path=resolve_model(settings.target.model), n_ctx=settings.target.n_ctx,
@@ -123,6 +123,14 @@ def cli_bench(argv: list[str]) -> int:
     if not args.no_plot:
         print(f"wrote {plot(result, out / 'bench.png')}")
     return 0
+
+
+def _peers(args, settings) -> bool:
+    """Whether to run the llama-cpp-python peers: not with --no-peers, nor with --rpc (they would load
+    the target on this machine: said once)."""
+    if settings.target.rpc and not args.no_peers:
+        print("note: --rpc: the llama-cpp-python peers are left out (they cannot use the workers)", file=sys.stderr)
+    return not args.no_peers and not settings.target.rpc
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -23,16 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from localspec.config import DraftParams
+from localspec.config import AUTO_DRAFT_MAX, DraftParams
 from localspec.core.costmodel import EngineCosts, MeasuredCosts, verify_cost
 from localspec.core.drafters import Draft
 from localspec.core.drafters.lookup import PromptLookupDrafter
 from localspec.core.drafters.prediction import PredictionDrafter
 from localspec.core.events import DrafterId, RoundStats
 from localspec.core.policy import AdaptivePolicy, Choice, DraftPolicy, FixedPolicy, RoundState
-
-#: most tokens drafted per round in a replay (mode auto's default cap)
-REPLAY_DRAFT_MAX = 64
 
 
 @dataclass(frozen=True)
@@ -142,7 +139,7 @@ def replay(trace: Trace, policy: DraftPolicy, curve: MeasuredCosts, overhead_sec
     Returns:
         the :class:`ReplayResult`.
     """
-    drafting = drafting or DraftParams(mode="auto", draft_max=REPLAY_DRAFT_MAX)
+    drafting = drafting or DraftParams(mode="auto", draft_max=AUTO_DRAFT_MAX)
     out, n_prompt = trace.output, len(trace.prompt)
     committed = list(trace.prompt)
     drafters, res = _Drafters(trace, use_prediction), ReplayResult()
@@ -175,7 +172,7 @@ def _agreement(draft: Sequence[int], truth: Sequence[int]) -> int:
     return k
 
 
-def auto_policy(curve: MeasuredCosts, draft_max: int = REPLAY_DRAFT_MAX) -> AdaptivePolicy:
+def auto_policy(curve: MeasuredCosts, draft_max: int = AUTO_DRAFT_MAX) -> AdaptivePolicy:
     """Mode auto's policy (no draft model) with costs calibrated from ``curve``, as the engine makes it."""
     costs = EngineCosts(verify=list(curve.curve_at(None)[: draft_max + 1]), draft_token=None, target=curve, draft=None)
     return AdaptivePolicy(costs, draft_max, has_draft=False)
@@ -230,14 +227,14 @@ class NgramModRule(_RulePolicy):
 
 class SuffixRule(_RulePolicy):
     """SuffixDecoding's rule (Oliaro et al. 2024, section 4): speculate ``alpha`` x the match length
-    tokens (at most 64), nothing without a match."""
+    tokens (at most ``cap``, mode auto's cap), nothing without a match."""
 
-    def __init__(self, alpha: float = 1.0, cap: int = REPLAY_DRAFT_MAX) -> None:
+    def __init__(self, alpha: float = 1.0, cap: int = AUTO_DRAFT_MAX) -> None:
         super().__init__(lambda p: min(cap, int(alpha * p.match_length)), f"suffix (alpha {alpha})")
 
 
 def oracle_seconds(trace: Trace, curve: MeasuredCosts, overhead_seconds: float = 0.0, use_prediction: bool = True,
-                   draft_max: int = REPLAY_DRAFT_MAX) -> float:
+                   draft_max: int = AUTO_DRAFT_MAX) -> float:
     """Least replayed time over every per-round choice of drafter and length (dynamic programming over
     positions; hindsight, for information: no policy can know the answer)."""
     out, n_prompt = trace.output, len(trace.prompt)

@@ -252,7 +252,10 @@ health = APIRouter()
 @health.get("/health")
 async def health_status(request: Request) -> dict:
     worker = served(request).worker
-    return {"status": "shutting_down" if worker.draining else "ok", "busy": worker.busy, "waiting": worker.waiting}
+    degraded = worker.degraded
+    status = "shutting_down" if worker.draining else "degraded" if degraded else "ok"
+    return {"status": status, "busy": worker.busy, "waiting": worker.waiting,
+            **({"reason": degraded} if degraded else {})}
 
 
 def model_object(s: Served) -> dict:

@@ -35,7 +35,7 @@ from localspec.config import (DraftParams, GenerationParams, SamplingParams, Set
                               format_validation_error, invalid_values)
 from localspec.core.drafters import DraftMemory
 from localspec.core.engine import Generation
-from localspec.errors import BackendError, LocalspecError
+from localspec.errors import BackendError, LocalspecError, WorkerError
 from localspec.core.events import RoundStats, TokenEvent
 from localspec.backend.load import machine_is_quiet
 from localspec.server.openai_api import ApiError, GenerationRequest, TokenLogprob, token_logprobs
@@ -43,6 +43,11 @@ from localspec.server.infill import fim_prompt_tokens
 from localspec.server.tools import prompt_tokens, tool_constraint
 
 log = logging.getLogger("localspec.server")
+
+
+def worker_unavailable(e: WorkerError) -> ApiError:
+    """An RPC worker is down or was lost: a 503 that names it; the next request tries to load again."""
+    return ApiError(503, e.message + (f" ({e.hint})" if e.hint else ""), None, "worker_unavailable")
 
 
 @dataclass
@@ -358,11 +363,14 @@ class EngineWorker:
         prompt is neither restored from them nor kept.
         """
         try:
+            self._reload_if_lost()
             if not job.request.cache_prompt:
                 self.engine.clear_cache(keep=True)
             return self._run(job)
         except ApiError as e:
             return Failed(e), None
+        except WorkerError as e:
+            return Failed(worker_unavailable(e)), None
         except LocalspecError as e:
             status = 500 if isinstance(e, BackendError) else 400
             return Failed(ApiError(status, e.message + (f" ({e.hint})" if e.hint else ""),
@@ -373,6 +381,21 @@ class EngineWorker:
         finally:
             if not job.request.cache_prompt:
                 self.engine.clear_cache()
+
+    def _reload_if_lost(self) -> None:
+        """A target whose RPC worker was lost (:attr:`IsolatedModel.lost`) is loaded again before the
+        next request, once its workers answer; raises WorkerError (named) while one is still down."""
+        target = self.engine.target
+        if getattr(target, "lost", False):
+            log.info("loading %s again on its RPC workers", target.path.name)
+            target.restart()
+            log.info("loaded again")
+
+    @property
+    def degraded(self) -> str | None:
+        """Why the server cannot answer now (its target lost an RPC worker), or None."""
+        target = self.engine.target
+        return f"{target.path.name} lost an RPC worker" if getattr(target, "lost", False) else None
 
     def _prompt(self, req: GenerationRequest) -> tuple[list[int], int]:
         """Prompt token ids and max_tokens; ApiError 400 (with the numbers) when they do not fit."""
@@ -444,7 +467,13 @@ class EngineWorker:
         except Exception as e:  # the stream has begun: report the error as its last message
             if not isinstance(e, LocalspecError):
                 log.exception("request %d failed while generating", job.arrival)
-            gen.close()
+            try:
+                gen.close()
+            except WorkerError:  # the model is gone: nothing to roll back
+                pass
+            if isinstance(e, WorkerError):
+                log.error("request %d: %s", job.arrival, e.message)
+                return Failed(worker_unavailable(e)), None
             return Failed(ApiError(500, e.message if isinstance(e, LocalspecError) else
                                    "internal server error (see the server log)")), None
         if pending:

@@ -444,7 +444,11 @@ class StatsPanel(Vertical):
         update_in_place(table, group, rendered_lines(table, group))
         for mini in self.screen.query(MiniStats):  # the same figures, in one line, on a narrow screen
             mini.show(s, self.figures_mode if shown and self.figures_mode else self.mode)
-        data = list(s.accepted_lengths[-60:])
+        self._redraw_spark(table)
+
+    def _redraw_spark(self, table: Static) -> None:
+        """The sparkline of the last 60 rounds' accepted lengths and its title (wrapped as ``table`` wraps)."""
+        data = list(self.stats.accepted_lengths[-60:])
         spark = self.query_one("#stats-spark", Sparkline)
         # before the first drafted round there is nothing to draw (no row of empty blocks)
         if spark.display != any(data):

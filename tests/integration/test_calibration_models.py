@@ -42,7 +42,7 @@ def test_flash_attn_switch_recreates_the_context(tiny_path):
 def test_calibration_measures_both_settings_and_the_choice_is_cached(tiny_path, tmp_path, monkeypatch):
     monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
     # on a shared machine this calibration may be disturbed, and a disturbed one is not saved (tested in
-    # tests/unit/test_calibration.py); here the cache itself is under test, so any measurement counts as quiet
+    # tests/unit/backend/test_calibration.py); here the cache itself is under test, so any measurement counts as quiet
     monkeypatch.setattr(calibration, "BUSY_THRESHOLD", 1.01)
     ms = ModelSettings(model=str(tiny_path), n_ctx=1024, n_batch=256, n_threads=2, flash_attn="auto")
     m = load_model(ms)

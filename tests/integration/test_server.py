@@ -3,7 +3,7 @@ started with ``localspec serve`` on a free loopback port, on the tiny model.
 
 The server runs in mode lookup, whose fixed policy drafts the prediction first whenever it
 has a proposal, so the prediction counts do not depend on this machine's measured costs
-(mode auto's choice with a prediction is tested on fixed costs in tests/unit/test_prediction.py).
+(mode auto's choice with a prediction is tested on fixed costs in tests/unit/core/test_prediction.py).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Tool calling through ``localspec serve`` with the real ``openai`` client, on the Qwen2.5-Coder
 1.5B target, whose chat template renders tools and ``<tool_call>`` blocks (SmolLM2's has none:
-tests/unit/test_server_app.py). Mode lookup (no draft model to load); greedy; few requests with
+tests/unit/server/test_server_app.py). Mode lookup (no draft model to load); greedy; few requests with
 small max_tokens, because every request carries the tool schemas (about 250 prompt tokens).
-The parser's cases without a model: tests/unit/test_tool_calls.py.
+The parser's cases without a model: tests/unit/server/test_tool_calls.py.
 """
 
 from __future__ import annotations

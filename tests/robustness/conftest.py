@@ -1,15 +1,10 @@
 """Robustness tests: bad input and faults (bad model files, settings, prompts and user files; cancelling).
 
-Real-model tests use the tiny SmolLM2-135M; everything else runs on fakes.
+Real-model tests use the tiny SmolLM2-135M (``tiny_engine_ctx512``, tests/conftest.py); everything else
+runs on fakes.
 """
 
 import pytest
-
-
-@pytest.fixture(scope="session")
-def tiny_engine(engines, tiny_path):
-    """SmolLM2 drafting for itself, small context so overflow is cheap to reach (one thread)."""
-    return engines.get(tiny_path, n_ctx=512, n_batch=128, n_threads=1)
 
 
 @pytest.fixture
@@ -21,3 +16,11 @@ def isolated_env(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return tmp_path
+
+
+@pytest.fixture
+def tiny_env(isolated_env, tiny_path):
+    """isolated_env with SmolLM2 in its weights folder (no copy into the cache)."""
+    (isolated_env / "weights").mkdir(exist_ok=True)
+    (isolated_env / "weights" / tiny_path.name).symlink_to(tiny_path)
+    return isolated_env

@@ -94,15 +94,15 @@ def test_close_mid_round_fake(mode):
 
 # -- the real tiny model ------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def chat_prompt(tiny_engine):
-    return tiny_engine.chat_tokens([{"role": "user", "content": "Write a short poem about the sea and a lighthouse."}])
+def chat_prompt(tiny_engine_ctx512):
+    return tiny_engine_ctx512.chat_tokens([{"role": "user", "content": "Write a short poem about the sea and a lighthouse."}])
 
 
-def test_close_mid_round_real_then_same_seed_equals_fresh(tiny_engine, tiny_path, chat_prompt):
+def test_close_mid_round_real_then_same_seed_equals_fresh(tiny_engine_ctx512, tiny_path, chat_prompt):
     from localspec.backend.llama import LlamaModel
 
     args = sampled("draft", seed=11, max_tokens=40, draft_max=6, temperature=0.7)
-    gen = tiny_engine.generate(chat_prompt, *args)
+    gen = tiny_engine_ctx512.generate(chat_prompt, *args)
     seen, rounds, mid = [], 0, False
     for ev in gen:
         if isinstance(ev, RoundStats):
@@ -116,8 +116,8 @@ def test_close_mid_round_real_then_same_seed_equals_fresh(tiny_engine, tiny_path
             seen.append(ev.token_id)
     gen.close()
     assert mid and gen.token_ids == seen and gen.stats.end_reason == EndReason.CANCELLED
-    assert_consistent(tiny_engine, chat_prompt, gen)
-    again = tiny_engine.generate(chat_prompt, *args).run()
+    assert_consistent(tiny_engine_ctx512, chat_prompt, gen)
+    again = tiny_engine_ctx512.generate(chat_prompt, *args).run()
     with LlamaModel(tiny_path, n_ctx=512, n_batch=128, n_threads=1) as t, \
             LlamaModel(tiny_path, n_ctx=512, n_batch=128, n_threads=1) as d:
         fresh = SpeculativeEngine(t, d).generate(chat_prompt, *args).run()
@@ -125,9 +125,9 @@ def test_close_mid_round_real_then_same_seed_equals_fresh(tiny_engine, tiny_path
 
 
 @pytest.mark.parametrize("which", ["target", "draft"])
-def test_interrupt_inside_real_decode(tiny_engine, chat_prompt, which):
+def test_interrupt_inside_real_decode(tiny_engine_ctx512, chat_prompt, which):
     """KeyboardInterrupt right after a real llama_decode of the third verification (or draft) pass."""
-    model = tiny_engine.target if which == "target" else tiny_engine.draft_model
+    model = tiny_engine_ctx512.target if which == "target" else tiny_engine_ctx512.draft_model
     real = model.decode
     calls = {"n": 0}
 
@@ -142,17 +142,17 @@ def test_interrupt_inside_real_decode(tiny_engine, chat_prompt, which):
     args = sampled("draft", seed=3, max_tokens=30, draft_max=4, temperature=0.6)
     model.decode = decode
     try:
-        gen = tiny_engine.generate(chat_prompt, *args)
+        gen = tiny_engine_ctx512.generate(chat_prompt, *args)
         with pytest.raises(KeyboardInterrupt):
             gen.run()
     finally:
         del model.decode
     assert gen.stats.end_reason == EndReason.CANCELLED
-    assert_consistent(tiny_engine, chat_prompt, gen)
-    again = tiny_engine.generate(chat_prompt, *args).run()
-    tiny_engine.target.reset()
-    tiny_engine.draft_model.reset()
-    fresh = tiny_engine.generate(chat_prompt, *args).run()
+    assert_consistent(tiny_engine_ctx512, chat_prompt, gen)
+    again = tiny_engine_ctx512.generate(chat_prompt, *args).run()
+    tiny_engine_ctx512.target.reset()
+    tiny_engine_ctx512.draft_model.reset()
+    fresh = tiny_engine_ctx512.generate(chat_prompt, *args).run()
     assert again.token_ids == fresh.token_ids
 
 

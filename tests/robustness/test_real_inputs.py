@@ -31,14 +31,6 @@ def stats_line(out: str) -> dict:
 
 
 @pytest.fixture
-def tiny_env(isolated_env, tiny_path):
-    """isolated_env with SmolLM2 in its weights folder (no copy into the cache)."""
-    (isolated_env / "weights").mkdir(exist_ok=True)
-    (isolated_env / "weights" / tiny_path.name).symlink_to(tiny_path)
-    return isolated_env
-
-
-@pytest.fixture
 def home(tmp_path, monkeypatch):
     """HOME is a temporary folder, so ``~`` means it."""
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -190,12 +182,12 @@ def test_hf_glob_offline_generates(capsys, isolated_env, tiny_path):
 
 # -- B10: a generation that ends inside a multi-byte character --------------------------------------
 @pytest.mark.tiny
-def test_max_tokens_inside_a_multibyte_character(tiny_engine):
-    prompt = tiny_engine.tokenize("Emoji: 🙂🚀🎉🙂🚀🎉🙂🚀🎉 and again: 🙂🚀🎉🙂🚀🎉")
-    target = tiny_engine.target
+def test_max_tokens_inside_a_multibyte_character(tiny_engine_ctx512):
+    prompt = tiny_engine_ctx512.tokenize("Emoji: 🙂🚀🎉🙂🚀🎉🙂🚀🎉 and again: 🙂🚀🎉🙂🚀🎉")
+    target = tiny_engine_ctx512.target
     cuts = 0
     for n in range(1, 13):
-        gen = tiny_engine.generate(prompt, SamplingParams(), DraftParams(mode="lookup", draft_max=4),
+        gen = tiny_engine_ctx512.generate(prompt, SamplingParams(), DraftParams(mode="lookup", draft_max=4),
                                    GenerationParams(max_tokens=n))
         pieces = [e.text for e in gen if isinstance(e, TokenEvent)]
         assert "\ufffd" not in gen.text and all("\ufffd" not in p for p in pieces)
@@ -222,18 +214,18 @@ def edit(engine, name, original, instruction, max_tokens, prefix=(), mode="none"
 
 
 @pytest.mark.tiny
-def test_code_edit_cut_at_max_tokens_then_continued(tiny_engine):
+def test_code_edit_cut_at_max_tokens_then_continued(tiny_engine_ctx512):
     """A4: an answer cut by max_tokens is incomplete (and says so); continuing the same token
     sequence gives the answer an uncut run gives."""
     original = "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(8))
-    whole, _ = edit(tiny_engine, "m.py", original, "Rename f0 to g0.", max_tokens=36, mode="none")
-    cut, events = edit(tiny_engine, "m.py", original, "Rename f0 to g0.", max_tokens=12, mode="none")
+    whole, _ = edit(tiny_engine_ctx512, "m.py", original, "Rename f0 to g0.", max_tokens=36, mode="none")
+    cut, events = edit(tiny_engine_ctx512, "m.py", original, "Rename f0 to g0.", max_tokens=12, mode="none")
     assert cut.stats.end_reason is EndReason.MAX_TOKENS and len(cut.token_ids) == 12
     r = apply_answer(original, cut.text, name="m.py", end_reason=cut.stats.end_reason, tokens=12)
     assert r.incomplete == ("the answer ended at max_tokens (12 tokens) before the file was complete",)
     assert r.can_continue
     keep = continuation_prefix(events)
-    more, _ = edit(tiny_engine, "m.py", original, "Rename f0 to g0.", max_tokens=36 - len(keep), prefix=keep,
+    more, _ = edit(tiny_engine_ctx512, "m.py", original, "Rename f0 to g0.", max_tokens=36 - len(keep), prefix=keep,
                    mode="none")
     assert keep + more.token_ids == whole.token_ids
     assert cut.text + more.text == whole.text

@@ -127,34 +127,34 @@ def test_missing_file_for_code_edit(capsys, isolated_env):
     assert code == 2 and "no such file" in err and "hint:" in err  # worded as code-edit mode's (one reader)
 
 
-def test_very_long_line_round_trips_and_overflows_clearly(tiny_engine):
+def test_very_long_line_round_trips_and_overflows_clearly(tiny_engine_ctx512):
     line = "x_" + "".join(f"v{i}=({i}*7)%13;" for i in range(3000))  # ~40k characters, no newline
-    ids = tiny_engine.tokenize(line)
-    assert tiny_engine.target.detokenize(ids) == line
-    s = ChatSession(tiny_engine, Settings(generation=GenerationParams(max_tokens=8)))
+    ids = tiny_engine_ctx512.tokenize(line)
+    assert tiny_engine_ctx512.target.detokenize(ids) == line
+    s = ChatSession(tiny_engine_ctx512, Settings(generation=GenerationParams(max_tokens=8)))
     with pytest.raises(ContextOverflowError, match="context window of 512"):
         s.send("Fix this:\n" + line)
     assert s.messages == []
 
 
-def test_long_line_in_prompt_generates(tiny_engine):
+def test_long_line_in_prompt_generates(tiny_engine_ctx512):
     line = "data = [" + ", ".join(f"'item{i}'" for i in range(60)) + "]"  # one long line
-    prompt = tiny_engine.tokenize(line + "\n# the same list again:\ndata2 = [")
+    prompt = tiny_engine_ctx512.tokenize(line + "\n# the same list again:\ndata2 = [")
     assert 128 < len(prompt) < 400  # more than one n_batch chunk
     for mode in ("none", "lookup"):
-        gen = tiny_engine.generate(prompt, SamplingParams(), DraftParams(mode=mode, draft_max=8),
+        gen = tiny_engine_ctx512.generate(prompt, SamplingParams(), DraftParams(mode=mode, draft_max=8),
                                    GenerationParams(max_tokens=12)).run()
         assert len(gen.token_ids) == 12 and "\ufffd" not in gen.text
-        tiny_engine.check_caches(prompt + gen.token_ids)
+        tiny_engine_ctx512.check_caches(prompt + gen.token_ids)
 
 
 @pytest.mark.parametrize("n", [1, 127, 128, 129])
-def test_prompt_lengths_around_n_batch(tiny_engine, n):
+def test_prompt_lengths_around_n_batch(tiny_engine_ctx512, n):
     """cases.md C2 beyond test_tiny: n_batch - 1, n_batch and n_batch + 1 (n_batch = 128)."""
-    base = tiny_engine.tokenize("for i in range(10):\n    total += i * i\n" * 40)
+    base = tiny_engine_ctx512.tokenize("for i in range(10):\n    total += i * i\n" * 40)
     prompt = base[:n]
-    ref = tiny_engine.generate(prompt, drafting=DraftParams(mode="none"), generation=GenerationParams(max_tokens=10)).run()
-    got = tiny_engine.generate(prompt, drafting=DraftParams(mode="lookup", draft_max=6),
+    ref = tiny_engine_ctx512.generate(prompt, drafting=DraftParams(mode="none"), generation=GenerationParams(max_tokens=10)).run()
+    got = tiny_engine_ctx512.generate(prompt, drafting=DraftParams(mode="lookup", draft_max=6),
                                generation=GenerationParams(max_tokens=10)).run()
     assert got.token_ids == ref.token_ids and len(got.token_ids) == 10
 
@@ -224,3 +224,14 @@ def test_unexpected_error_is_one_message_not_a_traceback(capsys, isolated_env, m
     monkeypatch.setenv("LOCALSPEC_DEBUG", "1")
     with pytest.raises(RuntimeError):
         cli.main(["generate", "--mode", "none", "hi"])
+
+
+def test_serve_without_the_servers_dependencies_says_how_to_reinstall(capsys, isolated_env, monkeypatch):
+    """An installed localspec (a wheel, pipx) has no checkout: the hint names the installers, not only
+    ``pip install -e .``."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "localspec.server", None)  # its import fails as a missing dependency would
+    code, _, err = run_cli(capsys, "serve", "--mode", "none")
+    assert code != 0 and "error: the server's dependencies are missing" in err
+    assert "pipx reinstall localspec" in err and "pip install --force-reinstall localspec" in err

@@ -1,5 +1,5 @@
 """Pilot tests of the code-edit screen on inputs people really have (issue 9, A1-A4):
-the screen only shows and asks; the logic is localspec.app.codeedit (tests/unit/test_codeedit.py)."""
+the screen only shows and asks; the logic is localspec.app.codeedit (tests/unit/app/test_codeedit.py)."""
 
 from __future__ import annotations
 

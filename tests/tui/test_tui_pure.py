@@ -1,4 +1,4 @@
-"""Pure helpers of the TUI: live statistics, the race driver (code edit: tests/unit/test_codeedit.py)."""
+"""Pure helpers of the TUI: live statistics, the race driver (code edit: tests/unit/app/test_codeedit.py)."""
 
 from __future__ import annotations
 

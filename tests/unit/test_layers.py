@@ -73,3 +73,13 @@ def test_llama_cpp_is_imported_by_the_three_modules_docs_architecture_names():
             if any(n == "llama_cpp" or n.startswith("llama_cpp.") for n in names):
                 importers.add(path.relative_to(ROOT).as_posix())
     assert importers == {"localspec/backend/llama.py", "localspec/backend/grammar.py", "localspec/bench/peer.py"}
+
+
+def test_docs_architecture_names_every_module_of_the_core_the_backend_the_app_and_the_server():
+    """The tree in docs/architecture.md is the newcomer's map: a module added (or renamed) there is
+    named there, with what it does."""
+    doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    unnamed = [f"localspec/{p}/{m.name}" for p in ("core", "backend", "app", "server")
+               for m in sorted((ROOT / "localspec" / p).glob("*.py"))
+               if m.stem != "__init__" and not re.search(rf"^\s+{re.escape(m.name)}\s", doc, re.M)]
+    assert unnamed == [], "add them to docs/architecture.md's tree"

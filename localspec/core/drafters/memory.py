@@ -26,10 +26,13 @@ from typing import Sequence
 
 import numpy as np
 
+from localspec.config import DRAFT_MEMORY_BYTES_PER_TOKEN
 from localspec.core.drafters.lookup import best_match
 
 #: bytes a remembered token takes: int32 in the searched array, int64 position + int32 token in the index
-TOKEN_BYTES = 16
+#: (the settings' help states it: one number, :data:`localspec.config.DRAFT_MEMORY_BYTES_PER_TOKEN`;
+#: tests/unit/core/test_draft_memory.py checks it against :attr:`DraftMemory.nbytes`)
+TOKEN_BYTES = DRAFT_MEMORY_BYTES_PER_TOKEN
 #: what ends each text in the searched array: no token id, so no n-gram matches across two texts
 SEPARATOR = -1
 

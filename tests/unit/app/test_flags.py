@@ -60,3 +60,23 @@ def test_a_target_without_draft_drafts_with_its_catalog_pairs_draft():
     assert draft() == default
     chosen = Settings().model_copy(update={"draft": Settings().draft.model_copy(update={"model": "mine.gguf"})})
     assert draft("--target", "smollm2-135m", base=chosen) == "mine.gguf"  # the settings file's draft stays
+
+
+def test_rpc_workers_from_the_flag_and_the_settings_file(tmp_path):
+    """--rpc takes HOST:PORT[,HOST:PORT...] (repeatable) for the target only; a malformed endpoint is an
+    error naming the flag; the settings file's target.rpc is read the same way."""
+    import json
+
+    import pytest
+
+    from localspec.app.settings_file import load_settings
+    from localspec.errors import ConfigError
+
+    p = _parser()
+    s = settings_from_args(p.parse_args(["--rpc", "10.0.0.2:50052,10.0.0.3:50052", "--rpc", "box:7"]))
+    assert s.target.rpc == ("10.0.0.2:50052", "10.0.0.3:50052", "box:7") and s.draft.rpc == ()
+    with pytest.raises(ConfigError, match=r"--rpc: .*'box' is not HOST:PORT"):
+        settings_from_args(p.parse_args(["--rpc", "box"]))
+    f = tmp_path / "settings.json"
+    f.write_text(json.dumps({"target": {"model": "smollm2-135m", "rpc": ["10.0.0.2:50052"]}}))
+    assert load_settings(f).target.rpc == ("10.0.0.2:50052",)

@@ -1,5 +1,8 @@
 """localspec.backend.load: the share of the CPUs other processes use."""
 
+import os
+import time
+
 from localspec.backend.load import CpuMeter
 
 
@@ -14,3 +17,24 @@ def test_cpu_meter_share_stays_within_0_and_1(monkeypatch):
     assert meter.other_fraction() == 1.0
     meter.start()
     assert meter.other_fraction() == 0.0
+
+
+def test_a_child_counted_as_ours_is_not_other_load():
+    """A model's child process (IsolatedModel) burning the CPU is this model's work: with its pid in
+    ``also`` the meter does not call it other processes' share; without, it does."""
+    import subprocess
+    import sys
+
+    from localspec.backend.load import CpuMeter
+
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<1.5: pass"])
+    try:
+        ours, theirs = CpuMeter(also=[child.pid]), CpuMeter()
+        time.sleep(1.0)
+        with_child, without = ours.other_fraction(), theirs.other_fraction()
+    finally:
+        child.wait()
+    cpus = os.cpu_count() or 1
+    assert without is not None and without > with_child
+    assert without - with_child > 0.5 / cpus  # the child's ~1 s of CPU, as a share of all CPUs
+    assert CpuMeter(blind=True).other_fraction() is None

@@ -166,12 +166,12 @@ def test_a_text_seen_only_in_an_earlier_generation_is_drafted_from_memory_and_th
 
 
 def test_the_settings_help_states_the_memorys_size_per_token():
+    """The help's bytes per token are what the memory's arrays take (100 tokens and a separator)."""
     from localspec.config import DRAFT_MEMORY_BYTES_PER_TOKEN
 
-    assert DRAFT_MEMORY_BYTES_PER_TOKEN == TOKEN_BYTES
     m = DraftMemory(1000)
     m.add(range(100))
-    assert m.nbytes == TOKEN_BYTES * 101
+    assert m.nbytes == DRAFT_MEMORY_BYTES_PER_TOKEN * 101
 
 
 def test_sampled_output_is_unchanged_by_drafts_from_memory():

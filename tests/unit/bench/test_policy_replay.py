@@ -14,6 +14,7 @@ table, with the per-round oracle beside it.
 import pytest
 
 from localspec.bench.replay import NgramModRule, Trace, auto_policy, best_fixed, oracle_seconds, replay
+from localspec.config import DraftParams
 from traces import load_trace, recorded_curves, trace_names
 
 #: the round's fixed cost beside its passes, as a share of a one-token pass at short context: none, and
@@ -78,3 +79,10 @@ def test_an_exact_prediction_drafts_past_8_on_every_recorded_curve(cpu, model, c
     for share in OVERHEAD_SHARES:
         res = replay(trace, auto_policy(curve), curve, share * curve.seconds[0])
         assert max(res.lengths) > 8 and res.accepted == res.drafted, (share, res.lengths)
+
+
+def test_a_replayed_mode_auto_drafts_up_to_mode_autos_own_cap():
+    """The replay's mode auto is the engine's: its draft length is capped where ``--mode auto`` caps it
+    (:attr:`DraftParams.cap`, from :data:`localspec.config.AUTO_DRAFT_MAX`), not at a number of its own."""
+    _, _, curve = next(c for c in recorded_curves() if len(c[2].seconds) >= 65)
+    assert auto_policy(curve).draft_max == DraftParams(mode="auto").cap

@@ -1,0 +1,308 @@
+"""A model whose weights and KV cache live in a child process: what llama.cpp aborts ends the child only.
+
+llama.cpp's RPC client ends its whole process (``GGML_ABORT``) when a worker is lost in the middle of
+a pass. A model with layers on RPC workers is therefore loaded in a child process
+(:class:`IsolatedModel`); this process keeps a tokenizer-only copy of the same GGUF (tokenizing,
+chat templates, grammars need no weights) and sends the child what changes the KV cache
+(:meth:`~IsolatedModel.decode`, ``truncate``, ``reset``, ``sync``, ``set_flash_attn``). The logits
+come back through shared memory (float32, ``rows x n_vocab``), the rest through a pipe.
+
+When the child dies, the call in progress raises :class:`~localspec.errors.WorkerError` naming the
+worker that is gone (each is checked again, :func:`localspec.backend.rpc.check_worker`), the model is
+marked :attr:`~IsolatedModel.lost`, and :meth:`~IsolatedModel.restart` loads it again once the
+workers are back (the KV cache starts empty; the engine re-reads the prompt).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+from multiprocessing import shared_memory
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from localspec.errors import BackendError, LocalspecError, WorkerError
+from localspec import errors as _errors
+
+#: rows of logits the shared buffer holds at first (a 64-token draft's verification needs 65);
+#: it grows when a call asks for more
+_INITIAL_ROWS = 72
+#: the child's attributes this process mirrors after a load or a context change
+_MIRRORED = ("n_ctx", "n_batch", "n_ubatch", "n_threads", "n_gpu_layers", "flash_attn", "repack", "huge_pages",
+             "huge_page_bytes", "device_layers", "n_ctx_train", "device_endpoints")
+
+
+def _error_of(name: str, message: str, hint: str) -> LocalspecError:
+    cls = getattr(_errors, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, LocalspecError)):
+        cls = BackendError
+    return cls(message, hint)
+
+
+def _child_main(conn, abort_conn, path: str, kwargs: dict, rpc_endpoints: tuple[str, ...]) -> None:
+    """The child: connect the workers, load the model, then serve calls until ``close`` or EOF."""
+    import os
+
+    os.environ["GGML_NO_BACKTRACE"] = "1"  # an abort here is expected and explained by the parent, not by gdb
+    from localspec.backend import rpc
+    from localspec.backend.llama import LlamaModel
+
+    try:
+        workers = rpc.connect_workers(rpc_endpoints) if rpc_endpoints else []
+        devices = rpc.local_devices() + [d for w in workers for d in w.devices] if workers else None
+        model = LlamaModel(path, devices=devices, **kwargs)
+        model.device_endpoints = {n: w.endpoint for w in workers for n in w.device_names}
+    except LocalspecError as e:
+        conn.send(("error", type(e).__name__, e.message, e.hint))
+        return
+    conn.send(("ok", {a: getattr(model, a, None) for a in _MIRRORED}))
+
+    def watch_abort() -> None:
+        while True:
+            try:
+                on = abort_conn.recv()
+            except (EOFError, OSError):
+                return
+            model.abort() if on else model.clear_abort()
+
+    threading.Thread(target=watch_abort, daemon=True).start()
+    shm, rows = None, None
+    while True:
+        try:
+            cmd, args = conn.recv()
+        except (EOFError, OSError):
+            break
+        try:
+            if cmd == "close":
+                break
+            if cmd == "buffer":
+                if shm is not None:
+                    shm.close()
+                shm = shared_memory.SharedMemory(name=args[0])
+                rows = np.ndarray((args[1], model.n_vocab), dtype=np.float32, buffer=shm.buf)
+                out = None
+            elif cmd == "decode":
+                got = model.decode(*args)
+                rows[: len(got)] = got
+                out = len(got)
+            elif cmd == "set_flash_attn":
+                model.set_flash_attn(*args)
+                out = {a: getattr(model, a, None) for a in _MIRRORED}
+            else:  # truncate, reset, sync
+                out = getattr(model, cmd)(*args)
+            conn.send(("ok", out, len(model.cached_tokens), model.decode_seconds))
+        except LocalspecError as e:
+            conn.send(("error", type(e).__name__, e.message, e.hint, len(model.cached_tokens)))
+        except (ValueError, TypeError) as e:
+            conn.send(("error", "BackendError", f"{type(e).__name__}: {e}", "", len(model.cached_tokens)))
+    if shm is not None:
+        rows = None
+        shm.close()
+    model.close()
+
+
+class IsolatedModel:
+    """A :class:`~localspec.backend.llama.LlamaModel` in a child process (see the module), with the
+    same interface: tokenizer methods answer from a tokenizer-only copy here, KV-cache methods run
+    in the child.
+
+    Args:
+        path: the GGUF file.
+        rpc: RPC workers (``HOST:PORT``) the child connects to and puts the layers on.
+        kwargs: :class:`~localspec.backend.llama.LlamaModel`'s other arguments (``n_ctx``, ...).
+
+    Raises:
+        WorkerError: a worker is down, refuses or speaks another protocol (named), or the child died
+            while loading.
+        ModelError / BackendError / ConfigError: as :class:`LlamaModel` raises them in the child.
+    """
+
+    def __init__(self, path: str | Path, rpc: Sequence[str] = (), **kwargs) -> None:
+        from localspec.backend.llama import LlamaModel
+
+        self.path = Path(path)
+        self.rpc = tuple(rpc)
+        self._kwargs = kwargs
+        self._tok = LlamaModel(self.path, vocab_only=True)
+        self.n_vocab = self._tok.n_vocab
+        self.cached_tokens: list[int] = []
+        self.decode_seconds = 0.0
+        self.repack_verdict = None
+        self.flash_attn_mode = kwargs.get("flash_attn_mode")
+        self.lost = False
+        self._aborting = False
+        self._proc = None
+        self._shm = None
+        self._rows = None
+        self._start()
+
+    # -- the child ------------------------------------------------------------------------
+    def _start(self) -> None:
+        ctx = mp.get_context("spawn")  # never fork a process with llama.cpp's threads in it
+        self._conn, child_conn = ctx.Pipe()
+        child_abort, self._abort_conn = ctx.Pipe(duplex=False)  # (receive end, send end)
+        self._proc = ctx.Process(target=_child_main, args=(child_conn, child_abort, str(self.path), self._kwargs,
+                                                           self.rpc), daemon=True, name="localspec-model")
+        self._proc.start()
+        child_conn.close()
+        reply = self._recv("loading")
+        if reply[0] == "error":
+            self._proc.join(5)
+            raise _error_of(*reply[1:4])
+        self.__dict__.update(reply[1])
+        self.cached_tokens = []
+        self.lost = False
+        self._set_buffer(_INITIAL_ROWS)
+        if self._aborting:
+            self._tell_abort(True)
+
+    def _set_buffer(self, rows: int) -> None:
+        old = self._shm
+        self._shm = shared_memory.SharedMemory(create=True, size=rows * self.n_vocab * 4)
+        self._rows = np.ndarray((rows, self.n_vocab), dtype=np.float32, buffer=self._shm.buf)
+        self._call("buffer", self._shm.name, rows)
+        if old is not None:
+            old.close()
+            old.unlink()
+
+    def _recv(self, doing: str):
+        try:
+            return self._conn.recv()
+        except (EOFError, OSError):
+            raise self._died(doing) from None
+
+    def _died(self, doing: str) -> WorkerError:
+        """The child is gone: mark the model lost and name the worker that is down, if one is."""
+        from localspec.backend import rpc
+
+        self.lost = True
+        self._proc.join(5)
+        code = self._proc.exitcode
+        gone = []
+        for ep in self.rpc:
+            try:
+                rpc.check_worker(ep, timeout=2)
+            except WorkerError as e:
+                gone.append(e.message)
+        what = "; ".join(gone) if gone else f"the model process ended (exit code {code}) while {doing}"
+        self._lost_message = f"{self.path.name}: lost its RPC workers: {what}" if gone else f"{self.path.name}: {what}"
+        return WorkerError(self._lost_message, "start the worker again: the next request loads the model again "
+                           "once it answers")
+
+    def _call(self, cmd: str, *args):
+        if self.lost:
+            raise WorkerError(self._lost_message, "start the worker again; the next request loads the model again")
+        try:
+            self._conn.send((cmd, args))
+        except (BrokenPipeError, OSError):
+            raise self._died(cmd) from None
+        reply = self._recv(cmd)
+        if reply[0] == "error":
+            del self.cached_tokens[reply[4]:]
+            raise _error_of(*reply[1:4])
+        _, out, n_cached, self.decode_seconds = reply
+        return out, n_cached
+
+    def restart(self) -> None:
+        """Load the model again in a new child (after :attr:`lost`); the KV cache starts empty.
+
+        Raises:
+            WorkerError: a worker is still down (named).
+        """
+        self.close_child()
+        self._start()
+
+    # -- what changes the KV cache --------------------------------------------------------
+    def decode(self, tokens: Sequence[int], logits_for: Sequence[int] | str = "last",
+               progress=None) -> np.ndarray:
+        """:meth:`LlamaModel.decode <localspec.backend.llama.LlamaModel.decode>` in the child
+        (``progress`` is called once, at the end). float32 (k, n_vocab).
+
+        Raises:
+            WorkerError: the child died (a worker was lost); as LlamaModel.decode otherwise."""
+        tokens = [int(t) for t in tokens]
+        k = 1 if logits_for == "last" else len(tokens) if logits_for == "all" else len(list(logits_for))
+        if k > self._rows.shape[0]:
+            self._set_buffer(k)
+        want = logits_for if isinstance(logits_for, str) else [int(i) for i in logits_for]
+        n, n_cached = self._call("decode", tokens, want)
+        self.cached_tokens.extend(tokens)
+        del self.cached_tokens[n_cached:]
+        if progress is not None:
+            progress(len(tokens), len(tokens))
+        return self._rows[:n].copy()
+
+    def truncate(self, n: int) -> None:
+        _, n_cached = self._call("truncate", n)
+        del self.cached_tokens[n_cached:]
+
+    def reset(self) -> None:
+        self._call("reset")
+        self.cached_tokens.clear()
+
+    def sync(self, tokens: Sequence[int]) -> int:
+        common, n_cached = self._call("sync", [int(t) for t in tokens])
+        del self.cached_tokens[n_cached:]
+        return common
+
+    def set_flash_attn(self, flash_attn: bool | None) -> None:
+        attrs, _ = self._call("set_flash_attn", flash_attn)
+        self.__dict__.update(attrs)
+        self._kwargs["flash_attn"] = flash_attn  # a restart keeps it
+        self.cached_tokens.clear()
+
+    @property
+    def child_pids(self) -> tuple[int, ...]:
+        """The child process's id, for CPU meters (its work is this model's)."""
+        return (self._proc.pid,) if self._proc is not None and self._proc.is_alive() else ()
+
+    @property
+    def n_cached(self) -> int:
+        return len(self.cached_tokens)
+
+    def abort(self) -> None:
+        self._aborting = True
+        self._tell_abort(True)
+
+    def clear_abort(self) -> None:
+        self._aborting = False
+        self._tell_abort(False)
+
+    def _tell_abort(self, on: bool) -> None:
+        try:
+            self._abort_conn.send(on)
+        except OSError:  # the child is gone: the next call says so (lost)
+            pass
+
+    @property
+    def abort_requested(self) -> bool:
+        return self._aborting
+
+    # -- everything else: the tokenizer-only copy --------------------------------------------
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name == "_tok":
+            raise AttributeError(name)
+        return getattr(self._tok, name)
+
+    def close_child(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            try:
+                self._conn.send(("close", ()))
+            except OSError:
+                pass
+            self._proc.join(10)
+            if self._proc.is_alive():
+                self._proc.kill()
+                self._proc.join()
+        if self._shm is not None:
+            self._rows = None
+            self._shm.close()
+            self._shm.unlink()
+            self._shm = None
+
+    def close(self) -> None:
+        """Stop the child and free the shared memory and the tokenizer. Safe to call twice."""
+        self.close_child()
+        self._tok.close()

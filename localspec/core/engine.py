@@ -710,7 +710,8 @@ class SpeculativeEngine:
         """Before ``model`` syncs to ``prompt``: keep its cache as a snapshot in :attr:`prefix_cache` when
         the prompt would drop at least ``min_tokens`` of it, then restore the kept snapshot of ``role``
         sharing the longest prefix with the prompt when that is at least ``min_tokens`` longer than what
-        the cache shares (a snapshot the model refuses is forgotten; the cache is then empty and read again)."""
+        the cache shares. A snapshot the model refuses, or a stored one that cannot be read (``OSError``), is
+        forgotten, and the prompt is read as without it."""
         cache = self.prefix_cache
         if cache is None or not hasattr(model, "save_state"):
             return
@@ -721,7 +722,11 @@ class SpeculativeEngine:
         found = cache.best(role, prompt, limit)
         if found is not None and found[1] - live >= cache.min_tokens:  # a restore copies the whole snapshot
             snapshot, n = found
-            if model.load_state(snapshot):
+            try:
+                loaded = model.load_state(snapshot)
+            except OSError:  # a stored snapshot's file went away or is short
+                loaded = False
+            if loaded:
                 cache.stats.restored += 1
                 cache.stats.restored_tokens += n if role == "target" else 0
             else:

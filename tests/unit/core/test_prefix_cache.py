@@ -156,3 +156,20 @@ def test_a_snapshot_that_would_save_fewer_than_min_tokens_is_not_restored():
     near = A[:30] + B[30:]  # 30 tokens of A (its snapshot) and 1 of B (the live cache): 29 < 40 gained
     gen = _run(eng, near)
     assert eng.target.loads == 0 and gen.stats.cached_prompt_tokens < 40
+
+
+def test_a_snapshot_that_cannot_be_read_is_forgotten_and_the_prompt_read():
+    eng = _engine()
+    _run(eng, A)
+    _run(eng, B)
+
+    def unreadable(state):
+        eng.target.cached_tokens.clear()  # as LlamaModel.load_state: emptied before the data is read
+        raise OSError("gone")
+
+    eng.target.load_state = unreadable
+    gen = _run(eng, A)
+    kept = eng.prefix_cache.snapshots("target")
+    assert gen.stats.cached_prompt_tokens == 0
+    assert len(kept) == 1 and kept[0].tokens[: len(B)] == tuple(B)  # A's is forgotten, B's (kept just now) stays
+    assert gen.token_ids == _run(_engine(), A).token_ids

@@ -115,5 +115,5 @@ class _PrefixCacheCollector:
                                   value=c.stats.restored_tokens)
         yield CounterMetricFamily("localspec_prompt_cache_evictions", "snapshots evicted for the byte limit",
                                   value=c.stats.evicted)
-        yield CounterMetricFamily("localspec_prompt_cache_store_reads", "snapshots found on disk (--prompt-cache-disk-mb), "
-                                  "not in memory", value=c.stats.from_store)
+        yield CounterMetricFamily("localspec_prompt_cache_store_reads", "snapshots found on disk "
+                                  "(--prompt-cache-disk-mb), not in memory", value=c.stats.from_store)

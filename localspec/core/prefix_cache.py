@@ -87,13 +87,14 @@ class PrefixCache:
         self.min_tokens = min_tokens
         self._entries: OrderedDict[int, tuple[str, Snapshot]] = OrderedDict()  # least recently used first
         self._next = 0
+        self._nbytes = 0
         self.stats = PrefixCacheStats()
         self.store = store
 
     @property
     def nbytes(self) -> int:
-        """Bytes the kept snapshots take."""
-        return sum(s.nbytes for _, s in self._entries.values())
+        """Bytes the kept snapshots take (a running total: /metrics reads it from another thread)."""
+        return self._nbytes
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -119,16 +120,15 @@ class PrefixCache:
                 self._entries.move_to_end(key)
                 return False
             if s.tokens == tokens[: len(s.tokens)]:
-                del self._entries[key]
+                self._drop(key)
         self._entries[self._next] = (role, snapshot)
         self._next += 1
         self.stats.saved += 1
         if self.store is not None:
             self.store.save(role, snapshot)
-        total = self.nbytes
-        while total > self.max_bytes:
-            _, (_, old) = self._entries.popitem(last=False)
-            total -= old.nbytes
+        self._nbytes += snapshot.nbytes
+        while self._nbytes > self.max_bytes:
+            self._drop(next(iter(self._entries)))
             self.stats.evicted += 1
         return True
 
@@ -155,9 +155,14 @@ class PrefixCache:
         """Forget ``snapshot`` (one a model refused to load), in the store too."""
         for key, (_, s) in list(self._entries.items()):
             if s is snapshot:
-                del self._entries[key]
+                self._drop(key)
         if self.store is not None:
             self.store.discard(snapshot)
 
+    def _drop(self, key: int) -> None:
+        _, s = self._entries.pop(key)
+        self._nbytes -= s.nbytes
+
     def clear(self) -> None:
         self._entries.clear()
+        self._nbytes = 0

@@ -42,12 +42,14 @@ def test_a_restored_prefix_gives_the_logits_of_a_fresh_prefill(tiny_engine):
     model.reset()
 
 
-def test_alternating_prompts_through_the_engine_answer_as_from_an_empty_cache(tiny_engine):
+@pytest.mark.parametrize("mode", ["lookup", "draft"])
+def test_alternating_prompts_through_the_engine_answer_as_from_an_empty_cache(tiny_engine, mode):
+    """Mode draft: the draft model's snapshot comes back with the target's (SmolLM2 drafts for itself)."""
     eng = tiny_engine
     a, b = eng.tokenize(TEXT_A), eng.tokenize(TEXT_B)
 
     def run(prompt):
-        gen = eng.generate(prompt, SamplingParams(), DraftParams(mode="lookup", draft_max=4),
+        gen = eng.generate(prompt, SamplingParams(), DraftParams(mode=mode, draft_max=4),
                            GenerationParams(max_tokens=24))
         list(gen)
         return gen
@@ -58,8 +60,12 @@ def test_alternating_prompts_through_the_engine_answer_as_from_an_empty_cache(ti
         first = run(a)
         run(b)
         again = run(a)
-        assert again.stats.cached_prompt_tokens == len(a) - 1 and eng.prefix_cache.stats.restored == 1
+        assert again.stats.cached_prompt_tokens == len(a) - 1
+        assert eng.prefix_cache.stats.restored == (2 if mode == "draft" else 1)
         assert again.token_ids == first.token_ids
+        if mode == "draft":
+            assert again.rounds[0].catchup_tokens == 0  # the draft model's cache came back too
+            eng.check_caches(again.committed)
     finally:
         eng.prefix_cache = None
         eng.clear_cache()

@@ -216,7 +216,10 @@ class ModelSettings(_Strict):
 
     model: str = option(..., min_length=1, label="model",
                         help="model: preset name, .gguf path or hf:OWNER/REPO/FILE")
-    n_ctx: int = option(4096, ge=16, le=1 << 20, unit="tokens", help="context window, tokens")
+    n_ctx: int | None = option(None, ge=16, le=1 << 20, unit="tokens", help="context window, tokens",
+                               default_text="the model's training context where this machine's memory allows it "
+                               "(else the largest power of two that fits, at least 4096; a draft model: at most the "
+                               "target's)", blank="blank: the training context, as memory allows")
     n_batch: int = option(512, ge=1, le=1 << 16, unit="tokens", help="most tokens per llama_decode")
     n_threads: int = option(default_factory=lambda: os.cpu_count() or 1, ge=1, le=1024, label="CPU threads",
                             help="CPU threads", default_text="all cores")
@@ -307,6 +310,11 @@ DRAFT_MEMORY_BYTES_PER_TOKEN = 16
 _DRAFT_MEMORY_MIB = DRAFT_MEMORY_TOKENS * DRAFT_MEMORY_BYTES_PER_TOKEN >> 20
 
 
+#: the prompt-prefix snapshots' default budget, MiB: three 15,000-token agent prompts of the default pair
+#: (28 KiB a token in the 1.5B's cache, 12 KiB in the 0.5B's)
+PROMPT_CACHE_MB = 2048
+
+
 class ServerSettings(_Strict):
     """How ``localspec serve`` listens, queues and limits requests; its flags are built from these
     declarations (:mod:`localspec.app.flags`) and :func:`localspec.server.create_app` takes one."""
@@ -330,6 +338,17 @@ class ServerSettings(_Strict):
                                       "lookup may copy from, shared across requests, the oldest evicted first; "
                                       f"{DRAFT_MEMORY_BYTES_PER_TOKEN} bytes a token with its index (the default "
                                       f"{DRAFT_MEMORY_TOKENS} take {_DRAFT_MEMORY_MIB} MiB); 0 = off")
+    prompt_cache_mb: float = option(PROMPT_CACHE_MB, ge=0, le=1 << 20, unit="MiB",
+                                    help="prompt prefixes kept as KV-cache snapshots in memory, so an agent "
+                                    "alternating between long prompts does not read either again: most MiB they "
+                                    "take (the least recently used evicted; about 40 KiB a token for the default "
+                                    "pair, target and draft); 0 = off (only the live cache is reused)")
+    prompt_cache_disk_mb: float = option(0.0, ge=0, le=1 << 24, unit="MiB",
+                                         help="also keep the prompt-prefix snapshots on disk, under "
+                                         "$LOCALSPEC_CACHE/prompts (default ~/.cache/localspec/prompts), so a "
+                                         "restarted server does not read an agent's prompt again: most MiB they "
+                                         "take there (the least recently used deleted); 0 = off (default); needs "
+                                         "--prompt-cache-mb above 0")
     default_max_tokens: int | None = option(None, ge=1, unit="tokens",
                                             help="max_tokens of a chat request that leaves it out (--max-tokens)",
                                             default_text="the room left in the context window")

@@ -14,6 +14,7 @@ from typing import Callable
 
 from localspec.backend import rpc
 from localspec.backend.isolated import IsolatedModel
+from localspec.backend.context import MIN_DEFAULT_CONTEXT
 from localspec.backend.llama import LlamaModel
 from localspec.backend.calibration import StepFn, apply_cached_flash_attn, cached_engine_costs, engine_costs
 from localspec.config import ModelSettings, Settings
@@ -71,8 +72,11 @@ def make_engine(target: LlamaModel, draft_model: LlamaModel | None = None,
 
 
 def load_model(ms: ModelSettings, progress: ProgressFn | None = None, stage: StageFn | None = None,
-               notices: list[str] | None = None) -> LlamaModel:
+               notices: list[str] | None = None, n_ctx_max: int | None = None) -> LlamaModel:
     """Resolve, probe weight repacking (``ms.repack``) and load one model.
+
+    ``ms.n_ctx`` None: the default window (:mod:`localspec.backend.context`: the training context where
+    memory allows), at most ``n_ctx_max`` (a draft model: the target's window).
 
     A fresh probe verdict that turns repacking off in mode ``auto`` appends one sentence for
     the user (why, and what it costs) to ``notices``; a cached verdict adds nothing. With
@@ -85,27 +89,31 @@ def load_model(ms: ModelSettings, progress: ProgressFn | None = None, stage: Sta
     path = resolve_model(ms.model, progress)
     threads = ms.n_threads or os.cpu_count() or 1
     if ms.rpc:
-        return _load_on_workers(ms, path, stage)
+        return _load_on_workers(ms, path, stage, n_ctx_max)
     verdict = decide_repack(path, ms.repack, n_threads=threads, n_gpu_layers=ms.n_gpu_layers, stage=stage)
     if verdict is not None and verdict.fresh and not verdict.use and ms.repack == "auto" and notices is not None:
         notices.append(f"{path.name}: {verdict.reason} (--repack off skips the probe; localspec calibrate shows it)")
     model = LlamaModel(path, n_ctx=ms.n_ctx, n_batch=ms.n_batch, n_threads=ms.n_threads,
                        n_gpu_layers=ms.n_gpu_layers, flash_attn={"on": True}.get(ms.flash_attn, False),
-                       huge_pages=ms.huge_pages, repack=bool(verdict and verdict.use), flash_attn_mode=ms.flash_attn)
+                       huge_pages=ms.huge_pages, repack=bool(verdict and verdict.use), flash_attn_mode=ms.flash_attn,
+                       n_ctx_max=n_ctx_max)
     model.repack_verdict = verdict
     if ms.flash_attn == "auto":
         apply_cached_flash_attn(model)  # the faster setting, if this machine has measured it
     return model
 
 
-def _load_on_workers(ms: ModelSettings, path, stage: StageFn | None) -> IsolatedModel:
+def _load_on_workers(ms: ModelSettings, path, stage: StageFn | None, n_ctx_max: int | None = None) -> IsolatedModel:
     """A model whose layers go to RPC workers, loaded in a child process (:mod:`localspec.backend.isolated`:
     llama.cpp's RPC client aborts its process when a worker is lost). Every layer goes to the workers
-    unless ``ms.n_gpu_layers`` says how many; no repack probe (the weights live on the workers)."""
+    unless ``ms.n_gpu_layers`` says how many; no repack probe (the weights live on the workers). Its
+    default window is 4,096 tokens (at most ``n_ctx_max``): the KV cache lives on the workers, whose memory
+    the default rule of :mod:`localspec.backend.context` cannot see."""
     rpc.require_support()
     if stage:
         stage(f"connecting to RPC workers {', '.join(ms.rpc)}")
-    model = IsolatedModel(path, rpc=ms.rpc, n_ctx=ms.n_ctx, n_batch=ms.n_batch, n_threads=ms.n_threads,
+    n_ctx = ms.n_ctx or min(MIN_DEFAULT_CONTEXT, n_ctx_max or MIN_DEFAULT_CONTEXT)
+    model = IsolatedModel(path, rpc=ms.rpc, n_ctx=n_ctx, n_batch=ms.n_batch, n_threads=ms.n_threads,
                           n_gpu_layers=ms.n_gpu_layers or -1, flash_attn={"on": True}.get(ms.flash_attn, False),
                           huge_pages=ms.huge_pages, repack=False, flash_attn_mode=ms.flash_attn)
     if stage:
@@ -152,7 +160,7 @@ def load_engine(settings: Settings, progress: ProgressFn | None = None, stage: S
         if needs_draft_model(settings):
             if stage:
                 stage(f"loading draft {settings.draft.model}")
-            draft = load_model(settings.draft, progress, stage, notices)
+            draft = load_model(settings.draft, progress, stage, notices, n_ctx_max=target.n_ctx)
         if stage:
             stage("checking tokenizers")
         # mode auto: this machine's measured costs, when cached; else measured now (calibrate)

@@ -14,7 +14,8 @@ by over 20 %: the default pair's first calibration measures for about half a min
 2-core CPU (31-33 s on the 2-vCPU Xeon of 2026-12-02, against 50 s before).
 It caches the result as JSON under ``$LOCALSPEC_CACHE/costs/``
 (default ``~/.cache/localspec``), keyed by model file (path, size, mtime), context
-settings (n_ctx, n_batch, n_ubatch, n_threads, n_gpu_layers, flash attention), the
+settings (n_ctx up to 4,096: :data:`COST_KEY_CONTEXT`; n_batch, n_ubatch, n_threads, n_gpu_layers,
+flash attention), the
 llama.cpp build and the machine (hostname, CPU model and count, platform).
 
 :func:`engine_costs` and :func:`cached_engine_costs` make the
@@ -52,6 +53,13 @@ StepFn = Callable[[str, int, int], None]
 #: calibration (~5 s per model on a 2-core CPU at 512; 1,024 took twice that)
 SHORT_CONTEXT = 16
 LONG_CONTEXT = 512
+
+
+#: the context window in a cost key is capped here, tokens: the curves are timed at SHORT_CONTEXT and
+#: LONG_CONTEXT cached tokens, so every window from LONG_CONTEXT + 65 up measures the same (llama.cpp's
+#: attention reads the used cells, not the window); 4,096, the former default window, keeps the costs
+#: cached before the default window became the model's training context
+COST_KEY_CONTEXT = 4096
 
 
 def cache_root() -> Path:
@@ -103,7 +111,7 @@ def model_cost_key(model) -> dict:
     return {
         "format": COST_FORMAT,
         **file_key(model.path),
-        "n_ctx": int(getattr(model, "n_ctx", 0) or 0),
+        "n_ctx": min(int(getattr(model, "n_ctx", 0) or 0), COST_KEY_CONTEXT),
         "n_threads": int(getattr(model, "n_threads", 0) or 0),
         "n_batch": int(getattr(model, "n_batch", 0) or 0),
         "n_ubatch": int(getattr(model, "n_ubatch", 0) or getattr(model, "n_batch", 0) or 0),

@@ -282,7 +282,8 @@ class IsolatedModel:
 
     # -- everything else: the tokenizer-only copy --------------------------------------------
     def __getattr__(self, name: str):
-        if name.startswith("__") or name == "_tok":
+        # the tokenizer copy has no KV cache: its snapshots (the server's prefix cache) are not this model's
+        if name.startswith("__") or name in ("_tok", "save_state", "load_state"):
             raise AttributeError(name)
         return getattr(self._tok, name)
 

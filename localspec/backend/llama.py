@@ -27,6 +27,8 @@ import numpy as np
 
 from localspec.backend import hugepages
 from localspec.backend.chat_template import TOKEN_ATTR_SPECIAL, chat_fragments, split_rendered_chat
+from localspec.backend.context import (MIN_DEFAULT_CONTEXT, available_memory, context_bytes_per_token,
+                                       default_context, kv_bytes_per_token)
 from localspec.backend.grammar import Grammar
 from localspec.backend.native import NativeResource
 from localspec.errors import BackendError, CacheRollbackError, ConfigError, ContextOverflowError, DecodeAborted, ModelError
@@ -168,6 +170,24 @@ def set_extra_bufts(mparams, on: bool) -> bool:
     return True
 
 
+@dataclass(frozen=True, eq=False)
+class KvState:
+    """A snapshot of a model's KV cache (sequence 0): the tokens it holds and llama.cpp's copy of their
+    cells (``llama_state_seq_get_data``), restored by :meth:`LlamaModel.load_state`.
+
+    Attributes:
+        tokens: the cached tokens, in order.
+        data: llama.cpp's bytes (a ctypes ``uint8`` array, not copied again).
+        nbytes: bytes of ``data``.
+        flash_attn: the context's flash-attention setting it was taken under (the V layout differs).
+    """
+
+    tokens: tuple[int, ...]
+    data: object
+    nbytes: int
+    flash_attn: bool | None
+
+
 class LlamaModel(NativeResource):
     """A loaded GGUF model with one llama.cpp context and one sequence (id 0).
 
@@ -175,7 +195,11 @@ class LlamaModel(NativeResource):
 
     Args:
         path: GGUF file.
-        n_ctx: context window, tokens.
+        n_ctx: context window, tokens; None: the default of :mod:`localspec.backend.context` (the
+            model's training context where this machine's memory allows it, capped at ``n_ctx_max``),
+            halved down to 4,096 when llama.cpp cannot make it.
+        n_ctx_max: the most a default window (``n_ctx=None``) may be (a draft model: the target's
+            window), or None.
         n_batch: most tokens per llama_decode call; longer inputs are split.
         n_threads: CPU threads for decoding.
         n_gpu_layers: layers offloaded to the GPU (-1 = all, 0 = none). Needs a GPU
@@ -213,7 +237,7 @@ class LlamaModel(NativeResource):
         self,
         path: str | os.PathLike,
         *,
-        n_ctx: int = 4096,
+        n_ctx: int | None = 4096,
         n_batch: int = 512,
         n_threads: int | None = None,
         n_gpu_layers: int = 0,
@@ -224,6 +248,7 @@ class LlamaModel(NativeResource):
         verbose: bool = False,
         devices: Sequence[int] | None = None,
         vocab_only: bool = False,
+        n_ctx_max: int | None = None,
     ) -> None:
         self.path = Path(path)
         check_gguf_file(self.path)
@@ -256,8 +281,7 @@ class LlamaModel(NativeResource):
             )
         self._vocab = lc.llama_model_get_vocab(self._model)
         self.n_vocab = int(lc.llama_vocab_n_tokens(self._vocab))
-        n_train = int(lc.llama_model_n_ctx_train(self._model))
-        self.n_ctx_train = n_train
+        self.n_ctx_train = int(lc.llama_model_n_ctx_train(self._model))
         threads = n_threads or os.cpu_count() or 1
         self._ctx_args = (n_ctx, n_batch, threads)
         self._ctx = None
@@ -265,7 +289,7 @@ class LlamaModel(NativeResource):
         self.flash_attn = flash_attn
         if not vocab_only:  # a tokenizer only (an IsolatedModel's): no context, no batch
             try:
-                self._new_context(flash_attn)
+                self._first_context(flash_attn, n_ctx_max)
             except BackendError:
                 lc.llama_model_free(self._model)
                 self._model = None
@@ -285,6 +309,45 @@ class LlamaModel(NativeResource):
         self._logits_rows = 0
 
     # -- lifecycle ------------------------------------------------------------------
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of f16 KV cache per token of window, from the GGUF's hyperparameters (layers, KV heads,
+        key and value dimensions: ``<arch>.attention.key_length``/``value_length``, else embedding / heads)."""
+        lc, m = self._lc, self._model
+        n_head = int(lc.llama_model_n_head(m))
+        arch = self.metadata("general.architecture") or ""
+
+        def dim(kind: str) -> int:
+            given = self.metadata(f"{arch}.attention.{kind}_length")
+            return int(given) if given and given.isdigit() else int(lc.llama_model_n_embd(m)) // max(1, n_head)
+
+        return kv_bytes_per_token(int(lc.llama_model_n_layer(m)), int(lc.llama_model_n_head_kv(m)), dim("key"),
+                                  dim("value"))
+
+    def default_n_ctx(self, n_batch: int, n_ctx_max: int | None = None) -> int:
+        """The default window for this model on this machine now (:func:`~localspec.backend.context.default_context`):
+        the memory available less the weights when they are mapped (a mapped file's pages count as available)."""
+        weights = 0 if self.huge_pages else self.path.stat().st_size
+        per_token = context_bytes_per_token(self.kv_bytes_per_token(), int(self._lc.llama_model_n_head(self._model)),
+                                            n_batch)
+        return default_context(self.n_ctx_train, per_token, available_memory() - weights, cap=n_ctx_max)
+
+    def _first_context(self, flash_attn: bool | None, n_ctx_max: int | None) -> None:
+        """Make the context, with the default window (:meth:`default_n_ctx`) when ``n_ctx`` was None; a default
+        window llama.cpp cannot allocate is halved (not below 4,096) and tried again."""
+        n_ctx, n_batch, threads = self._ctx_args
+        #: whether the window is the default one (``n_ctx=None``), chosen by :meth:`default_n_ctx`
+        self.n_ctx_default = n_ctx is None
+        if n_ctx is None:
+            self._ctx_args = (self.default_n_ctx(n_batch, n_ctx_max), n_batch, threads)
+        while True:
+            try:
+                return self._new_context(flash_attn)
+            except BackendError:
+                n_ctx, n_batch, threads = self._ctx_args
+                if not self.n_ctx_default or n_ctx <= MIN_DEFAULT_CONTEXT:
+                    raise
+                self._ctx_args = (max(MIN_DEFAULT_CONTEXT, n_ctx // 2), n_batch, threads)
+
     def _read_vocab(self, lc) -> None:
         """The special ids: BOS, EOS, whether BOS is added, the end-of-generation set."""
         self.bos = int(lc.llama_vocab_bos(self._vocab))
@@ -745,6 +808,36 @@ class LlamaModel(NativeResource):
         """Empty the KV cache."""
         self._lc.llama_memory_clear(self._mem, True)
         self.cached_tokens.clear()
+
+    def save_state(self) -> KvState | None:
+        """A snapshot of the KV cache (:class:`KvState`), or None when it is empty or llama.cpp copies nothing.
+
+        Costs a copy of the cache's cells (about 28 KiB a token for Qwen2.5-Coder-1.5B), no decode.
+        """
+        if not self.cached_tokens:
+            return None
+        lc = self._lc
+        size = int(lc.llama_state_seq_get_size(self._ctx, 0))
+        buf = (ctypes.c_uint8 * size)()
+        n = int(lc.llama_state_seq_get_data(self._ctx, buf, size, 0))
+        return KvState(tuple(self.cached_tokens), buf, n, self.flash_attn) if n > 0 else None
+
+    def load_state(self, state: KvState) -> bool:
+        """Replace the KV cache by ``state`` (:meth:`save_state` of this model): the cache then holds
+        ``state.tokens``, computed as when the snapshot was taken (no decode).
+
+        Returns:
+            True; False when it was taken under another flash-attention setting or is longer than the
+            window (the cache is left as it was), or llama.cpp refuses it (the cache is then empty).
+        """
+        if state.flash_attn != self.flash_attn or len(state.tokens) > self.n_ctx:
+            return False
+        self.reset()
+        if int(self._lc.llama_state_seq_set_data(self._ctx, state.data, state.nbytes, 0)) == 0:
+            self.reset()
+            return False
+        self.cached_tokens[:] = state.tokens
+        return True
 
     def sync(self, tokens: Sequence[int]) -> int:
         """Make the cache hold a prefix of ``tokens`` ending one short of it, reusing the common prefix.

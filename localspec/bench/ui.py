@@ -195,7 +195,9 @@ def bench_decode(n_lines: int, repeats: int, target: str | None, draft: str | No
     settings = base.model_copy(update={
         "sampling": SamplingParams(temperature=0.0),
         "generation": GenerationParams(max_tokens=base.generation.max_tokens),
-        "target": base.target.model_copy(update={"model": target} if target else {}),
+        # a fixed window, as before the default followed the model's training context: both sides the same
+        "target": base.target.model_copy(update={"n_ctx": base.target.n_ctx or 4096} | ({"model": target} if target
+                                                                                        else {})),
         "draft": base.draft.model_copy(update={"model": draft} if draft else {}),
     })
     # what the code-edit screen drafts with: prompt lookup, draft length at least 16

@@ -39,6 +39,7 @@ from localspec.errors import ConfigError, ContextOverflowError, DecodeAborted
 from localspec.core.events import DrafterId, EndReason, GenerationStats, RoundStats, TokenEvent, TokenKind
 from localspec.core.costmodel import CostSource, EngineCosts
 from localspec.core.policy import AdaptivePolicy, Choice, DraftPolicy, FixedPolicy, RoundState
+from localspec.core.prefix_cache import PrefixCache, common_prefix
 from localspec.core.streaming import TextAssembler
 from localspec.core.tokenizer import check_compatible
 from localspec.core.acceptance import Constraint, verify
@@ -123,7 +124,7 @@ class Generation:
     def __init__(self, engine: "SpeculativeEngine", prompt: Sequence[int], sampling: SamplingParams,
                  drafting: DraftParams, generation: GenerationParams, policy: DraftPolicy | None,
                  prediction: Sequence[int] | None = None, constraint: Constraint | None = None,
-                 logprobs: int | None = None, memory: DraftMemory | None = None) -> None:
+                 logprobs: int | None = None, memory: DraftMemory | None = None, cache_prompt: bool = True) -> None:
         self.engine = engine
         self.prompt = list(prompt)
         self.sampling = sampling
@@ -139,6 +140,8 @@ class Generation:
         self.constraint = constraint
         #: None: no logprobs (nothing computed); n >= 0: each TokenEvent carries its logprob and n alternatives
         self.logprobs = logprobs
+        #: False: the prompt neither comes from the kept prompt prefixes nor joins them (``cache_prompt: false``)
+        self.cache_prompt = cache_prompt
         self.token_ids: list[int] = []
         #: prompt + generated tokens committed so far (live during iteration; some may
         #: not be yielded yet while text is held back at a possible stop string)
@@ -344,7 +347,8 @@ class Generation:
             # prefill: the target caches every prompt token but the last
             if not self._cancel:
                 stats.prefill_seconds, _, stats.cached_prompt_tokens = eng.prefill(prompt, draft=False,
-                                                                                   progress=self.on_prefill)
+                                                                                   progress=self.on_prefill,
+                                                                                   reuse=self.cache_prompt)
             self._t_mark = eng.clock()  # where the first round's time starts
             while end is None and not self._cancel:
                 if len(committed) >= eng.n_ctx:  # no position left for a new token
@@ -446,15 +450,15 @@ class Engine(Protocol):
     def next_token_logits(self, tokens: Sequence[int]) -> np.ndarray: ...
 
     def prefill(self, prompt: Sequence[int], draft: bool = True,
-                progress: Callable[[int, int], None] | None = None) -> Prefill: ...
+                progress: Callable[[int, int], None] | None = None, reuse: bool = True) -> Prefill: ...
 
     def generate(self, prompt: Sequence[int], sampling: SamplingParams | None = None,
                  drafting: DraftParams | None = None, generation: GenerationParams | None = None,
                  policy: DraftPolicy | None = None, prediction: Sequence[int] | None = None,
                  constraint: Constraint | None = None, logprobs: int | None = None,
-                 memory: DraftMemory | None = None) -> Generation: ...
+                 memory: DraftMemory | None = None, cache_prompt: bool = True) -> Generation: ...
 
-    def clear_cache(self) -> None: ...
+    def clear_cache(self, keep: bool = False) -> None: ...
 
     def grammar(self, gbnf: str, root: str = "root", triggers: Sequence[int] = ()) -> Constraint: ...
 
@@ -501,6 +505,9 @@ class SpeculativeEngine:
         self.notices: list[str] = []
         #: check the caches after every round (:meth:`check_caches`): set ``LOCALSPEC_DEBUG=1``
         self.debug = bool(os.environ.get("LOCALSPEC_DEBUG"))
+        #: kept prompt prefixes (KV-cache snapshots of both models) that :meth:`prefill` restores; None: only
+        #: the live caches are reused (the server sets one: ``--prompt-cache-mb``)
+        self.prefix_cache: PrefixCache | None = None
 
     @property
     def cost_model(self) -> EngineCosts | None:
@@ -670,16 +677,18 @@ class SpeculativeEngine:
         return self.drafter.catchup_tokens(committed) if self.drafter is not None else 0
 
     def prefill(self, prompt: Sequence[int], draft: bool = True,
-                progress: Callable[[int, int], None] | None = None) -> "Prefill":
+                progress: Callable[[int, int], None] | None = None, reuse: bool = True) -> "Prefill":
         """Put ``prompt[:-1]`` in the target's KV cache and, with ``draft``, in the draft model's.
 
-        Reuses the cached common prefix. A generation of ``prompt`` started afterwards
-        finds both caches warm (race mode warms both sides this way before timing).
-        ``progress(done, total)`` follows the target's prefill of the uncached tokens.
+        Reuses the cached common prefix, and with ``reuse`` and a :attr:`prefix_cache`, the kept prompt
+        prefixes (:meth:`_swap_in`, for the draft model too, whose catch-up then decodes only what its
+        restored cache lacks). A generation of ``prompt`` started afterwards finds both caches warm
+        (race mode warms both sides this way before timing). ``progress(done, total)`` follows the
+        target's prefill of the uncached tokens.
 
         Returns:
             :class:`Prefill`: target and draft-model seconds (wall time) and how many
-            prompt tokens the target's cache already held.
+            prompt tokens the target's cache already held (restored ones included).
         """
         def warm(model, progress=None) -> tuple[float, int]:
             t0 = self.clock()
@@ -688,14 +697,53 @@ class SpeculativeEngine:
                 model.decode(prompt[n : len(prompt) - 1], logits_for=(), **({"progress": progress} if progress else {}))
             return self.clock() - t0, n
 
+        if reuse:
+            self._swap_in("target", self.target, prompt)
+            if self.drafter is not None and self.draft_model is not self.target:
+                self._swap_in("draft", self.draft_model, prompt)
         t_target, n_cached = warm(self.target, progress)
         model = self.draft_model
         t_draft = warm(model)[0] if draft and model is not None and len(prompt) > 1 else 0.0
         return Prefill(t_target, t_draft, n_cached)
 
-    def clear_cache(self) -> None:
+    def _swap_in(self, role: str, model, prompt: Sequence[int]) -> None:
+        """Before ``model`` syncs to ``prompt``: keep its cache as a snapshot in :attr:`prefix_cache` when
+        the prompt would drop at least ``min_tokens`` of it, then restore the kept snapshot of ``role``
+        sharing the longest prefix with the prompt when that is at least ``min_tokens`` longer than what
+        the cache shares. A snapshot the model refuses, or a stored one that cannot be read (``OSError``), is
+        forgotten, and the prompt is read as without it."""
+        cache = self.prefix_cache
+        if cache is None or not hasattr(model, "save_state"):
+            return
+        limit = len(prompt) - 1
+        live = common_prefix(model.cached_tokens, prompt, limit)
+        if model.n_cached - live >= cache.min_tokens:
+            cache.put(role, model.save_state())
+        found = cache.best(role, prompt, limit)
+        if found is not None and found[1] - live >= cache.min_tokens:  # a restore copies the whole snapshot
+            snapshot, n = found
+            try:
+                loaded = model.load_state(snapshot)
+            except OSError:  # a stored snapshot's file went away or is short
+                loaded = False
+            if loaded:
+                cache.stats.restored += 1
+                cache.stats.restored_tokens += n if role == "target" else 0
+            else:
+                cache.discard(snapshot)
+
+    def clear_cache(self, keep: bool = False) -> None:
         """Empty both KV caches: the next generation prefills its whole prompt and reuses nothing
-        (a request with llama-server's ``cache_prompt: false``). Not during a generation."""
+        (a request with llama-server's ``cache_prompt: false``). Not during a generation.
+
+        ``keep``: first keep the caches' contents in :attr:`prefix_cache` (when there is one), so a later
+        prompt sharing their prefix restores it.
+        """
+        cache = self.prefix_cache
+        if keep and cache is not None:
+            for role, model in (("target", self.target), ("draft", self.draft_model if self.drafter else None)):
+                if model is not None and hasattr(model, "save_state") and model.n_cached >= cache.min_tokens:
+                    cache.put(role, model.save_state())
         self.target.reset()
         if self.drafter is not None:
             self.drafter.reset()
@@ -736,8 +784,12 @@ class SpeculativeEngine:
                  drafting: DraftParams | None = None, generation: GenerationParams | None = None,
                  policy: DraftPolicy | None = None, prediction: Sequence[int] | None = None,
                  constraint: Constraint | None = None, logprobs: int | None = None,
-                 memory: DraftMemory | None = None) -> Generation:
+                 memory: DraftMemory | None = None, cache_prompt: bool = True) -> Generation:
         """Start generating from ``prompt`` (token ids). Iterate the result for events.
+
+        ``cache_prompt``: False (llama-server's ``cache_prompt: false``) keeps the prompt out of the kept
+        prompt prefixes (:attr:`prefix_cache`): none is restored for it and its own is not kept (the caller
+        empties the live caches around it, :meth:`clear_cache`).
 
         ``logprobs``: None (the default) computes none; n >= 0 gives every :class:`TokenEvent` its
         ``logprob`` and its ``n`` most probable alternatives ``top_logprobs``: the log-softmax of the
@@ -770,7 +822,8 @@ class SpeculativeEngine:
         if policy is None:
             policy = self.make_policy(drafting)
         return Generation(self, prompt, sampling or SamplingParams(), drafting,
-                          generation or GenerationParams(), policy, prediction, constraint, logprobs, memory)
+                          generation or GenerationParams(), policy, prediction, constraint, logprobs, memory,
+                          cache_prompt)
 
     def grammar(self, gbnf: str, root: str = "root", triggers: Sequence[int] = ()) -> Constraint:
         """A fresh grammar state over the target's vocabulary, for :meth:`generate`'s ``constraint``.

@@ -45,6 +45,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from localspec.config import ServerSettings, Settings
 from localspec.core.drafters import DraftMemory
+from localspec.core.prefix_cache import PrefixCache
+from localspec.backend.calibration import cache_root
+from localspec.backend.prompt_store import engine_store
 from localspec.server import tools
 from localspec.server.infill import InfillBody, InfillShape, check_fim_model
 from localspec.server.metrics import CONTENT_TYPE_LATEST, ServerMetrics
@@ -437,15 +440,22 @@ def create_app(engine, settings: Settings, server: ServerSettings | None = None)
         engine: a loaded engine (:class:`~localspec.core.engine.SpeculativeEngine`, its public surface only).
         settings: the models' names, drafting settings and sampling defaults.
         server: the server's settings (:class:`~localspec.config.ServerSettings`: API key, queue size,
-            body limit, shutdown grace, CORS origins, default max_tokens, the draft memory's budget);
-            None: the defaults. The app keeps one draft memory for the engine (``draft_memory_tokens``).
+            body limit, shutdown grace, CORS origins, default max_tokens, the draft memory's budget, the
+            prompt prefixes' budget); None: the defaults. The app keeps one draft memory for the engine
+            (``draft_memory_tokens``) and gives it a :class:`~localspec.core.prefix_cache.PrefixCache`
+            (``prompt_cache_mb``; 0: none), on disk too with ``prompt_cache_disk_mb``
+            (:class:`~localspec.backend.prompt_store.PromptStore`, ``$LOCALSPEC_CACHE/prompts``).
     """
     server = server or ServerSettings()
     metrics: ServerMetrics | None = None
     memory = DraftMemory(server.draft_memory_tokens) if server.draft_memory_tokens else None
+    if server.prompt_cache_mb > 0:  # several prompt prefixes kept as KV-cache snapshots (the engine restores them)
+        store = (engine_store(engine, cache_root() / "prompts", int(server.prompt_cache_disk_mb * (1 << 20)))
+                 if server.prompt_cache_disk_mb > 0 else None)
+        engine.prefix_cache = PrefixCache(int(server.prompt_cache_mb * (1 << 20)), store=store)
     worker = EngineWorker(engine, settings, max_queue=server.queue_size, default_max_tokens=server.default_max_tokens,
                           on_finished=lambda req, gen: metrics.observe(gen), memory=memory)
-    metrics = ServerMetrics(lambda: worker.waiting, lambda: int(worker.busy))
+    metrics = ServerMetrics(lambda: worker.waiting, lambda: int(worker.busy), getattr(engine, "prefix_cache", None))
     template = engine.chat_template()
 
     @asynccontextmanager
@@ -509,7 +519,9 @@ def serve(engine, settings: Settings, server: ServerSettings) -> None:
               + ("" if server.api_key else " (and no --api-key is set)"), file=sys.stderr)
     app = create_app(engine, settings, server)
     print(f"localspec serve: http://{server.host}:{server.port}/v1 (model {model_id(settings.target.model)}, "
-          f"mode {settings.drafting.mode})", file=sys.stderr, flush=True)
+          f"mode {settings.drafting.mode}, context {engine.n_ctx:,} tokens"
+          + (f", prompt cache {server.prompt_cache_mb:g} MiB" if server.prompt_cache_mb > 0 else "") + ")",
+          file=sys.stderr, flush=True)
     grace = server.shutdown_grace
     config = uvicorn.Config(app, host=server.host, port=server.port, log_level=server.log_level,
                             timeout_graceful_shutdown=grace + 3)  # a backstop after the worker's own

@@ -14,8 +14,10 @@ from typing import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST  # noqa: F401 - re-exported for the route
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from localspec.core.engine import Generation
+from localspec.core.prefix_cache import PrefixCache
 
 disable_created_metrics()  # no ``*_created`` series: the counters start with the server
 
@@ -26,9 +28,12 @@ class ServerMetrics:
     Args:
         waiting: returns the number of requests in the queue.
         running: returns 1 while a request is being generated, else 0.
+        prefix_cache: the engine's kept prompt prefixes, or None: their size and restores are reported
+            (``localspec_prompt_cache_*``).
     """
 
-    def __init__(self, waiting: Callable[[], int], running: Callable[[], int]) -> None:
+    def __init__(self, waiting: Callable[[], int], running: Callable[[], int],
+                 prefix_cache: PrefixCache | None = None) -> None:
         r = self.registry = CollectorRegistry()
         self.requests = Counter("localspec_requests", "HTTP requests to the generation endpoints, by status",
                                 ["endpoint", "status"], registry=r)
@@ -36,7 +41,10 @@ class ServerMetrics:
                                  registry=r)
         self.prompt_tokens = Counter("localspec_prompt_tokens", "prompt tokens of finished generations", registry=r)
         self.prompt_tokens_cached = Counter("localspec_prompt_tokens_cached",
-                                            "prompt tokens reused from the KV cache (not prefilled)", registry=r)
+                                            "prompt tokens reused from the KV cache (not prefilled), restored "
+                                            "snapshots included", registry=r)
+        self.prompt_tokens_read = Counter("localspec_prompt_tokens_read", "prompt tokens the target read "
+                                          "(prompt tokens less the cached ones)", registry=r)
         self.tokens_predicted = Counter("localspec_tokens_predicted", "generated tokens", registry=r)
         self.rounds = Counter("localspec_rounds", "speculative rounds (one target verification pass each)",
                               registry=r)
@@ -58,12 +66,15 @@ class ServerMetrics:
         Gauge("localspec_requests_deferred", "requests waiting in the queue", registry=r).set_function(waiting)
         Gauge("localspec_requests_processing", "requests being generated (0 or 1)",
               registry=r).set_function(running)
+        if prefix_cache is not None:
+            r.register(_PrefixCacheCollector(prefix_cache))
 
     def observe(self, gen: Generation) -> None:
         """Count one finished (or cancelled) generation."""
         s = gen.stats
         self.prompt_tokens.inc(s.prompt_tokens)
         self.prompt_tokens_cached.inc(s.cached_prompt_tokens)
+        self.prompt_tokens_read.inc(max(0, s.prompt_tokens - s.cached_prompt_tokens))
         self.tokens_predicted.inc(s.tokens)
         self.rounds.inc(s.rounds)
         self.verify_seconds.inc(s.verify_seconds)
@@ -83,3 +94,26 @@ class ServerMetrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _PrefixCacheCollector:
+    """The kept prompt prefixes (:class:`~localspec.core.prefix_cache.PrefixCache`), read at each scrape."""
+
+    def __init__(self, cache: PrefixCache) -> None:
+        self.cache = cache
+
+    def collect(self):
+        c = self.cache
+        yield GaugeMetricFamily("localspec_prompt_cache_bytes", "bytes of the kept prompt-prefix snapshots",
+                                value=c.nbytes)
+        yield GaugeMetricFamily("localspec_prompt_cache_snapshots", "prompt-prefix snapshots kept (target and draft "
+                                "model)", value=len(c))
+        yield CounterMetricFamily("localspec_prompt_cache_restores", "snapshots restored into a model's KV cache",
+                                  value=c.stats.restored)
+        yield CounterMetricFamily("localspec_prompt_cache_restored_tokens", "prompt tokens the target found in a "
+                                  "restored snapshot (counted in localspec_prompt_tokens_cached too)",
+                                  value=c.stats.restored_tokens)
+        yield CounterMetricFamily("localspec_prompt_cache_evictions", "snapshots evicted for the byte limit",
+                                  value=c.stats.evicted)
+        yield CounterMetricFamily("localspec_prompt_cache_store_reads", "snapshots found on disk "
+                                  "(--prompt-cache-disk-mb), not in memory", value=c.stats.from_store)

@@ -8,8 +8,10 @@ A cancelled job (the client went away) leaves the queue at once, freeing its pla
 while it runs, ends after the current round (``Generation.cancel``); the engine keeps both KV caches
 consistent with what was committed, so the next request runs as from a fresh start,
 reusing the common prefix of the KV cache (an agent resending a growing conversation
-prefills only the new part), unless it asks for ``cache_prompt: false`` (it then starts from
-empty caches and leaves them empty). Every request drafts from the draft memory (earlier
+prefills only the new part) or of the prompt prefixes the engine keeps as snapshots
+(``--prompt-cache-mb``: an agent alternating between long prompts reads neither again), unless
+it asks for ``cache_prompt: false`` (it then starts from empty caches, leaves them empty, and
+neither restores nor keeps a snapshot of its prompt). Every request drafts from the draft memory (earlier
 requests' prompts and answers) and is added to it, unless it asks for ``speculation.memory:
 false``. On shutdown (:meth:`EngineWorker.drain`) the waiting jobs are answered 503 and the
 running one gets a bounded grace period to finish. While no request comes for a while, a calibration that other processes disturbed is measured again once the
@@ -245,6 +247,17 @@ class EngineWorker:
             self._ready.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
+        self._store_live_caches()
+
+    def _store_live_caches(self) -> None:
+        """At shutdown, with prompt snapshots kept on disk: store what both KV caches hold (an agent's prompt is
+        usually in the live cache, not among the snapshots) and wait for the writes. Not while the engine's
+        thread still runs."""
+        cache = getattr(self.engine, "prefix_cache", None)
+        if cache is None or cache.store is None or (self._thread is not None and self._thread.is_alive()):
+            return
+        self.engine.clear_cache(keep=True)
+        cache.store.flush()
 
     def submit(self, job: Job) -> None:
         """Queue ``job`` in arrival order.
@@ -337,20 +350,22 @@ class EngineWorker:
             # next request at once, and must find this request's place in the queue free
             self.current = None
             following = self._next(block=False)
-            job.post(last)
-            if gen is not None and self.on_finished is not None:
+            if gen is not None and self.on_finished is not None:  # before the answer: /metrics read after it counts it
                 self.on_finished(job.request, gen)
+            job.post(last)
             job = following if following is not None else self._wait_for_job()
 
     def _serve(self, job: Job) -> tuple[Finished | Failed, Generation | None]:
         """Run ``job``; its last message (not posted yet) and the finished generation (None on failure).
 
-        A request with ``cache_prompt: false`` starts from empty KV caches and leaves them empty.
+        A request with ``cache_prompt: false`` starts from empty KV caches and leaves them empty: what
+        they held is kept among the engine's prompt prefixes first (when it keeps some), and its own
+        prompt is neither restored from them nor kept.
         """
         try:
             self._reload_if_lost()
             if not job.request.cache_prompt:
-                self.engine.clear_cache()
+                self.engine.clear_cache(keep=True)
             return self._run(job)
         except ApiError as e:
             return Failed(e), None
@@ -437,7 +452,7 @@ class EngineWorker:
         gen = eng.generate(prompt, job.sampling, drafting,
                            GenerationParams(max_tokens=max_tokens, stop=req.stop or self.settings.generation.stop),
                            prediction=prediction, constraint=constraint, logprobs=req.logprobs,
-                           memory=self.memory if req.memory else None)
+                           memory=self.memory if req.memory else None, cache_prompt=req.cache_prompt)
         job.post(Started(len(prompt)))
         pending: list[TokenEvent] = []
         try:

@@ -56,14 +56,15 @@ TOL_FLASH_OFF = 0.5
 
 
 @contextmanager
-def tiny_lookup_server(tiny_path, tmp, key):
+def tiny_lookup_server(tiny_path, tmp, key, extra=()):
     """``localspec serve`` on SmolLM2 in mode lookup (one thread, 1,024 tokens of context) in a child
-    process, and an ``openai`` client for it (no retries)."""
+    process (``extra``: more flags), and an ``openai`` client for it (no retries)."""
     import openai
 
     from localspec.server.process import ServerProcess
 
     argv = [sys.executable, "-m", "localspec.cli", "serve", "--target", str(tiny_path), "--mode", "lookup",
-            "--port", "{port}", "--api-key", key, "--n-ctx", "1024", "--n-threads", "1", "--log-level", "warning"]
+            "--port", "{port}", "--api-key", key, "--n-ctx", "1024", "--n-threads", "1", "--log-level", "warning",
+            *extra]
     with ServerProcess(argv, tmp / "server.log", env={"LOCALSPEC_CACHE": str(tmp / "cache")}, timeout=120) as proc:
         yield openai.OpenAI(base_url=proc.base_url + "/v1", api_key=key, max_retries=0, timeout=300)

@@ -253,11 +253,11 @@ class FakeEngine(SpeculativeEngine):
         return list(self.last_prompt)
 
     def generate(self, prompt, sampling=None, drafting=None, generation=None, policy=None, prediction=None,
-                 constraint=None, logprobs=None, memory=None):
+                 constraint=None, logprobs=None, memory=None, cache_prompt=True):
         self.calls.append({"prompt": list(prompt), "sampling": sampling, "drafting": drafting,
                            "generation": generation, "messages": self.last_messages})
         return super().generate(prompt, sampling, drafting, generation, policy, prediction, constraint, logprobs,
-                                memory)
+                                memory, cache_prompt)
 
     def close(self) -> None:
         self.closed = True

@@ -1,0 +1,59 @@
+"""A model in a child process (localspec.backend.isolated.IsolatedModel, used for models on RPC workers),
+on the tiny model without workers: its logits equal the in-process model's, the KV cache follows
+truncate/sync, a killed child is a WorkerError (never a crash here) and a restart loads it again."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from localspec.backend.isolated import IsolatedModel
+from localspec.backend.llama import LlamaModel
+from localspec.errors import WorkerError
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_path):
+    local = LlamaModel(tiny_path, n_ctx=256, n_threads=1, huge_pages=False, flash_attn=False)
+    child = IsolatedModel(tiny_path, n_ctx=256, n_threads=1, huge_pages=False, flash_attn=False)
+    yield local, child
+    child.close()
+    local.close()
+
+
+def test_the_childs_logits_equal_the_in_process_models(pair):
+    local, child = pair
+    ids = local.tokenize("def fibonacci(n):\n    ")
+    assert child.tokenize("def fibonacci(n):\n    ") == ids and child.n_vocab == local.n_vocab
+    for m in pair:
+        m.reset()
+    a, b = local.decode(ids, logits_for="all"), child.decode(ids, logits_for="all")
+    assert a.shape == b.shape == (len(ids), local.n_vocab) and b.dtype == np.float32
+    np.testing.assert_array_equal(a, b)
+    assert child.cached_tokens == local.cached_tokens == ids
+    # 80 rows: more than the first shared buffer holds (it grows)
+    more = [int(np.argmax(a[-1]))] * 80
+    np.testing.assert_array_equal(local.decode(more, logits_for="all"), child.decode(more, logits_for="all"))
+    child.truncate(len(ids))
+    local.truncate(len(ids))
+    assert child.n_cached == len(ids)
+    assert child.sync(ids + [5, 6]) == local.sync(ids + [5, 6])
+    assert not hasattr(child, "save_state")  # no KV snapshots of a cache that lives elsewhere
+
+
+def test_a_killed_child_is_a_worker_error_and_a_restart_loads_it_again(pair):
+    local, child = pair
+    ids = local.tokenize("x = 1\n")
+    os.kill(child.child_pids[0], signal.SIGKILL)
+    with pytest.raises(WorkerError, match="model process ended"):
+        child.decode(ids)
+    assert child.lost
+    with pytest.raises(WorkerError, match="model process ended"):  # until restarted: the same reason
+        child.reset()
+    child.restart()
+    assert not child.lost and child.n_cached == 0
+    local.reset()
+    np.testing.assert_array_equal(child.decode(ids), local.decode(ids))

@@ -22,13 +22,9 @@ import sys
 import time
 from pathlib import Path
 
+from localspec.server.process import free_port
+
 HERE = Path(__file__).resolve().parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:

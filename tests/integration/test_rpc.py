@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from localspec.server.process import free_port
 from localspec.backend import rpc
 
 CLI = str(Path(sys.executable).with_name("localspec"))  # the console script, as a user runs it
@@ -34,12 +34,6 @@ def _require_rpc() -> None:
     if os.environ.get("LOCALSPEC_REQUIRE_RPC") == "1":
         pytest.fail("LOCALSPEC_REQUIRE_RPC=1 but this llama-cpp-python has no RPC backend; " + rpc.REBUILD_HINT)
     pytest.skip("llama-cpp-python without the RPC backend (" + rpc.REBUILD_HINT + ")")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_worker(port: int) -> subprocess.Popen:

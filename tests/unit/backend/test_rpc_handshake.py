@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from localspec.server.process import free_port
 from localspec.backend import rpc
 from localspec.config import ModelSettings, parse_endpoint, split_endpoints
 from localspec.errors import WorkerError
@@ -40,12 +41,6 @@ def hello_reply(major, minor, patch):
         conn.sendall(struct.pack("<Q", 4 + rpc.RPC_CONN_CAPS_SIZE) + bytes([major, minor, patch, 0])
                      + bytes(rpc.RPC_CONN_CAPS_SIZE))
     return reply
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_endpoints_parse_and_split():

@@ -88,6 +88,13 @@ def fits_context(n_ctx: int, prompt_tokens: int, max_tokens: int = 1) -> bool:
 
 #: the port llama.cpp's rpc-server (and ``localspec worker``) listens on by default
 RPC_DEFAULT_PORT = 50052
+#: seconds a one-token pass on RPC workers may take before they count as stalled (``--rpc-timeout``)
+RPC_TIMEOUT = 60.0
+#: a pass of m tokens on RPC workers may take ``rpc_timeout * (1 + m / RPC_TIMEOUT_TOKENS)`` seconds
+RPC_TIMEOUT_TOKENS = 32
+#: seconds the model's process may go without a word while it starts and loads on RPC workers, at least
+#: (starting Python and llama.cpp; llama.cpp reports progress after each tensor it sends)
+RPC_LOAD_SILENCE = 60.0
 
 
 def parse_endpoint(text: str) -> tuple[str, int]:
@@ -235,6 +242,11 @@ class ModelSettings(_Strict):
                             "some virtualized AMX Xeons); on; off (llama-server's --no-repack)")
     rpc: tuple[str, ...] = option((), help="llama.cpp RPC workers HOST:PORT[,HOST:PORT...] that hold this model's "
                                   "layers (started with localspec worker; trusted networks only)")
+    rpc_timeout: float = option(RPC_TIMEOUT, gt=0, le=86400, unit="seconds",
+                                help="RPC workers: seconds a one-token pass may go unanswered before the workers "
+                                "count as stalled (the request fails, naming them); a pass of m tokens gets "
+                                f"1 + m/{RPC_TIMEOUT_TOKENS} times as long; loading, each tensor sent gets as long "
+                                f"(at least {RPC_LOAD_SILENCE:g} s)")
 
     @field_validator("rpc", mode="before")
     @classmethod

@@ -10,6 +10,7 @@ reads the cost cache and measures only through the :class:`MachineCosts` handed 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Callable
 
 from localspec.backend import rpc
@@ -106,21 +107,42 @@ def load_model(ms: ModelSettings, progress: ProgressFn | None = None, stage: Sta
 def _load_on_workers(ms: ModelSettings, path, stage: StageFn | None, n_ctx_max: int | None = None) -> IsolatedModel:
     """A model whose layers go to RPC workers, loaded in a child process (:mod:`localspec.backend.isolated`:
     llama.cpp's RPC client aborts its process when a worker is lost). Every layer goes to the workers
-    unless ``ms.n_gpu_layers`` says how many; no repack probe (the weights live on the workers). Its
+    unless ``ms.n_gpu_layers`` says how many; no repack probe (the weights live on the workers); every wait
+    on the child is bounded by ``ms.rpc_timeout`` (:mod:`localspec.backend.isolated`). Its
     default window is 4,096 tokens (at most ``n_ctx_max``): the KV cache lives on the workers, whose memory
     the default rule of :mod:`localspec.backend.context` cannot see."""
     rpc.require_support()
     if stage:
         stage(f"connecting to RPC workers {', '.join(ms.rpc)}")
     n_ctx = ms.n_ctx or min(MIN_DEFAULT_CONTEXT, n_ctx_max or MIN_DEFAULT_CONTEXT)
-    model = IsolatedModel(path, rpc=ms.rpc, n_ctx=n_ctx, n_batch=ms.n_batch, n_threads=ms.n_threads,
-                          n_gpu_layers=ms.n_gpu_layers or -1, flash_attn={"on": True}.get(ms.flash_attn, False),
+    model = IsolatedModel(path, rpc=ms.rpc, timeout=ms.rpc_timeout, n_ctx=n_ctx, n_batch=ms.n_batch,
+                          n_threads=ms.n_threads, n_gpu_layers=ms.n_gpu_layers or -1, flash_attn={"on": True}.get(ms.flash_attn, False),
                           huge_pages=ms.huge_pages, repack=False, flash_attn_mode=ms.flash_attn)
     if stage:
         stage(f"{path.name} layers: {layer_placement(model.device_layers, model.device_endpoints)}")
     if ms.flash_attn == "auto":
         apply_cached_flash_attn(model)
     return model
+
+
+def reload_lost_target(engine, stage: StageFn | None = None) -> bool:
+    """Load ``engine``'s target again in a new child process when it lost its RPC workers
+    (:attr:`IsolatedModel.lost <localspec.backend.isolated.IsolatedModel.lost>`: a worker died or stopped
+    answering); ``stage`` names the workers, then the layers each holds. The KV cache starts empty
+    (the engine reads the prompt again). Returns whether it loaded it (False: nothing was lost).
+
+    Raises:
+        WorkerError: a worker is still down or silent (named); the target stays lost.
+    """
+    target = getattr(engine, "target", None)
+    if not getattr(target, "lost", False):
+        return False
+    if stage:
+        stage(f"loading {Path(target.path).name} again on its RPC workers {', '.join(target.rpc)}")
+    target.restart()
+    if stage:
+        stage(f"{Path(target.path).name} layers: {layer_placement(target.device_layers, target.device_endpoints)}")
+    return True
 
 
 def layer_placement(device_layers: dict[str, int], endpoints: dict[str, str]) -> str:

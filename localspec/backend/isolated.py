@@ -11,18 +11,31 @@ When the child dies, the call in progress raises :class:`~localspec.errors.Worke
 worker that is gone (each is checked again, :func:`localspec.backend.rpc.check_worker`), the model is
 marked :attr:`~IsolatedModel.lost`, and :meth:`~IsolatedModel.restart` loads it again once the
 workers are back (the KV cache starts empty; the engine re-reads the prompt).
+
+llama.cpp's RPC client has no timeouts either: a worker that answered the handshake and then stops
+answering (stopped with SIGSTOP or Ctrl+Z, hung, cut off by the network) would make a pass wait
+forever. So every wait here on the child has a deadline (:meth:`IsolatedModel.allowance`): a pass of
+m tokens gets ``timeout * (1 + m / RPC_TIMEOUT_TOKENS)`` seconds (``--rpc-timeout``, 60 s by default:
+61.9 s for one token, 3 minutes for a 65-token verification, 17 minutes for a 512-token batch of a
+prompt), a long prompt's prefill counting each ``n_batch`` batch on its own (the child reports after
+each); while it starts and loads, the child reports after each tensor of weights it sends, and may be
+silent ``max(timeout, RPC_LOAD_SILENCE)`` seconds between two reports. When a deadline passes, the
+child is killed and the call raises a WorkerError naming the workers that no longer answer a
+handshake (a stopped worker accepts the connection but stays silent): the model is lost, as above.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import threading
+import time
 from multiprocessing import shared_memory
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from localspec.config import RPC_LOAD_SILENCE, RPC_TIMEOUT, RPC_TIMEOUT_TOKENS
 from localspec.errors import BackendError, LocalspecError, WorkerError
 from localspec import errors as _errors
 
@@ -32,6 +45,13 @@ _INITIAL_ROWS = 72
 #: the child's attributes this process mirrors after a load or a context change
 _MIRRORED = ("n_ctx", "n_batch", "n_ubatch", "n_threads", "n_gpu_layers", "flash_attn", "repack", "huge_pages",
              "huge_page_bytes", "device_layers", "n_ctx_train", "device_endpoints")
+#: seconds between two of the child's load reports, at least (llama.cpp reports every tensor)
+_LOAD_REPORT_SECONDS = 0.25
+#: seconds each worker gets to answer a handshake when a stall is explained
+_CHECK_SECONDS = 2.0
+#: what each command of the child does, in an error
+_DOING = {"buffer": "sharing the logits buffer", "truncate": "rolling the KV cache back",
+          "reset": "emptying the KV cache", "sync": "reusing the KV cache", "set_flash_attn": "making a new context"}
 
 
 def _error_of(name: str, message: str, hint: str) -> LocalspecError:
@@ -49,15 +69,33 @@ def _child_main(conn, abort_conn, path: str, kwargs: dict, rpc_endpoints: tuple[
     from localspec.backend import rpc
     from localspec.backend.llama import LlamaModel
 
+    last = [time.monotonic()]
+
+    def alive(fraction: float) -> None:  # a sign of life for the parent's deadline (see the module)
+        if time.monotonic() - last[0] >= _LOAD_REPORT_SECONDS:
+            last[0] = time.monotonic()
+            try:
+                conn.send(("alive", fraction))
+            except OSError:  # the parent is gone
+                pass
+
+    conn.send(("alive", 0.0))  # started (each report restarts the parent's wait)
     try:
         workers = rpc.connect_workers(rpc_endpoints) if rpc_endpoints else []
+        conn.send(("alive", 0.0))  # connected
         devices = rpc.local_devices() + [d for w in workers for d in w.devices] if workers else None
-        model = LlamaModel(path, devices=devices, **kwargs)
+        model = LlamaModel(path, devices=devices, load_progress=alive, **kwargs)
         model.device_endpoints = {n: w.endpoint for w in workers for n in w.device_names}
     except LocalspecError as e:
         conn.send(("error", type(e).__name__, e.message, e.hint))
         return
     conn.send(("ok", {a: getattr(model, a, None) for a in _MIRRORED}))
+    _serve(conn, abort_conn, model)
+
+
+def _serve(conn, abort_conn, model) -> None:
+    """The child's loop: one command, one reply, until ``close`` or EOF. A decode longer than one
+    ``n_batch`` batch reports ``("alive", tokens done)`` after each batch but the last."""
 
     def watch_abort() -> None:
         while True:
@@ -84,7 +122,11 @@ def _child_main(conn, abort_conn, path: str, kwargs: dict, rpc_endpoints: tuple[
                 rows = np.ndarray((args[1], model.n_vocab), dtype=np.float32, buffer=shm.buf)
                 out = None
             elif cmd == "decode":
-                got = model.decode(*args)
+                def report(done: int, total: int) -> None:
+                    if 0 < done < total:
+                        conn.send(("alive", done))
+
+                got = model.decode(*args, progress=report if len(args[0]) > model.n_batch else None)
                 rows[: len(got)] = got
                 out = len(got)
             elif cmd == "set_flash_attn":
@@ -111,19 +153,22 @@ class IsolatedModel:
     Args:
         path: the GGUF file.
         rpc: RPC workers (``HOST:PORT``) the child connects to and puts the layers on.
+        timeout: seconds a one-token pass may go unanswered (``--rpc-timeout``; see the module and
+            :meth:`allowance`).
         kwargs: :class:`~localspec.backend.llama.LlamaModel`'s other arguments (``n_ctx``, ...).
 
     Raises:
-        WorkerError: a worker is down, refuses or speaks another protocol (named), or the child died
-            while loading.
+        WorkerError: a worker is down, refuses or speaks another protocol (named), the child died
+            while loading, or it went silent longer than the load allows (see the module).
         ModelError / BackendError / ConfigError: as :class:`LlamaModel` raises them in the child.
     """
 
-    def __init__(self, path: str | Path, rpc: Sequence[str] = (), **kwargs) -> None:
+    def __init__(self, path: str | Path, rpc: Sequence[str] = (), timeout: float = RPC_TIMEOUT, **kwargs) -> None:
         from localspec.backend.llama import LlamaModel
 
         self.path = Path(path)
         self.rpc = tuple(rpc)
+        self.timeout = float(timeout)
         self._kwargs = kwargs
         self._tok = LlamaModel(self.path, vocab_only=True)
         self.n_vocab = self._tok.n_vocab
@@ -132,6 +177,7 @@ class IsolatedModel:
         self.repack_verdict = None
         self.flash_attn_mode = kwargs.get("flash_attn_mode")
         self.lost = False
+        self._lost_message = self._lost_hint = ""
         self._aborting = False
         self._proc = None
         self._shm = None
@@ -147,7 +193,7 @@ class IsolatedModel:
                                                            self.rpc), daemon=True, name="localspec-model")
         self._proc.start()
         child_conn.close()
-        reply = self._recv("loading")
+        reply = self._recv("loading the model", max(self.timeout, RPC_LOAD_SILENCE))
         if reply[0] == "error":
             self._proc.join(5)
             raise _error_of(*reply[1:4])
@@ -167,11 +213,29 @@ class IsolatedModel:
             old.close()
             old.unlink()
 
-    def _recv(self, doing: str):
-        try:
-            return self._conn.recv()
-        except (EOFError, OSError):
-            raise self._died(doing) from None
+    def allowance(self, tokens: int = 0) -> float:
+        """Seconds a call may go without a word from the child: ``timeout * (1 + tokens / 32)``
+        for a pass of ``tokens`` tokens (:data:`~localspec.config.RPC_TIMEOUT_TOKENS`), ``timeout``
+        for a call that decodes nothing."""
+        return self.timeout * (1 + tokens / RPC_TIMEOUT_TOKENS)
+
+    def _recv(self, doing: str, seconds: float, next_seconds=None):
+        """The child's reply, waiting at most ``seconds`` for each of its messages; an ``("alive",
+        x)`` report restarts the wait (``next_seconds(x)`` seconds, or ``seconds`` again).
+
+        Raises:
+            WorkerError: the child died (:meth:`_died`) or went silent (:meth:`_stalled`)."""
+        while True:
+            try:
+                if not self._conn.poll(seconds):
+                    raise self._stalled(doing, seconds)
+                reply = self._conn.recv()
+            except (EOFError, OSError):
+                raise self._died(doing) from None
+            if reply[0] != "alive":
+                return reply
+            if next_seconds is not None:
+                seconds = next_seconds(reply[1])
 
     def _died(self, doing: str) -> WorkerError:
         """The child is gone: mark the model lost and name the worker that is down, if one is."""
@@ -183,22 +247,57 @@ class IsolatedModel:
         gone = []
         for ep in self.rpc:
             try:
-                rpc.check_worker(ep, timeout=2)
+                rpc.check_worker(ep, timeout=_CHECK_SECONDS)
             except WorkerError as e:
                 gone.append(e.message)
         what = "; ".join(gone) if gone else f"the model process ended (exit code {code}) while {doing}"
         self._lost_message = f"{self.path.name}: lost its RPC workers: {what}" if gone else f"{self.path.name}: {what}"
-        return WorkerError(self._lost_message, "start the worker again: the next request loads the model again "
-                           "once it answers")
+        self._lost_hint = "start the worker again: the next generation loads the model again once it answers"
+        return WorkerError(self._lost_message, self._lost_hint)
 
-    def _call(self, cmd: str, *args):
+    def _stalled(self, doing: str, seconds: float) -> WorkerError:
+        """The child has not answered within ``seconds``: kill it, mark the model lost, and name the
+        workers that no longer answer a handshake (all of them when each does)."""
+        from localspec.backend import rpc
+
+        self._proc.kill()
+        self._proc.join(5)
+        self.lost = True
+        silent = []
+        for ep in self.rpc:
+            try:
+                rpc.check_worker(ep, timeout=_CHECK_SECONDS)
+            except WorkerError:
+                silent.append(ep)
+        late = f"{doing} had no answer within {seconds:.1f} s"
+        if silent:
+            who = f"RPC worker {silent[0]}" if len(silent) == 1 else "RPC workers " + ", ".join(silent)
+            what = f"{who} stopped answering: {late}"
+        elif self.rpc:
+            what = (f"RPC workers {', '.join(self.rpc)}: {late} (each answers a new connection now: a stall that "
+                    "passed, or a pass slower than --rpc-timeout allows)")
+        else:
+            what = f"the model process stopped answering: {late}"
+        self._lost_message = f"{self.path.name}: {what}"
+        self._lost_hint = (f"resume or restart the worker (stopped with Ctrl+Z or SIGSTOP? hung? the network cut?): "
+                           f"the next generation loads the model again once every worker answers; if passes are "
+                           f"this slow on purpose (a big model over a slow link), raise --rpc-timeout (now "
+                           f"{self.timeout:g} s)")
+        return WorkerError(self._lost_message, self._lost_hint)
+
+    def _call(self, cmd: str, *args, doing: str | None = None, seconds: float | None = None, next_seconds=None):
+        """Send ``cmd`` to the child and wait for its reply (see :meth:`_recv`; ``doing``: the call in an
+        error; ``seconds``: the first wait, default :attr:`timeout`): (result, tokens cached).
+
+        Raises:
+            WorkerError: the model is lost, or is lost now; as the child's model raises otherwise."""
         if self.lost:
-            raise WorkerError(self._lost_message, "start the worker again; the next request loads the model again")
+            raise WorkerError(self._lost_message, self._lost_hint)
         try:
             self._conn.send((cmd, args))
         except (BrokenPipeError, OSError):
             raise self._died(cmd) from None
-        reply = self._recv(cmd)
+        reply = self._recv(doing or _DOING.get(cmd, cmd), self.timeout if seconds is None else seconds, next_seconds)
         if reply[0] == "error":
             del self.cached_tokens[reply[4]:]
             raise _error_of(*reply[1:4])
@@ -227,7 +326,11 @@ class IsolatedModel:
         if k > self._rows.shape[0]:
             self._set_buffer(k)
         want = logits_for if isinstance(logits_for, str) else [int(i) for i in logits_for]
-        n, n_cached = self._call("decode", tokens, want)
+        batch = max(1, self.n_batch)
+        # each n_batch batch gets its own deadline; the child reports after each but the last
+        n, n_cached = self._call("decode", tokens, want, doing=f"a {len(tokens)}-token pass",
+                                 seconds=self.allowance(min(batch, len(tokens))),
+                                 next_seconds=lambda done: self.allowance(min(batch, len(tokens) - done)))
         self.cached_tokens.extend(tokens)
         del self.cached_tokens[n_cached:]
         if progress is not None:
@@ -248,7 +351,7 @@ class IsolatedModel:
         return common
 
     def set_flash_attn(self, flash_attn: bool | None) -> None:
-        attrs, _ = self._call("set_flash_attn", flash_attn)
+        attrs, _ = self._call("set_flash_attn", flash_attn, seconds=max(self.timeout, RPC_LOAD_SILENCE))
         self.__dict__.update(attrs)
         self._kwargs["flash_attn"] = flash_attn  # a restart keeps it
         self.cached_tokens.clear()

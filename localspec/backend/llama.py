@@ -227,6 +227,9 @@ class LlamaModel(NativeResource):
             :attr:`device_layers` says how many layers each device got.
         vocab_only: load the tokenizer and metadata only (no weights, no context): tokenizing,
             chat templates and grammars work, :meth:`decode` does not.
+        load_progress: called as ``load_progress(fraction)`` (0..1) while llama.cpp loads the
+            weights, once per tensor (its ``progress_callback``): a sign of life while they go to
+            RPC workers (:mod:`localspec.backend.isolated`).
 
     Raises:
         ModelError: the file is missing, not a GGUF, truncated, or fails to load.
@@ -249,6 +252,7 @@ class LlamaModel(NativeResource):
         devices: Sequence[int] | None = None,
         vocab_only: bool = False,
         n_ctx_max: int | None = None,
+        load_progress: Callable[[float], None] | None = None,
     ) -> None:
         self.path = Path(path)
         check_gguf_file(self.path)
@@ -270,7 +274,7 @@ class LlamaModel(NativeResource):
         #: ggml device name -> layers llama.cpp put there (only when ``devices`` was given)
         self.device_layers: dict[str, int] = {}
         with hugepages.new_regions() if huge_pages else nullcontext([]) as regions:
-            self._model = self._load_weights(lc, mparams, devices)
+            self._model = self._load_weights(lc, mparams, devices, load_progress)
         #: bytes of the weights the kernel moved into huge pages (0: none, or not asked)
         self.huge_page_bytes = hugepages.collapse(regions) if huge_pages and self._model else 0
         if not self._model:
@@ -294,8 +298,7 @@ class LlamaModel(NativeResource):
                 lc.llama_model_free(self._model)
                 self._model = None
                 raise
-        self.n_threads = threads
-        self.n_gpu_layers = n_gpu_layers
+        self.n_threads, self.n_gpu_layers = threads, n_gpu_layers
         self._batch = None if vocab_only else lc.llama_batch_init(n_batch, 0, 1)
         self.cached_tokens: list[int] = []
         self._read_vocab(lc)
@@ -359,10 +362,16 @@ class LlamaModel(NativeResource):
                 self._eog[t] = True
         self.eog_tokens = frozenset(int(t) for t in np.flatnonzero(self._eog))
 
-    def _load_weights(self, lc, mparams, devices: Sequence[int] | None):
+    def _load_weights(self, lc, mparams, devices: Sequence[int] | None,
+                      load_progress: Callable[[float], None] | None = None):
         """``llama_model_load_from_file``; with ``devices``, offload only to them and count the layers
-        llama.cpp put on each (its "layer N assigned to device D" log lines) into :attr:`device_layers`."""
+        llama.cpp put on each (its "layer N assigned to device D" log lines) into :attr:`device_layers`;
+        ``load_progress(fraction)`` after each tensor (llama.cpp's ``progress_callback``)."""
         global _layer_log
+        if load_progress is not None:
+            # kept referenced (a local of this call) while llama.cpp holds the pointer: during the load
+            callback = lc.llama_progress_callback(lambda fraction, _data: load_progress(float(fraction)) or True)
+            mparams.progress_callback = callback
         if devices is not None:
             # a NULL-terminated ggml_backend_dev_t list; kept alive while llama.cpp reads it
             self._devices = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)

@@ -38,6 +38,7 @@ from localspec.core.engine import Generation
 from localspec.errors import BackendError, LocalspecError, WorkerError
 from localspec.core.events import RoundStats, TokenEvent
 from localspec.backend.load import machine_is_quiet
+from localspec.app.loader import reload_lost_target
 from localspec.server.openai_api import ApiError, GenerationRequest, TokenLogprob, token_logprobs
 from localspec.server.infill import fim_prompt_tokens
 from localspec.server.tools import prompt_tokens, tool_constraint
@@ -385,10 +386,7 @@ class EngineWorker:
     def _reload_if_lost(self) -> None:
         """A target whose RPC worker was lost (:attr:`IsolatedModel.lost`) is loaded again before the
         next request, once its workers answer; raises WorkerError (named) while one is still down."""
-        target = self.engine.target
-        if getattr(target, "lost", False):
-            log.info("loading %s again on its RPC workers", target.path.name)
-            target.restart()
+        if reload_lost_target(self.engine, stage=log.info):
             log.info("loaded again")
 
     @property

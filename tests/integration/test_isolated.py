@@ -1,11 +1,15 @@
 """A model in a child process (localspec.backend.isolated.IsolatedModel, used for models on RPC workers),
 on the tiny model without workers: its logits equal the in-process model's, the KV cache follows
-truncate/sync, a killed child is a WorkerError (never a crash here) and a restart loads it again."""
+truncate/sync, a killed child is a WorkerError (never a crash here) and a restart loads it again; a child
+that stops answering (SIGSTOP: what a stalled RPC worker looks like from here) is a WorkerError within
+its deadline, never a hang."""
 
 from __future__ import annotations
 
 import os
 import signal
+import time
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -55,5 +59,47 @@ def test_a_killed_child_is_a_worker_error_and_a_restart_loads_it_again(pair):
         child.reset()
     child.restart()
     assert not child.lost and child.n_cached == 0
+    local.reset()
+    np.testing.assert_array_equal(child.decode(ids), local.decode(ids))
+
+
+@contextmanager
+def hang_guard(seconds: int):
+    """Fail the test (instead of hanging the suite) when the block runs longer than ``seconds``."""
+    def expired(signum, frame):
+        raise AssertionError(f"still waiting after {seconds} s: the deadline did not work")
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_a_child_that_stops_answering_is_a_worker_error_within_its_deadline(pair):
+    local, child = pair
+    ids = local.tokenize("def add(a, b):\n    return")
+    child.timeout = 2.0
+    assert child.allowance(len(ids)) == pytest.approx(2.0 * (1 + len(ids) / 32))
+    pid = child.child_pids[0]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        with hang_guard(60), pytest.raises(WorkerError, match="the model process stopped answering: a "
+                                           f"{len(ids)}-token pass had no answer within "
+                                           f"{child.allowance(len(ids)):.1f} s") as e:
+            child.decode(ids)
+        assert time.monotonic() - t0 < child.allowance(len(ids)) + 6  # the deadline, then kill and join
+        assert "raise --rpc-timeout (now 2 s)" in e.value.hint
+    finally:
+        os.kill(pid, signal.SIGCONT)  # (killed by then; harmless)
+    assert child.lost and not child.child_pids
+    with pytest.raises(WorkerError, match="stopped answering"):  # until restarted: the same reason
+        child.truncate(0)
+    child.timeout = 60.0
+    with hang_guard(120):
+        child.restart()
     local.reset()
     np.testing.assert_array_equal(child.decode(ids), local.decode(ids))

@@ -80,3 +80,24 @@ def test_rpc_workers_from_the_flag_and_the_settings_file(tmp_path):
     f = tmp_path / "settings.json"
     f.write_text(json.dumps({"target": {"model": "smollm2-135m", "rpc": ["10.0.0.2:50052"]}}))
     assert load_settings(f).target.rpc == ("10.0.0.2:50052",)
+
+
+def test_rpc_timeout_from_the_flag_and_the_settings_file(tmp_path):
+    """--rpc-timeout SECONDS (the target's; default 60) bounds each pass on the workers; 0 is refused, naming
+    the flag; the settings file's target.rpc_timeout is read the same way."""
+    import json
+
+    import pytest
+
+    from localspec.app.settings_file import load_settings
+    from localspec.errors import ConfigError
+
+    p = _parser()
+    assert settings_from_args(p.parse_args([])).target.rpc_timeout == 60.0
+    assert settings_from_args(p.parse_args(["--rpc-timeout", "7.5"])).target.rpc_timeout == 7.5
+    assert "--rpc-timeout SECONDS" in p.format_help()
+    with pytest.raises(ConfigError, match=r"--rpc-timeout: .*greater than 0"):
+        settings_from_args(p.parse_args(["--rpc-timeout", "0"]))
+    f = tmp_path / "settings.json"
+    f.write_text(json.dumps({"target": {"model": "smollm2-135m", "rpc_timeout": 120}}))
+    assert load_settings(f).target.rpc_timeout == 120.0

@@ -3,6 +3,11 @@
 Threads: the engine is not thread-safe, so every use of it (loading, a chat answer, a
 code edit, a race) runs in one worker at a time, holding :attr:`LocalspecApp.engine_lock`;
 workers post Messages and never touch widgets.
+
+A target on RPC workers that lost one (a generation failed with a
+:class:`~localspec.errors.WorkerError` naming it: the worker died or stopped answering) is loaded
+again before the next generation (:meth:`LocalspecApp._reload_lost`), with the load bar's stage line;
+while a worker is still down that generation fails the same way, naming it, and the next one tries again.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Callable, Iterable
 
 from textual import work
@@ -26,7 +32,7 @@ from localspec.app.run_order import run_order
 from localspec.tui.dialogs import SettingsScreen
 from localspec.tui.driver import RaceSide, drive, race, warm_up
 from localspec.tui.messages import (EngineReady, GenerationFailed, GenerationFinished, JobDone, LoadFailed, LoadProgress,
-                       LoadStage, Notice, PrefillProgress, RaceFinished, TokensEmitted)
+                       LoadStage, Notice, PrefillProgress, RaceFinished, TargetReloading, TokensEmitted)
 from localspec.tui.screens import ChatScreen, EditScreen, RaceScreen
 from localspec.tui.widgets import token_css
 
@@ -224,6 +230,11 @@ class LocalspecApp(App):
             self.notify(notice, severity="warning", timeout=20, markup=False)
         self._maybe_reload()
 
+    def on_target_reloading(self, msg: TargetReloading) -> None:
+        """The load bar while a lost target is loaded again (the engine stays: only its target reloads)."""
+        self.engine_state = "ready" if msg.done else "loading"
+        self.load_fraction = None
+
     def on_load_failed(self, msg: LoadFailed) -> None:
         self.busy = None
         self.engine_state = "failed"
@@ -355,6 +366,7 @@ class LocalspecApp(App):
         try:
             with self.engine_lock:
                 try:
+                    self._reload_lost(engine)
                     gen = make_gen()
                     gen.on_prefill = lambda done, total: screen.post_message(PrefillProgress(tag, done, total))
                     self._track(gen)
@@ -367,6 +379,24 @@ class LocalspecApp(App):
             if gen in self.current_gens:
                 self.current_gens.remove(gen)
             self.post_message(JobDone(tag))
+
+    def _reload_lost(self, engine) -> None:
+        """In an engine worker, before a generation: load ``engine``'s target again when it lost its RPC
+        workers (:func:`~localspec.app.loader.reload_lost_target`), the load bar naming them.
+
+        Raises:
+            WorkerError: a worker is still down or silent (named); the next generation tries again.
+        """
+        from localspec.app.loader import reload_lost_target
+
+        if engine is None or not getattr(getattr(engine, "target", None), "lost", False):
+            return
+        self.post_message(TargetReloading())
+        try:
+            reload_lost_target(engine, stage=lambda text: self.post_message(LoadStage(text)))
+        finally:
+            self.post_message(TargetReloading(done=True))
+        self.post_message(Notice(f"{Path(engine.target.path).name} is loaded again on its RPC workers"))
 
     def on_notice(self, msg: Notice) -> None:
         self.notify(msg.text, severity=msg.severity, timeout=6, markup=False)
@@ -399,6 +429,8 @@ class LocalspecApp(App):
             with self.engine_lock:
                 try:
                     spec_engine = self.engine
+                    self._reload_lost(spec_engine)
+                    self._reload_lost(self.target_engine)
                     if drafting.mode == "draft" and not spec_engine.has_draft_model:
                         drafting = drafting.model_copy(update={"mode": "lookup"})
                     if self.target_engine is None:

@@ -27,6 +27,14 @@ class LoadStage(Message):
 
 
 @dataclass
+class TargetReloading(Message):
+    """The target lost its RPC workers and is loaded again before the next generation (the load bar
+    shows it, with :class:`LoadStage` lines); ``done``: that ended, loaded or not."""
+
+    done: bool = False
+
+
+@dataclass
 class EngineReady(Message):
     engine: object
     description: str

@@ -429,14 +429,6 @@ class MatchAcceptance:
     def update(self, match_length: int, drafted: int, accepted: int) -> None:
         self.bucket(match_length).update(drafted, accepted)
 
-    def for_new_generation(self) -> "MatchAcceptance":
-        """Start a generation on these estimates: the values stay (what earlier generations
-        learned), the per-position observation counts restart at 0 (they count this generation's
-        evidence only). Returns self."""
-        for b in self.buckets:
-            b.counts = [0] * len(b.counts)
-        return self
-
 
 # the costs an engine's adaptive policy uses
 # ---------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from localspec.core.drafters import (Draft, DraftMemory, DraftModelDrafter, Draf
                                      PromptLookupDrafter)
 from localspec.errors import ConfigError, ContextOverflowError, DecodeAborted
 from localspec.core.events import DrafterId, EndReason, GenerationStats, RoundStats, TokenEvent, TokenKind
-from localspec.core.costmodel import CostSource, EngineCosts, MatchAcceptance
+from localspec.core.costmodel import CostSource, EngineCosts
 from localspec.core.policy import AdaptivePolicy, Choice, DraftPolicy, FixedPolicy, RoundState
 from localspec.core.prefix_cache import PrefixCache, common_prefix
 from localspec.core.streaming import TextAssembler
@@ -508,9 +508,6 @@ class SpeculativeEngine:
         #: kept prompt prefixes (KV-cache snapshots of both models) that :meth:`prefill` restores; None: only
         #: the live caches are reused (the server sets one: ``--prompt-cache-mb``)
         self.prefix_cache: PrefixCache | None = None
-        #: per draft-length cap: prompt lookup's acceptance by match length as mode ``auto`` learned it in
-        #: earlier generations of this engine (numbers, not text: like the cost model, not the draft memory)
-        self.lookup_acceptance: dict[int, MatchAcceptance] = {}
 
     @property
     def cost_model(self) -> EngineCosts | None:
@@ -649,9 +646,7 @@ class SpeculativeEngine:
         if mode == "draft" and self.drafter is None:
             raise ConfigError("mode 'draft' needs a draft model", "load a draft model, or use --mode lookup")
         if mode == "auto":
-            learned = self.lookup_acceptance.setdefault(drafting.cap, AdaptivePolicy.new_lookup_acceptance(drafting.cap))
-            return AdaptivePolicy(self._costs_for(drafting.cap), drafting.cap, has_draft=self.drafter is not None,
-                                  lookup_acceptance=learned)
+            return AdaptivePolicy(self._costs_for(drafting.cap), drafting.cap, has_draft=self.drafter is not None)
         return FixedPolicy(DrafterId(mode), drafting.cap)
 
     def has_costs(self, draft_max: int) -> bool:

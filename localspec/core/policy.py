@@ -180,16 +180,14 @@ class AdaptivePolicy:
 
     def __init__(self, costs: EngineCosts, draft_max: int, has_draft: bool, *, weight: float = 0.3,
                  prior_draft: float = 0.6, prior_lookup: float = 0.5, prior_prediction: float = 0.8,
-                 relax: float = 0.01, margin: float = 0.10, catchup_horizon: int = 64,
-                 lookup_acceptance: MatchAcceptance | None = None) -> None:
+                 relax: float = 0.01, margin: float = 0.10, catchup_horizon: int = 64) -> None:
         self.costs = costs
         self.draft_max = draft_max
         self.has_draft = has_draft and costs.draft_token is not None
         self.draft_est = EWAcceptance(draft_max, prior_draft, weight)
         #: per free drafter: acceptance by match length; its pending proposal; its current match length
         self.free_est: dict[DrafterId, MatchAcceptance] = {
-            DrafterId.LOOKUP: (self.new_lookup_acceptance(draft_max, prior_lookup, weight) if lookup_acceptance is None
-                               else lookup_acceptance.for_new_generation()),
+            DrafterId.LOOKUP: self.new_lookup_acceptance(draft_max, prior_lookup, weight),
             DrafterId.PREDICTION: MatchAcceptance(draft_max, prior_prediction, weight, floor=prior_prediction),
         }
         self._pending: dict[DrafterId, tuple[int, tuple[int, ...], int]] = {}

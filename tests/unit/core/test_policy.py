@@ -7,7 +7,6 @@ import pytest
 from localspec.backend.calibration import ModelCosts
 from localspec.core.costmodel import EngineCosts
 from localspec.core.costmodel import LOOKUP_CHANCE_TOKENS, best_draft_length, expected_tokens_constant, succession_prior
-from localspec.config import DraftParams
 from localspec.core.policy import AdaptivePolicy
 
 from cost_curves import AVX512_RATIOS, CPU_CURVE, FLAT_CURVE, NO_AVX512_RATIOS, T1, ask, costs_for, curve_for, tell
@@ -234,22 +233,3 @@ def test_a_match_that_grows_into_another_bucket_is_scored_there_too():
     assert b4.values[0] == pytest.approx(prior4[0] + 0.5 * (1 - prior4[0]))
     assert b4.values[1] == pytest.approx(prior4[1] * 0.5)
 
-
-def test_what_lookup_learned_carries_over_to_the_next_generation_but_not_its_counts():
-    from localspec.core.engine import SpeculativeEngine
-
-    eng = SpeculativeEngine.__new__(SpeculativeEngine)
-    eng.lookup_acceptance, eng.drafter = {}, None
-    eng._costs_for = lambda cap: costs_for(CPU_CURVE)
-    first = eng.make_policy(DraftParams(mode="auto", draft_max=4))
-    committed = [1, 2, 3]
-    for _ in range(6):  # 4-token matches whose first token is always wrong
-        ask(first, 0, {"lookup": ([10, 11, 12, 13], 5)}, committed)
-        committed += [99 + len(committed)]
-    learned = list(first.lookup_est.bucket(5).values)
-    assert learned[0] < 0.3 and first.lookup_est.bucket(5).counts[0] == 5
-    second = eng.make_policy(DraftParams(mode="auto", draft_max=4))
-    assert second.lookup_est.bucket(5).values == learned  # the estimates carry over ...
-    assert second.lookup_est.bucket(5).counts == [0, 0, 0, 0]  # ... this generation's evidence starts at none
-    fresh = AdaptivePolicy(costs_for(CPU_CURVE), 4, has_draft=False)
-    assert fresh.lookup_est.bucket(5).values[0] > 0.7

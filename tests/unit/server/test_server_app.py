@@ -14,7 +14,7 @@ from localspec.core.engine import SpeculativeEngine
 from localspec.server import create_app
 from localspec.server.app import bearer_token
 from localspec.server.openai_api import MAX_JSON_DEPTH, ApiError, check_json, parse_request
-from localspec.server.worker import EngineWorker, Failed, Finished, Job
+from localspec.server.worker import RELAY, EngineWorker, Failed, Finished, Job
 
 SETTINGS = Settings(target=ModelSettings(model="fake.gguf"), drafting=DraftParams(mode="lookup"))
 
@@ -115,6 +115,7 @@ def make_job(loop, n: int = 0) -> Job:
 
 
 def drain_messages(loop, job) -> list:
+    assert RELAY.flush()  # the worker's messages reach the loop through the relay's thread
     loop.run_until_complete(asyncio.sleep(0))
     out = []
     while not job.out.empty():

@@ -343,20 +343,51 @@ async def _stream(s: Served, job: Job, req: GenerationRequest, shape: ResponseSh
                 yield event
             return
         async for chunk in _chunks(s, job, req, shape):
+            if chunk is KEEPALIVE:  # chat: an empty delta, as OpenAI's last chunk has; completions: text ""
+                chunk = shape.chunk(None, include_usage=req.include_usage)
+                if chunk is None:  # a shape that sends nothing then (/infill with n_predict 0)
+                    continue
             yield (json.dumps(chunk.body()) if isinstance(chunk, ApiError) else
                    json.dumps(chunk) if isinstance(chunk, dict) else chunk)
     finally:
         job.cancel()  # no effect once finished; otherwise the generation ends after this round
 
 
+#: what :func:`_chunks` yields when nothing came for ``stream_keepalive`` seconds
+KEEPALIVE = object()
+
+
+async def _messages(job: Job, keepalive: float):
+    """The job's messages as they come, and :data:`KEEPALIVE` after each ``keepalive`` seconds
+    without one (0: never)."""
+    getter: asyncio.Future | None = None
+    try:
+        while True:
+            getter = getter or asyncio.ensure_future(job.out.get())
+            done, _ = await asyncio.wait({getter}, timeout=keepalive or None)
+            if not done:  # nothing for a while (a long prompt being read)
+                yield KEEPALIVE
+                continue
+            msg, getter = getter.result(), None
+            yield msg
+    finally:
+        if getter is not None:
+            getter.cancel()
+
+
 async def _chunks(s: Served, job: Job, req: GenerationRequest, shape: ResponseShape):
-    """The answer's chunks (dicts), then ``"[DONE]"`` (where the shape sends it), or an ApiError."""
+    """The answer's chunks (dicts), then ``"[DONE]"`` (where the shape sends it), or an ApiError;
+    :data:`KEEPALIVE` whenever no message came for ``stream_keepalive`` seconds (the prompt is being
+    read, or a round is slow): an agent's idle timer (Qwen Code's 240 s) counts the chunks its client
+    parses, not SSE comments, so the stream shows it is alive with a chunk that carries nothing."""
     calls = tools.ToolStream(shape, req.tools, req.include_usage) if req.tools and req.tools.parses else None
     opening = shape.chunk("", first=True, include_usage=req.include_usage)
     if opening is not None:
         yield opening
-    while True:
-        msg = await job.out.get()
+    async for msg in _messages(job, s.server.stream_keepalive):
+        if msg is KEEPALIVE:
+            yield msg
+            continue
         if isinstance(msg, Tokens):
             text = "".join(t.text for t in msg.tokens)
             if calls is not None:

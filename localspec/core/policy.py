@@ -160,22 +160,34 @@ class AdaptivePolicy:
         prior_prediction: starting estimate of a predicted output without a match length
             (given by the user as what the answer repeats: high).
         relax: per unobserved round, fraction of the way back to the prior (draft model).
-        margin: speculate only if the expected speedup is at least ``1 + margin``.
+        margin: speculate only if the expected speedup is at least ``1 + margin``. 0.10: a round whose
+            estimate promises a few per cent is a coin toss (a multi-token pass's time varies by more
+            than that from round to round, and a short match's acceptance estimate rests on a few
+            observations), and on a steep CPU curve the tosses lost: chat on the default pair, AMD EPYC
+            Zen 4, 8 paired repetitions against llama-server plain, margin 0.03: 269 tokens drafted,
+            42 % accepted, 0.96x; 0.10: 91 drafted, 0.99x. Copies (long matches) promise far more and
+            are drafted as before (the replay on every recorded curve: ``scripts/replay_policy.py``).
         catchup_horizon: fewest tokens a draft-model catch-up is spread over.
+        lookup_acceptance: prompt lookup's estimates by match length to start from and to go on
+            learning in (:meth:`new_lookup_acceptance`; the engine keeps one across generations, so
+            what short matches did in earlier answers is known from the first round: in chat they
+            are often wrong, in code edits rarely); its per-generation observation counts start at 0,
+            so the copy-evidence floor of :meth:`free_values` is as in a fresh policy. None: a fresh one
+            (``prior_lookup``, ``weight``).
     """
 
     free_drafters = (DrafterId.PREDICTION, DrafterId.LOOKUP)
 
     def __init__(self, costs: EngineCosts, draft_max: int, has_draft: bool, *, weight: float = 0.3,
                  prior_draft: float = 0.6, prior_lookup: float = 0.5, prior_prediction: float = 0.8,
-                 relax: float = 0.01, margin: float = 0.03, catchup_horizon: int = 64) -> None:
+                 relax: float = 0.01, margin: float = 0.10, catchup_horizon: int = 64) -> None:
         self.costs = costs
         self.draft_max = draft_max
         self.has_draft = has_draft and costs.draft_token is not None
         self.draft_est = EWAcceptance(draft_max, prior_draft, weight)
         #: per free drafter: acceptance by match length; its pending proposal; its current match length
         self.free_est: dict[DrafterId, MatchAcceptance] = {
-            DrafterId.LOOKUP: MatchAcceptance(draft_max, prior_lookup, weight, chance=LOOKUP_CHANCE_TOKENS),
+            DrafterId.LOOKUP: self.new_lookup_acceptance(draft_max, prior_lookup, weight),
             DrafterId.PREDICTION: MatchAcceptance(draft_max, prior_prediction, weight, floor=prior_prediction),
         }
         self._pending: dict[DrafterId, tuple[int, tuple[int, ...], int]] = {}
@@ -186,6 +198,12 @@ class AdaptivePolicy:
         self.catchup_horizon = catchup_horizon
         self.draft_catchup = 0  #: tokens the draft model must catch up before drafting (this round's)
         self.generated = 0  #: output tokens committed before this round
+
+    @staticmethod
+    def new_lookup_acceptance(draft_max: int, prior: float = 0.5, weight: float = 0.3) -> MatchAcceptance:
+        """Prompt lookup's starting estimates by match length (the rule of succession, its
+        :data:`~localspec.core.costmodel.LOOKUP_CHANCE_TOKENS` chance tokens not counted)."""
+        return MatchAcceptance(draft_max, prior, weight, chance=LOOKUP_CHANCE_TOKENS)
 
     @property
     def lookup_est(self) -> MatchAcceptance:
@@ -295,7 +313,10 @@ class AdaptivePolicy:
         proposal is kept until the committed tokens that follow it decide its fate (first
         mismatch, or every proposed token matched), then scored, in the bucket of its match
         length, as if it had been drafted: positions before the first mismatch accepted,
-        the mismatch rejected. Proposals made while one is pending fall inside it and are
+        the mismatch rejected. When a later proposal's match length falls in another bucket, the
+        pending one is closed early as a draft of the tokens matched so far, all accepted, and
+        the later one is followed instead (else the buckets of the longer matches that rounds
+        actually draft from would never learn). Other proposals made while one is pending fall inside it and are
         skipped, so each committed token is scored once, as in rounds that draft back to
         back. Comparing with the committed tokens is the acceptance rule of a point-mass
         draft (exact in greedy and sampled modes).
@@ -316,6 +337,12 @@ class AdaptivePolicy:
                 pend = None
             elif len(new) == len(prop):  # every proposed token matched
                 est.update(m, len(prop), len(prop))
+                pend = None
+            elif proposal and est.bucket_index(match_length) != est.bucket_index(m):
+                # the match grew into another bucket (this round's proposal is judged there): the pending one
+                # ends here, its k tokens all matched (a draft of k, all accepted), so that every bucket
+                # a drafted proposal belongs to learns, not only the one where its copy began
+                est.update(m, k, k)
                 pend = None
         if pend is None and proposal:
             pend = (len(committed), tuple(proposal), int(match_length))

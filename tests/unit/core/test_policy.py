@@ -213,3 +213,23 @@ def test_chat_like_short_matches_are_not_speculated_without_history(ratios):
     # while a long one is drafted at once on both curves
     pol = AdaptivePolicy(costs_for(curve_for(ratios)), 8, has_draft=False)
     assert ask(pol, 8, {"lookup": ([4, 5, 6, 7, 8, 9, 10, 11], 16)}, [1, 2, 3]).drafter == "lookup"
+
+
+def test_a_match_that_grows_into_another_bucket_is_scored_there_too():
+    # chat: a 2-token match goes on agreeing, the match grows to 4 and the round drafts from bucket 4-7;
+    # that bucket must learn what its proposals do (before the fix only the bucket where the copy began,
+    # 2-3, was ever scored, and bucket 4-7 stayed at its prior however often its drafts failed)
+    pol = AdaptivePolicy(costs_for(CPU_CURVE), 4, has_draft=False, weight=0.5)
+    committed = [1, 2, 3]
+    ask(pol, 0, {"lookup": ([10, 11, 12, 13], 2)}, committed)
+    committed += [10, 11]
+    ask(pol, 0, {"lookup": ([12, 50, 51, 52], 4)}, committed)  # grown into bucket 4-7: bucket 2-3 closed, 2 of 2
+    b2, b4 = pol.lookup_est.bucket(2), pol.lookup_est.bucket(4)
+    assert b2.counts == [1, 1, 0, 0] and b2.values[:2] == pytest.approx([0.5 + 0.5 * 0.5, 2 / 3 + (1 - 2 / 3) * 0.5])
+    committed += [12, 99]  # the bucket-4 proposal: first token right, second wrong
+    ask(pol, 0, {"lookup": []}, committed)
+    assert b4.counts == [1, 1, 0, 0]
+    prior4 = pol.new_lookup_acceptance(4).bucket(4).values
+    assert b4.values[0] == pytest.approx(prior4[0] + 0.5 * (1 - prior4[0]))
+    assert b4.values[1] == pytest.approx(prior4[1] * 0.5)
+

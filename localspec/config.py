@@ -361,6 +361,10 @@ class ServerSettings(_Strict):
                                          "restarted server does not read an agent's prompt again: most MiB they "
                                          "take there (the least recently used deleted); 0 = off (default); needs "
                                          "--prompt-cache-mb above 0")
+    stream_keepalive: float = option(10.0, ge=0, le=3600, unit="seconds",
+                                     help="a streamed answer that has nothing to send for this long (its prompt is "
+                                     "being read) sends a chunk without content, so that clients' idle timeouts "
+                                     "(Qwen Code's) see it alive; 0 = off")
     default_max_tokens: int | None = option(None, ge=1, unit="tokens",
                                             help="max_tokens of a chat request that leaves it out (--max-tokens)",
                                             default_text="the room left in the context window")

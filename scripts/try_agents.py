@@ -1,4 +1,5 @@
-"""Run real clients against a running ``localspec serve``: the openai client, LiteLLM, aider, Continue's CLI.
+"""Run real clients against a running ``localspec serve``: the openai client, LiteLLM, aider, Continue's CLI,
+the Codex CLI, Qwen Code.
 
 For the closing note of a change to the server and for anyone checking by hand. Each client
 is optional and found where you say (install them in their own environments, e.g.)::
@@ -19,7 +20,11 @@ What runs, each in a fresh temporary folder (a git repository holding ``hello.py
 - aider (``--aider``): one edit with ``--message`` in each of ``--aider-formats`` (whole, diff) (the README's command plus a
   ``.aider.model.metadata.json`` giving the context size); prints the file afterwards;
 - Continue (``--cn``): ``cn -p "Say hello"`` and a prompt that needs its Read tool (the answer
-  must name the function in ``hello.py``), with the README's ``config.yaml`` in a temporary HOME.
+  must name the function in ``hello.py``), with the README's ``config.yaml`` in a temporary HOME;
+- Codex (``--codex``): ``codex exec`` creating a file, with the README's ``config.toml``;
+- Qwen Code (``--qwen``, e.g. ``npm install --prefix /tmp/qwen @qwen-code/qwen-code``): ``qwen -p
+  "Say hello"`` and a task that needs its read_file tool, each with its wall time and the server's
+  prompt tokens sent / cached / read (``/metrics``), for measuring the prompt cache before and after.
 
 Prints each client's version and what it did; exits 1 if any client that ran failed.
 """
@@ -229,8 +234,28 @@ def try_codex(codex: str, base_url: str, model: str) -> bool:
     return rc == 0 and made is not None and "hi" in made
 
 
+#: the server's counters read around each Qwen Code task (``/metrics``)
+QWEN_METRICS = ("localspec_requests_total", "localspec_prompt_tokens_total", "localspec_prompt_tokens_cached_total",
+                "localspec_prompt_tokens_read_total", "localspec_tokens_predicted_total", "localspec_prefill_seconds_total")
+
+
+def server_metrics(base_url: str, api_key: str) -> dict[str, float]:
+    """The counters of :data:`QWEN_METRICS` from the server's ``/metrics`` (summed over labels)."""
+    import re
+    import urllib.request
+
+    root = base_url.rstrip("/").removesuffix("/v1")
+    req = urllib.request.Request(root + "/metrics", headers={"Authorization": f"Bearer {api_key}"})
+    text = urllib.request.urlopen(req, timeout=30).read().decode()
+    return {name: sum(float(m.group(1)) for m in re.finditer(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+            for name in QWEN_METRICS}
+
+
 def try_qwen(qwen: str, base_url: str, api_key: str, model: str) -> bool:
-    """``qwen -p`` (Qwen Code, headless) on a task that needs its read_file tool, with --yolo."""
+    """``qwen -p`` (Qwen Code, headless): "Say hello", then a task that needs its read_file tool, with
+    --yolo; nothing but the README's configuration (no max-tokens or idle-timeout overrides: the server
+    caps max_tokens at the room left and keeps the stream alive while it reads the prompt). Prints each
+    task's wall time and what the server read: prompt tokens sent, cached, read (``/metrics``)."""
     version = subprocess.run([qwen, "--version"], text=True, capture_output=True).stdout.strip()
     section(f"Qwen Code (@qwen-code/qwen-code) {version}")
     d = workdir()
@@ -240,10 +265,12 @@ def try_qwen(qwen: str, base_url: str, api_key: str, model: str) -> bool:
         "security": {"auth": {"selectedType": "openai"}}, "privacy": {"usageStatisticsEnabled": False},
         "telemetry": {"enabled": False}, "general": {"disableAutoUpdate": True, "disableUpdateNag": True}}))
     env = {**os.environ, "HOME": str(home), "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": api_key,
-           "OPENAI_MODEL": model, "QWEN_CODE_MAX_OUTPUT_TOKENS": "4096", "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1",
-           "QWEN_STREAM_IDLE_TIMEOUT_MS": str(CLIENT_TIMEOUT * 1000)}
+           "OPENAI_MODEL": model, "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1",
+           # the 15-minute cap on a stream's total wait, which the first prompt's reading may pass on a slow CPU
+           "QWEN_STREAM_MAX_LIFETIME_MS": str(CLIENT_TIMEOUT * 1000)}
     ok = True
     for prompt in ("Say hello", QWEN_TASK):
+        before = server_metrics(base_url, api_key)
         t0 = time.perf_counter()
         try:
             r = subprocess.run([qwen, "--yolo", "-p", prompt], cwd=d, text=True, capture_output=True,
@@ -251,8 +278,12 @@ def try_qwen(qwen: str, base_url: str, api_key: str, model: str) -> bool:
             out, rc = (r.stdout + r.stderr).strip(), r.returncode
         except subprocess.TimeoutExpired as e:
             out, rc = f"(stopped after {CLIENT_TIMEOUT} s)\n" + (e.stdout or b"").decode()[-2000:], None
-        print(f"qwen --yolo -p {prompt!r} -> exit {rc} after {time.perf_counter() - t0:.0f} s:")
+        seconds = time.perf_counter() - t0
+        after = server_metrics(base_url, api_key)
+        delta = {k.removeprefix("localspec_").removesuffix("_total"): round(after[k] - before[k], 1) for k in after}
+        print(f"qwen --yolo -p {prompt!r} -> exit {rc} after {seconds:.0f} s:")
         print(textwrap.indent(out[-2000:] or "(no output)", "  "))
+        print("  server: " + json.dumps(delta))
         ok = ok and rc == 0 and (prompt != QWEN_TASK or "greet" in out)
     shutil.rmtree(d, ignore_errors=True)
     return ok

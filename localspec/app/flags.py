@@ -59,7 +59,7 @@ SERVER_ARGS: dict[str, str] = {"host": "host", "port": "port", "api_key": "api_k
                                "max_body_mb": "max_body_mb", "shutdown_grace": "shutdown_grace",
                                "cors_origin": "cors_origins", "log_level": "log_level",
                                "draft_memory_tokens": "draft_memory_tokens", "prompt_cache_mb": "prompt_cache_mb",
-                               "prompt_cache_disk_mb": "prompt_cache_disk_mb"}
+                               "prompt_cache_disk_mb": "prompt_cache_disk_mb", "stream_keepalive": "stream_keepalive"}
 
 
 def _flag(dest: str) -> str:

@@ -504,6 +504,9 @@ class ResponsesShape:
                 return
             if chunk == "[DONE]":
                 break
+            if not isinstance(chunk, dict):  # a keepalive (localspec.server.app.KEEPALIVE): still in progress
+                yield self._event("response.in_progress", response=self.response("in_progress"))
+                continue
             for event in self._feed(chunk, final):
                 yield event
         for event in self._closing(final):

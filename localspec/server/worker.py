@@ -448,7 +448,14 @@ class EngineWorker:
         return f"{target.path.name} lost an RPC worker" if getattr(target, "lost", False) else None
 
     def _prompt(self, req: GenerationRequest) -> tuple[list[int], int]:
-        """Prompt token ids and max_tokens; ApiError 400 (with the numbers) when they do not fit."""
+        """Prompt token ids and the tokens that may be generated: ``max_tokens`` (the request's, else
+        the server's default) capped at the room left in the context window, as llama.cpp's server
+        does (an answer that reaches the end of the window ends with finish_reason ``length``).
+
+        Raises:
+            ApiError: 400 ``context_length_exceeded`` (OpenAI's wording, with the numbers) when the
+                prompt alone leaves no room for one generated token.
+        """
         eng = self.engine
         if req.fim is not None:
             prompt = fim_prompt_tokens(eng, req)
@@ -467,14 +474,7 @@ class EngineWorker:
                                 f"Please reduce the length of the {what}.", req.prompt_param,
                            "context_length_exceeded")
         room = context_room(n_ctx, len(prompt))
-        if req.max_tokens is not None and not fits_context(n_ctx, len(prompt), req.max_tokens):
-            raise ApiError(400, f"This model's maximum context length is {n_ctx} tokens. However, you requested "
-                                f"{len(prompt) + req.max_tokens} tokens ({len(prompt)} in the {what}, "
-                                f"{req.max_tokens} in the completion). Please reduce the length of the {what} "
-                                f"or completion: max_tokens can be at most {room}.", "max_tokens",
-                           "context_length_exceeded")
-        max_tokens = req.max_tokens or min(self.default_max_tokens or room, room)
-        return prompt, max_tokens
+        return prompt, min(req.max_tokens or self.default_max_tokens or room, room)
 
     def _tokens(self, req: GenerationRequest, tokens: list[TokenEvent], rs: RoundStats | None) -> Tokens:
         """The :class:`Tokens` message of ``tokens``, with their logprob entries when ``req`` asks

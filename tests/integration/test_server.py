@@ -162,7 +162,7 @@ def test_growing_conversation_reuses_the_cache(client, tiny_engine):
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
      "messages[0].content[0].type"),
     ({"messages": [{"role": "user", "content": "hi " * 3000}]}, "messages"),
-    ({"max_tokens": 5000}, "max_tokens"),
+    ({"max_tokens": 0}, "max_tokens"),  # 5000, over the room left, is capped there (test_server_long_prompts.py)
     ({"prediction": {"type": "file", "content": "x"}}, "prediction.type"),
 ])
 def test_bad_requests_get_400_naming_the_parameter(client, kw, param):

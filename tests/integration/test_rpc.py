@@ -10,6 +10,7 @@ process on a lost worker, which must never take pytest down. Needs llama-cpp-pyt
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -130,11 +131,11 @@ def test_worker_refuses_a_busy_port_and_says_it_is_unauthenticated(workers):
     assert "no authentication" in first and "only trusted machines" in first
 
 
-def test_a_worker_lost_while_serving_fails_the_request_and_the_server_recovers(tmp_path):
-    """``localspec serve --rpc``: a worker killed between requests makes the next request a 503 naming it
-    (llama.cpp aborted the model's child process, not the server), /health says degraded, and once the
-    worker is back the next request loads the model again and answers as before."""
-    import httpx
+@contextlib.contextmanager
+def served_on_two_workers(tmp_path, *extra: str):
+    """``localspec serve`` (tiny model, mode lookup) with its layers on two fresh loopback workers; yields
+    (server, worker processes, their ports, "host:port" endpoints, ask) where ``ask()`` is a greedy
+    16-token completion through the openai client. The workers are resumed and killed at the end."""
     import openai
 
     from localspec.server.process import ServerProcess
@@ -144,7 +145,7 @@ def test_a_worker_lost_while_serving_fails_the_request_and_the_server_recovers(t
     procs = [start_worker(p) for p in ports]
     endpoints = [f"127.0.0.1:{p}" for p in ports]
     argv = [CLI, "serve", "--target", "smollm2-135m", "--mode", "lookup", "--rpc", ",".join(endpoints), "--port",
-            "{port}", "--n-ctx", "512", "--n-threads", "1", "--log-level", "warning"]
+            "{port}", "--n-ctx", "512", "--n-threads", "1", "--log-level", "warning", *extra]
     try:
         with ServerProcess(argv, tmp_path / "server.log", env={"LOCALSPEC_CACHE": str(tmp_path / "cache")},
                            timeout=180) as srv:
@@ -153,25 +154,37 @@ def test_a_worker_lost_while_serving_fails_the_request_and_the_server_recovers(t
             def ask():
                 return client.completions.create(model="tiny", prompt=PROMPT, max_tokens=16, temperature=0)
 
-            first = ask().choices[0].text
-            procs[1].kill()
-            procs[1].wait()
-            for _ in range(2):  # lost during the pass, then still down at the reload
-                with pytest.raises(openai.APIStatusError) as e:
-                    ask()
-                assert e.value.status_code == 503 and endpoints[1] in str(e.value), str(e.value)
-                health = httpx.get(srv.base_url + "/health", timeout=10).json()
-                assert health["status"] == "degraded" and "lost an RPC worker" in health["reason"]
-                assert srv.proc.poll() is None
-            procs[1] = start_worker(ports[1])
-            assert ask().choices[0].text == first
-            assert httpx.get(srv.base_url + "/health", timeout=10).json()["status"] == "ok"
-            assert "Traceback" not in srv.log_tail(100_000)
+            yield srv, procs, ports, endpoints, ask
     finally:
         for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
             p.kill()
             p.wait()
 
+
+def test_a_worker_lost_while_serving_fails_the_request_and_the_server_recovers(tmp_path):
+    """``localspec serve --rpc``: a worker killed between requests makes the next request a 503 naming it
+    (llama.cpp aborted the model's child process, not the server), /health says degraded, and once the
+    worker is back the next request loads the model again and answers as before."""
+    import httpx
+    import openai
+
+    with served_on_two_workers(tmp_path) as (srv, procs, ports, endpoints, ask):
+        first = ask().choices[0].text
+        procs[1].kill()
+        procs[1].wait()
+        for _ in range(2):  # lost during the pass, then still down at the reload
+            with pytest.raises(openai.APIStatusError) as e:
+                ask()
+            assert e.value.status_code == 503 and endpoints[1] in str(e.value), str(e.value)
+            health = httpx.get(srv.base_url + "/health", timeout=10).json()
+            assert health["status"] == "degraded" and "lost an RPC worker" in health["reason"]
+            assert srv.proc.poll() is None
+        procs[1] = start_worker(ports[1])
+        assert ask().choices[0].text == first
+        assert httpx.get(srv.base_url + "/health", timeout=10).json()["status"] == "ok"
+        assert "Traceback" not in srv.log_tail(100_000)
 
 
 def test_a_worker_that_stops_answering_fails_the_request_within_the_deadline_and_the_server_recovers(tmp_path):
@@ -183,48 +196,28 @@ def test_a_worker_that_stops_answering_fails_the_request_within_the_deadline_and
     import httpx
     import openai
 
-    from localspec.server.process import ServerProcess
-
-    _require_rpc()
-    ports = [free_port(), free_port()]
-    procs = [start_worker(p) for p in ports]
-    endpoints = [f"127.0.0.1:{p}" for p in ports]
-    argv = [CLI, "serve", "--target", "smollm2-135m", "--mode", "lookup", "--rpc", ",".join(endpoints), "--port",
-            "{port}", "--n-ctx", "512", "--n-threads", "1", "--log-level", "warning", "--rpc-timeout", "4"]
-    try:
-        with ServerProcess(argv, tmp_path / "server.log", env={"LOCALSPEC_CACHE": str(tmp_path / "cache")},
-                           timeout=180) as srv:
-            client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="none", max_retries=0, timeout=120)
-
-            def ask():
-                return client.completions.create(model="tiny", prompt=PROMPT, max_tokens=16, temperature=0)
-
-            first = ask().choices[0].text
-            body = {"prompt": PROMPT, "max_tokens": 400, "temperature": 0, "stream": True}
-            with httpx.stream("POST", srv.base_url + "/v1/completions", json=body, timeout=60) as r:
-                lines = r.iter_lines()
-                assert next(ln for ln in lines if ln.startswith("data: {"))  # the answer is under way
-                procs[1].send_signal(signal.SIGSTOP)
-                t0 = time.monotonic()
-                events = [json.loads(ln[6:]) for ln in lines if ln.startswith("data: {")]
-                seconds = time.monotonic() - t0
-            last = events[-1]
-            assert last.get("error", {}).get("code") == "worker_unavailable", last
-            assert f"RPC worker {endpoints[1]} stopped answering" in last["error"]["message"], last
-            # a pass of up to 9 tokens (lookup drafts 8): 4 * (1 + 9/32) s, then naming the silent worker (2 s)
-            assert seconds < 4 * (1 + 9 / 32) + 2 + 4, f"{seconds:.1f} s"
-            health = httpx.get(srv.base_url + "/health", timeout=10).json()
-            assert health["status"] == "degraded" and "lost an RPC worker" in health["reason"]
-            with pytest.raises(openai.APIStatusError) as e:  # still stopped: the reload names it
-                ask()
-            assert e.value.status_code == 503 and endpoints[1] in str(e.value), str(e.value)
-            assert srv.proc.poll() is None
-            procs[1].send_signal(signal.SIGCONT)
-            assert ask().choices[0].text == first
-            assert httpx.get(srv.base_url + "/health", timeout=10).json()["status"] == "ok"
-            assert "Traceback" not in srv.log_tail(100_000)
-    finally:
-        for p in procs:
-            p.send_signal(signal.SIGCONT)
-            p.kill()
-            p.wait()
+    with served_on_two_workers(tmp_path, "--rpc-timeout", "4") as (srv, procs, ports, endpoints, ask):
+        first = ask().choices[0].text
+        body = {"prompt": PROMPT, "max_tokens": 400, "temperature": 0, "stream": True}
+        with httpx.stream("POST", srv.base_url + "/v1/completions", json=body, timeout=60) as r:
+            lines = r.iter_lines()
+            assert next(ln for ln in lines if ln.startswith("data: {"))  # the answer is under way
+            procs[1].send_signal(signal.SIGSTOP)
+            t0 = time.monotonic()
+            events = [json.loads(ln[6:]) for ln in lines if ln.startswith("data: {")]
+            seconds = time.monotonic() - t0
+        last = events[-1]
+        assert last.get("error", {}).get("code") == "worker_unavailable", last
+        assert f"RPC worker {endpoints[1]} stopped answering" in last["error"]["message"], last
+        # a pass of up to 9 tokens (lookup drafts 8): 4 * (1 + 9/32) s, then naming the silent worker (2 s)
+        assert seconds < 4 * (1 + 9 / 32) + 2 + 4, f"{seconds:.1f} s"
+        health = httpx.get(srv.base_url + "/health", timeout=10).json()
+        assert health["status"] == "degraded" and "lost an RPC worker" in health["reason"]
+        with pytest.raises(openai.APIStatusError) as e:  # still stopped: the reload names it
+            ask()
+        assert e.value.status_code == 503 and endpoints[1] in str(e.value), str(e.value)
+        assert srv.proc.poll() is None
+        procs[1].send_signal(signal.SIGCONT)
+        assert ask().choices[0].text == first
+        assert httpx.get(srv.base_url + "/health", timeout=10).json()["status"] == "ok"
+        assert "Traceback" not in srv.log_tail(100_000)

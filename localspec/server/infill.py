@@ -41,10 +41,6 @@ from localspec.errors import ConfigError
 from localspec.server.openai_api import ApiError, GenerationRequest, SpeculationFields, TokenLogprob, _said
 from localspec.server.refused import INFILL, refused_field
 
-#: tokens left for the output when the request gives no n_predict: the extra context is cut to leave them
-DEFAULT_ROOM = 256
-
-
 
 class ExtraChunk(BaseModel):
     """One file of ``input_extra``."""
@@ -145,17 +141,22 @@ def check_fim_model(engine, model: str, param: str) -> None:
         raise ApiError(400, f"{e.message}; {e.hint}", param, "fim_unsupported") from None
 
 
-def fim_prompt_tokens(engine, req: GenerationRequest) -> list[int]:
-    """The token ids of ``req.fim`` for ``engine``'s target (call in the thread that owns the engine):
-    :func:`localspec.app.fim.fim_prompt`, user text tokenized as plain text, the extra context cut
-    to leave ``max_tokens`` (or :data:`DEFAULT_ROOM`) tokens of the context window for the output.
+def fim_prompt_tokens(engine, req: GenerationRequest, n_predict: int | None = None) -> list[int]:
+    """The token ids of ``req.fim`` for ``engine``'s target (call in the thread that owns the engine),
+    as llama.cpp's server builds them: :func:`localspec.app.fim.fim_prompt` with the engine's
+    context size; prefix, suffix and extra files tokenized as plain text, the typed middle as a
+    prompt part (special-token text parsed, no BOS), as llama.cpp's ``/infill`` does.
+
+    Args:
+        n_predict: the server's default output length (``--max-tokens``, llama-server's ``-n``),
+            which sizes the extra context as llama.cpp does; None: none (-1).
 
     Raises:
         ConfigError: the target has no FIM tokens.
     """
-    room = req.max_tokens or min(DEFAULT_ROOM, engine.n_ctx // 4)
     return fim_prompt(engine.fim_tokens(), lambda t: engine.tokenize(t, special=False), req.fim,
-                      bos=engine.bos_token(), budget=engine.n_ctx - room, model="the served model")
+                      bos=engine.bos_token(), n_ctx=engine.n_ctx, n_predict=-1 if n_predict is None else n_predict,
+                      typed=lambda t: engine.tokenize(t, bos=False), model="the served model")
 
 
 #: EndReason value -> llama.cpp's stop_type

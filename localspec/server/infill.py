@@ -197,7 +197,9 @@ class InfillShape:
 
     def _final(self, content: str, extra: dict) -> dict:
         st = self._generation.stats
-        n_gen = 0 if self.discard else st.tokens
+        reason = st.end_reason.value if st.end_reason else "eog"
+        # llama.cpp counts the end-of-generation token it sampled among the predicted ones (n_decoded)
+        n_gen = 0 if self.discard else st.tokens + (st.end_reason is not None and reason == "eog")
         prompt_n = st.prompt_tokens - st.cached_prompt_tokens
         prompt_ms = st.prefill_seconds * 1000
         predicted_ms = max(0.0, st.elapsed_seconds - st.prefill_seconds) * 1000
@@ -208,7 +210,6 @@ class InfillShape:
                    "predicted_per_token_ms": predicted_ms / n_gen if n_gen else 0.0,
                    "predicted_per_second": n_gen / predicted_ms * 1000 if predicted_ms else 0.0,
                    "draft_n": st.drafted, "draft_n_accepted": st.accepted}
-        reason = st.end_reason.value if st.end_reason else "eog"
         obj = {"index": 0, "content": "" if self.discard else content, "tokens": [], "id_slot": 0, "stop": True,
                "model": self.model, "tokens_predicted": n_gen, "tokens_evaluated": st.prompt_tokens,
                "prompt": "", "has_new_line": "\n" in content, "truncated": False,

@@ -177,3 +177,6 @@ def test_end_of_generation_is_stop_type_eos():
     with TestClient(create_app(SpeculativeEngine(model, None), SETTINGS)) as c:
         body = c.post("/infill", json={"input_prefix": "t3", "input_suffix": "t4", "n_predict": 20}).json()
     assert body["stop_type"] == "eos" and body["tokens_predicted"] < 20
+    # llama.cpp counts the end-of-generation token among the predicted ones (its n_decoded)
+    n_text = len(body["content"].split())  # the fake writes one word per token
+    assert body["tokens_predicted"] == body["timings"]["predicted_n"] == n_text + 1

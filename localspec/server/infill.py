@@ -19,7 +19,8 @@ request (``/infill``, or ``/v1/completions`` with ``suffix``).
   tokens_cached, timings: {cache_n, prompt_n, prompt_ms, prompt_per_token_ms, prompt_per_second,
   predicted_n, predicted_ms, predicted_per_token_ms, predicted_per_second, draft_n,
   draft_n_accepted}}`` plus localspec's ``speculation``; with ``response_fields`` only those
-  (a ``"timings/prompt_n"`` path is returned under that key, as llama.cpp does).
+  (a ``"timings/prompt_n"`` path is returned under that key, as llama.cpp does). ``tokens_predicted``
+  and ``predicted_n`` count an end-of-generation token sampled, as llama.cpp's ``n_decoded`` does.
 - stream (``stream: true``): server-sent events ``data: {content, tokens, stop: false, id_slot,
   tokens_predicted, tokens_evaluated}`` per round, then the final object above with ``stop: true``
   and empty ``content``; no ``[DONE]`` (llama.cpp sends none on this endpoint).

@@ -53,6 +53,9 @@ from localspec.config import DraftParams, GenerationParams, ModelSettings, Sampl
 from localspec.core.events import EndReason, RoundStats  # noqa: E402
 
 EDIT_TASKS = ("code-edit", "colorsys-docstrings", "fnmatch-rename", "colorsys-unchanged")
+#: chat answers (the benchmark's chat task opened by the nonce of repetition i, as the paired design sends it):
+#: ``chat-<i>``; no prediction, prompt lookup only drafts from the prompt and the answer so far
+CHAT_TASKS = tuple(f"chat-{i}" for i in range(6))
 TINY_TASKS = ("code-edit", "colorsys-unchanged")
 OUT = HERE.parent / "tests" / "data" / "traces"
 #: the context window: the longest task's prompt and answer (fnmatch.py twice, ~4,500 tokens) fit, as in
@@ -83,18 +86,21 @@ def _generate(engine, prompt: list[int], prediction: list[int] | None, mode: str
 def record(engine, task: str, target: str, draft: str | None, skip_none: bool, path: Path) -> dict:
     """The trace of one task (see the module's docstring), written to ``path`` as soon as it is recorded
     and again with mode none's verdict (a long check interrupted keeps the trace)."""
-    message, original, max_tokens = tasks()[task]
+    message, original, max_tokens = chat_task(task) if task.startswith("chat-") else tasks()[task]
     prompt = [int(t) for t in engine.chat_tokens([{"role": "user", "content": message}])]
-    prediction = [int(t) for t in engine.tokenize(original, special=False)]
-    answer, text, eog, end, secs = _generate(engine, prompt, prediction, "lookup", max_tokens)
-    is_file = extract_block(text, original).body == original.rstrip("\n")
+    prediction = [int(t) for t in engine.tokenize(original, special=False)] if original else []
+    # an edit: fast in mode lookup with the prediction, then checked against mode none; a chat answer (no
+    # prediction) is mode none's own (lookup's long drafts from the prompt mostly fail: slower than none)
+    mode = "lookup" if prediction else "none"
+    answer, text, eog, end, secs = _generate(engine, prompt, prediction or None, mode, max_tokens)
+    is_file = bool(original) and extract_block(text, original).body == original.rstrip("\n")
     print(f"{task}: prompt {len(prompt)}, prediction {len(prediction)}, answer {len(answer)} tokens "
           f"({end}, eog {eog}) in {secs:.0f} s; answer is the file: {is_file}", flush=True)
     out = {"task": task, "target": target, "draft": draft, "n_ctx": engine.n_ctx, "max_tokens": max_tokens,
-           "mode": "lookup", "draft_max": DRAFT_MAX, "end_reason": end, "eog": eog, "answer_is_file": is_file}
+           "mode": mode, "draft_max": DRAFT_MAX if prediction else None, "end_reason": end, "eog": eog, "answer_is_file": is_file}
     ids = {"prompt": prompt, "prediction": prediction, "answer": answer}
     path.write_text(dump(out | ids))
-    if not skip_none:
+    if not skip_none and mode != "none":
         ref, _, ref_eog, ref_end, ref_secs = _generate(engine, prompt, None, "none", max_tokens)
         equal = ref == answer and ref_eog == eog
         out["greedy_mode_none_equal"] = equal
@@ -108,6 +114,14 @@ def record(engine, task: str, target: str, draft: str | None, skip_none: bool, p
     return out | ids
 
 
+def chat_task(task: str) -> tuple[str, None, int]:
+    """``chat-<i>``: the benchmark's chat task with the nonce of repetition i (a fixed one, so the trace can be
+    recorded again), no prediction."""
+    i = int(task.removeprefix("chat-"))
+    message, _, max_tokens = tasks()["chat"]
+    return f"(request {i}.{i * 7919 % 10**6}.0)\n" + message, None, max_tokens
+
+
 def dump(trace: dict) -> str:
     """JSON with one key a line and each id list on its line."""
     return "{\n" + ",\n".join(f" {json.dumps(k)}: {json.dumps(v, separators=(',', ':'))}"
@@ -116,7 +130,8 @@ def dump(trace: dict) -> str:
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--tasks", default=None, help=f"default: {','.join(EDIT_TASKS)} ({','.join(TINY_TASKS)} with --tiny)")
+    p.add_argument("--tasks", default=None, help=f"default: {','.join(EDIT_TASKS)} ({','.join(TINY_TASKS)} with --tiny); "
+                                                 f"also chat-0 .. chat-{len(CHAT_TASKS) - 1}")
     p.add_argument("--tiny", action="store_true", help="SmolLM2-135M as the target, no draft model")
     p.add_argument("--skip-none", action="store_true", help="do not check against mode none")
     p.add_argument("--out", default=str(OUT))

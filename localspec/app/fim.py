@@ -1,20 +1,26 @@
 """Fill-in-the-middle (FIM) prompts: a prefix, a suffix and optional extra files, in the model's own
-FIM tokens, as llama.cpp's server builds them for ``POST /infill`` (``format_prompt_infill`` in
-llama.cpp's ``tools/server/server-common.cpp``).
+FIM tokens, token for token as llama.cpp's server builds them for ``POST /infill``
+(``format_prompt_infill`` in llama.cpp's ``tools/server/server-common.cpp``).
 
-PSM order (prefix, suffix, middle)::
+PSM order (prefix, suffix, middle). A model with the repo-level tokens (Qwen2.5-Coder's
+``<|repo_name|>`` and ``<|file_sep|>``; Qwen2.5-Coder technical report, arXiv:2409.12186 §3) always
+gets the repo-level form, with or without extra files (llama.cpp adds the repository header
+whenever the vocabulary has ``<FIM_REP>``)::
 
-    [BOS]<FIM_PRE>prefix middle<FIM_SUF>suffix<FIM_MID>
+    <FIM_REP>myproject\\n<FIM_SEP>{filename 0}\\n{text 0}...<FIM_SEP>filename\\n
+    [BOS]<FIM_PRE>prefix typed<FIM_SUF>suffix<FIM_MID>
 
-With extra context (other files) and a model that has the repo-level tokens (Qwen2.5-Coder's
-``<|repo_name|>`` and ``<|file_sep|>``; Qwen2.5-Coder technical report, arXiv:2409.12186 §3)::
+(one line, no newline between ``filename\\n`` and BOS). A model without them gets
+``[BOS]<FIM_PRE>prefix typed<FIM_SUF>suffix<FIM_MID>``, extra chunks each after llama.cpp's
+``\\n\\n--- snippet ---\\n\\n`` separator before it. The FIM tokens are read from the GGUF by llama.cpp
+(``llama_vocab_fim_pre``, ...). The prefix, suffix and the extra files are tokenized as plain text,
+so ``<|fim_middle|>`` written in code stays text; the typed middle (llama.cpp's ``prompt``) is
+tokenized as llama.cpp's server tokenizes a prompt, special-token text read as the token.
 
-    [BOS]<FIM_REP>myproject\\n<FIM_SEP>{filename 0}\\n{text 0}...<FIM_SEP>filename\\n<FIM_PRE>prefix...
-
-and without them the chunks are joined with llama.cpp's ``\\n\\n--- snippet ---\\n\\n`` separator
-before ``<FIM_PRE>``. The FIM tokens are read from the GGUF by llama.cpp (``llama_vocab_fim_pre``,
-...); every text from the user (prefix, suffix, file names and texts, middle) is tokenized as
-plain text, so ``<|fim_middle|>`` written in code stays text and cannot end the prefix early.
+Lengths, as llama.cpp's server cuts them with its defaults (logical batch ``-b`` 2048, ``-n`` -1):
+the last ``3 * (n_batch // 4)`` tokens of the prefix (1,536), the first
+``n_batch // 4 - 2 - len(typed)`` of the suffix (510 - typed), and the last
+``n_ctx - n_batch - 2 * n_predict`` tokens of the extra context (the oldest cut first).
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ REPO_NAME = "myproject"
 CURRENT_FILE = "filename"
 #: llama.cpp's separator of extra chunks for a model without ``<FIM_SEP>``
 SNIPPET_SEPARATOR = "\n\n--- snippet ---\n\n"
+#: llama-server's default logical batch size (``-b``), from which its /infill sizes the prefix and suffix
+LLAMA_SERVER_N_BATCH = 2048
 FIM_HINT = ("use a code model trained for fill-in-the-middle, such as the default Qwen2.5-Coder pair "
             "(localspec serve with no --target)")
 
@@ -72,9 +80,8 @@ def check_fim(fim_tokens: Mapping[str, int], model: str) -> None:
 
 def _extra_tokens(fim_tokens: Mapping[str, int], text: Callable[[str], list[int]],
                   extra: Sequence[tuple[str, str]]) -> list[int]:
-    """The extra context before ``<FIM_PRE>`` (see the module docstring); empty without extra files."""
-    if not extra:
-        return []
+    """The context before ``<FIM_PRE>`` (see the module docstring): the repository header and the
+    current file's separator whenever the model has those tokens, extra files or not."""
     rep, sep = fim_tokens.get("rep", -1), fim_tokens.get("sep", -1)
     out: list[int] = [rep, *text(REPO_NAME + "\n")] if rep >= 0 else []
     for filename, chunk in extra:
@@ -86,33 +93,39 @@ def _extra_tokens(fim_tokens: Mapping[str, int], text: Callable[[str], list[int]
 
 
 def fim_prompt(fim_tokens: Mapping[str, int], text: Callable[[str], list[int]], fim: FimInput,
-               bos: int | None = None, budget: int | None = None, model: str = "this model") -> list[int]:
-    """The FIM prompt's token ids (PSM order; the repo-level form when ``fim.extra`` is given).
+               bos: int | None = None, n_ctx: int | None = None, n_predict: int = -1,
+               n_batch: int = LLAMA_SERVER_N_BATCH, typed: Callable[[str], list[int]] | None = None,
+               model: str = "this model") -> list[int]:
+    """The FIM prompt's token ids, as llama.cpp's ``format_prompt_infill`` makes them (module docstring).
 
     Args:
         fim_tokens: role (:data:`FIM_ROLES`) -> token id, -1 when the model has none
             (:meth:`localspec.backend.llama.LlamaModel.fim_tokens`).
-        text: plain-text tokenizer (no BOS, special-token text kept as text): user text never
-            becomes a special token.
-        fim: the prefix, suffix, extra files and middle.
-        bos: a BOS token id to start with (when the GGUF asks for one), or None.
-        budget: the most tokens the prompt may have; the extra context is cut from its start
-            (oldest first, as llama.cpp does) to fit. None: no limit. Prefix and suffix are never cut
-            (a prompt too long without extra context is the caller's 400).
+        text: plain-text tokenizer (no BOS, special-token text kept as text), for the prefix,
+            suffix and extra files.
+        fim: the prefix, suffix, extra files and typed middle.
+        bos: a BOS token id (when the GGUF asks for one), placed after the extra context, or None.
+        n_ctx: the context window in tokens, which with ``n_batch`` and ``n_predict`` sizes the
+            extra context; None: all of it.
+        n_predict: the server's default output length in tokens (llama-server's ``-n``; -1: none).
+        n_batch: llama-server's logical batch size, which sizes the prefix and suffix kept.
+        typed: tokenizer of the typed middle (no BOS, special-token text parsed as llama.cpp's
+            server does for ``prompt``); None: ``text``.
         model: the model's name, for the error.
 
     Returns:
-        list of int token ids.
+        list of int token ids; it may exceed ``n_ctx`` (the caller's 400).
 
     Raises:
         ConfigError: the model lacks the FIM prefix, suffix or middle token (:func:`check_fim`).
     """
     check_fim(fim_tokens, model)
-    head = [bos] if bos is not None and bos >= 0 else []
-    core = [fim_tokens["pre"], *text(fim.prefix), *(text(fim.middle) if fim.middle else []),
-            fim_tokens["suf"], *text(fim.suffix), fim_tokens["mid"]]
+    middle = (typed or text)(fim.middle) if fim.middle else []
+    prefix, suffix = text(fim.prefix), text(fim.suffix)
+    prefix = prefix[len(prefix) - min(len(prefix), 3 * (n_batch // 4)):]
+    suffix = suffix[:max(0, n_batch // 4 - (2 + len(middle)))]
     extra = _extra_tokens(fim_tokens, text, fim.extra)
-    if budget is not None:
-        room = max(0, budget - len(head) - len(core))
-        extra = extra[len(extra) - min(room, len(extra)):]
-    return [*head, *extra, *core]
+    if n_ctx is not None:
+        extra = extra[len(extra) - min(max(0, n_ctx - n_batch - 2 * n_predict), len(extra)):]
+    head = [bos] if bos is not None and bos >= 0 else []
+    return [*extra, *head, fim_tokens["pre"], *prefix, *middle, fim_tokens["suf"], *suffix, fim_tokens["mid"]]

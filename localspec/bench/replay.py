@@ -164,6 +164,13 @@ def replay(trace: Trace, policy: DraftPolicy, curve: MeasuredCosts, overhead_sec
     return res
 
 
+def target_only_seconds(trace: Trace, curve: MeasuredCosts, overhead_seconds: float = 0.0) -> float:
+    """Seconds of target-only decoding (mode none) of ``trace`` priced on ``curve``: a one-token pass at
+    every position of its output, each with ``overhead_seconds`` of fixed cost."""
+    n = len(trace.prompt)
+    return sum(round_seconds(curve, n + i, 1, overhead_seconds) for i in range(len(trace.output)))
+
+
 def _agreement(draft: Sequence[int], truth: Sequence[int]) -> int:
     """Length of the common prefix of ``draft`` and ``truth``."""
     k = 0

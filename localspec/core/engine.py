@@ -422,7 +422,7 @@ class Engine(Protocol):
         """The measured costs mode ``auto`` uses, None until loaded or measured."""
         ...
 
-    def tokenize(self, text: str, *, special: bool = True) -> list[int]: ...
+    def tokenize(self, text: str, *, special: bool = True, bos: bool = True) -> list[int]: ...
 
     def chat_tokens(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> list[int]: ...
 
@@ -541,15 +541,15 @@ class SpeculativeEngine:
         return self.drafter is not None
 
     # -- prompts --------------------------------------------------------------------
-    def tokenize(self, text: str, *, special: bool = True) -> list[int]:
+    def tokenize(self, text: str, *, special: bool = True, bos: bool = True) -> list[int]:
         """Raw text -> target token ids.
 
         ``special=True`` (a prompt): special tokens written as text become their ids and
-        BOS is added as the GGUF asks. ``special=False`` (a predicted output): plain text,
-        no BOS.
+        BOS is added as the GGUF asks (``bos=False``: never, for a part of a prompt).
+        ``special=False`` (a predicted output): plain text, no BOS.
         """
         if special:
-            return self.target.tokenize(text)
+            return self.target.tokenize(text) if bos else self.target.tokenize(text, add_special=False)
         return self.target.tokenize(text, add_special=False, parse_special=False)
 
     def chat_tokens(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> list[int]:

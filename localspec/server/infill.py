@@ -19,7 +19,8 @@ request (``/infill``, or ``/v1/completions`` with ``suffix``).
   tokens_cached, timings: {cache_n, prompt_n, prompt_ms, prompt_per_token_ms, prompt_per_second,
   predicted_n, predicted_ms, predicted_per_token_ms, predicted_per_second, draft_n,
   draft_n_accepted}}`` plus localspec's ``speculation``; with ``response_fields`` only those
-  (a ``"timings/prompt_n"`` path is returned under that key, as llama.cpp does).
+  (a ``"timings/prompt_n"`` path is returned under that key, as llama.cpp does). ``tokens_predicted``
+  and ``predicted_n`` count an end-of-generation token sampled, as llama.cpp's ``n_decoded`` does.
 - stream (``stream: true``): server-sent events ``data: {content, tokens, stop: false, id_slot,
   tokens_predicted, tokens_evaluated}`` per round, then the final object above with ``stop: true``
   and empty ``content``; no ``[DONE]`` (llama.cpp sends none on this endpoint).
@@ -40,10 +41,6 @@ from localspec.config import SamplingParams, check_stop, request_field, user_err
 from localspec.errors import ConfigError
 from localspec.server.openai_api import ApiError, GenerationRequest, SpeculationFields, TokenLogprob, _said
 from localspec.server.refused import INFILL, refused_field
-
-#: tokens left for the output when the request gives no n_predict: the extra context is cut to leave them
-DEFAULT_ROOM = 256
-
 
 
 class ExtraChunk(BaseModel):
@@ -145,17 +142,22 @@ def check_fim_model(engine, model: str, param: str) -> None:
         raise ApiError(400, f"{e.message}; {e.hint}", param, "fim_unsupported") from None
 
 
-def fim_prompt_tokens(engine, req: GenerationRequest) -> list[int]:
-    """The token ids of ``req.fim`` for ``engine``'s target (call in the thread that owns the engine):
-    :func:`localspec.app.fim.fim_prompt`, user text tokenized as plain text, the extra context cut
-    to leave ``max_tokens`` (or :data:`DEFAULT_ROOM`) tokens of the context window for the output.
+def fim_prompt_tokens(engine, req: GenerationRequest, n_predict: int | None = None) -> list[int]:
+    """The token ids of ``req.fim`` for ``engine``'s target (call in the thread that owns the engine),
+    as llama.cpp's server builds them: :func:`localspec.app.fim.fim_prompt` with the engine's
+    context size; prefix, suffix and extra files tokenized as plain text, the typed middle as a
+    prompt part (special-token text parsed, no BOS), as llama.cpp's ``/infill`` does.
+
+    Args:
+        n_predict: the server's default output length (``--max-tokens``, llama-server's ``-n``),
+            which sizes the extra context as llama.cpp does; None: none (-1).
 
     Raises:
         ConfigError: the target has no FIM tokens.
     """
-    room = req.max_tokens or min(DEFAULT_ROOM, engine.n_ctx // 4)
     return fim_prompt(engine.fim_tokens(), lambda t: engine.tokenize(t, special=False), req.fim,
-                      bos=engine.bos_token(), budget=engine.n_ctx - room, model="the served model")
+                      bos=engine.bos_token(), n_ctx=engine.n_ctx, n_predict=-1 if n_predict is None else n_predict,
+                      typed=lambda t: engine.tokenize(t, bos=False), model="the served model")
 
 
 #: EndReason value -> llama.cpp's stop_type
@@ -196,7 +198,9 @@ class InfillShape:
 
     def _final(self, content: str, extra: dict) -> dict:
         st = self._generation.stats
-        n_gen = 0 if self.discard else st.tokens
+        reason = st.end_reason.value if st.end_reason else "eog"
+        # llama.cpp counts the end-of-generation token it sampled among the predicted ones (n_decoded)
+        n_gen = 0 if self.discard else st.tokens + (st.end_reason is not None and reason == "eog")
         prompt_n = st.prompt_tokens - st.cached_prompt_tokens
         prompt_ms = st.prefill_seconds * 1000
         predicted_ms = max(0.0, st.elapsed_seconds - st.prefill_seconds) * 1000
@@ -207,7 +211,6 @@ class InfillShape:
                    "predicted_per_token_ms": predicted_ms / n_gen if n_gen else 0.0,
                    "predicted_per_second": n_gen / predicted_ms * 1000 if predicted_ms else 0.0,
                    "draft_n": st.drafted, "draft_n_accepted": st.accepted}
-        reason = st.end_reason.value if st.end_reason else "eog"
         obj = {"index": 0, "content": "" if self.discard else content, "tokens": [], "id_slot": 0, "stop": True,
                "model": self.model, "tokens_predicted": n_gen, "tokens_evaluated": st.prompt_tokens,
                "prompt": "", "has_new_line": "\n" in content, "truncated": False,

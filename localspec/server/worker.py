@@ -458,7 +458,7 @@ class EngineWorker:
         """
         eng = self.engine
         if req.fim is not None:
-            prompt = fim_prompt_tokens(eng, req)
+            prompt = fim_prompt_tokens(eng, req, self.default_max_tokens)
         elif req.kind != "chat":
             prompt = eng.tokenize(req.prompt)
         elif req.tools is not None and req.tools.format is not None:

@@ -9,7 +9,8 @@ from traces import load_trace, trace_names
 @pytest.mark.parametrize("name", trace_names())
 def test_a_recorded_trace_loads(name):
     t = load_trace(name)
-    assert t.prompt and t.prediction and t.answer
+    assert t.prompt and t.answer
+    assert t.prediction or name.startswith("chat-")  # an edit's prediction is the file; a chat answer has none
     assert t.meta["task"] in name and t.target.endswith(".gguf")
     assert len(t.prompt) + len(t.answer) < t.meta["n_ctx"]
     assert (t.eog is None) == (t.meta["end_reason"] != "eog")

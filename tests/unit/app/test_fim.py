@@ -1,5 +1,7 @@
-"""The fill-in-the-middle prompt (localspec/app/fim.py) on a fake vocabulary: the token order
-(PSM), user text that spells a FIM token, the repo-level form, a model without FIM tokens."""
+"""The fill-in-the-middle prompt (localspec/app/fim.py) on a fake vocabulary, against llama.cpp's
+``format_prompt_infill`` (tools/server/server-common.cpp): the token order (PSM), the repo-level
+header whenever the model has its tokens, BOS after the extra context, user text that spells a FIM
+token, the lengths kept of the prefix, suffix and extra context, a model without FIM tokens."""
 
 import re
 
@@ -30,27 +32,45 @@ def render(ids: list[int]) -> str:
     return "".join(NAMES.get(i, chr(i) if i < 0x110000 else f"<{i}>") for i in ids)
 
 
-def test_psm_order_prefix_suffix_middle():
+#: llama.cpp's repo-level header and current-file separator, before every FIM prompt of a model with them
+HEADER = "<|repo_name|>myproject\n<|file_sep|>filename\n"
+#: a model with the three FIM tokens only
+PLAIN = {"pre": 1, "suf": 2, "mid": 3, "pad": -1, "rep": -1, "sep": -1}
+
+
+def test_psm_order_after_the_repo_header_even_without_extra_files():
+    """llama.cpp adds ``<|repo_name|>myproject`` and ``<|file_sep|>filename`` whenever the vocabulary has
+    the tokens: without them Qwen2.5-Coder saw another prompt than llama-server's (issue 32: more empty answers)."""
     ids = fim_prompt(QWEN, tokenize, FimInput("def add(a, b):\n    ", "\n\nprint(add(1, 2))"))
-    assert render(ids) == "<|fim_prefix|>def add(a, b):\n    <|fim_suffix|>\n\nprint(add(1, 2))<|fim_middle|>"
-    assert ids[0] == QWEN["pre"] and ids[-1] == QWEN["mid"]
+    assert render(ids) == HEADER + "<|fim_prefix|>def add(a, b):\n    <|fim_suffix|>\n\nprint(add(1, 2))<|fim_middle|>"
+    assert ids[0] == QWEN["rep"] and ids[-1] == QWEN["mid"]
 
 
-def test_bos_first_and_the_typed_middle_after_the_prefix():
-    """llama.cpp's format_prompt_infill puts ``prompt`` right after the prefix (its code, not its README)."""
-    ids = fim_prompt(QWEN, tokenize, FimInput("a", "z", middle="b"), bos=1)
-    assert ids[0] == 1 and render(ids[1:]) == "<|fim_prefix|>ab<|fim_suffix|>z<|fim_middle|>"
+def test_a_model_without_repo_tokens_starts_with_bos_and_the_prefix_token():
+    """llama.cpp puts ``prompt`` (the typed middle) right after the prefix (its code, not its README)."""
+    ids = fim_prompt(PLAIN, tokenize, FimInput("a", "z", middle="b"), bos=9)
+    assert ids == [9, 1, ord("a"), ord("b"), 2, ord("z"), 3]
 
 
-def test_user_text_spelling_fim_tokens_stays_text():
+def test_bos_goes_after_the_extra_context():
+    ids = fim_prompt(QWEN, tokenize, FimInput("a", "z", extra=(("u.py", "U"),)), bos=9)
+    assert render(ids) == ("<|repo_name|>myproject\n<|file_sep|>u.py\nU<|file_sep|>filename\n" + chr(9)
+                           + "<|fim_prefix|>a<|fim_suffix|>z<|fim_middle|>")
+
+
+def test_user_text_spelling_fim_tokens_stays_text_but_the_typed_middle_is_a_prompt():
     """Code that contains ``<|fim_middle|>`` (a tokenizer's source, a prompt about FIM) must not end
-    the prefix: the prompt holds exactly one of each FIM token, where the format puts it."""
+    the prefix: prefix, suffix and extra files are plain text. The typed middle (``prompt``) is
+    tokenized as llama.cpp's server tokenizes a prompt, special-token text parsed."""
     nasty = "x = '<|fim_middle|>'  # <|fim_suffix|> <|file_sep|>"
-    ids = fim_prompt(QWEN, tokenize, FimInput(nasty, nasty, extra=(("<|repo_name|>.py", nasty),), middle=nasty))
-    for role in ("pre", "suf", "mid", "rep"):
+    ids = fim_prompt(QWEN, tokenize, FimInput(nasty, nasty, extra=(("<|repo_name|>.py", nasty),), middle=nasty),
+                     typed=lambda t: tokenize(t, special=True))
+    for role in ("pre", "rep"):
         assert ids.count(QWEN[role]) == 1, role
-    assert ids.count(QWEN["sep"]) == 2  # one per extra file, one before the current file
-    assert render(ids).count("<|fim_middle|>") == 1 + 4  # the token, and the text in each of 4 user texts
+    assert ids.count(QWEN["mid"]) == 2 and ids.count(QWEN["suf"]) == 2  # the format's, and the typed middle's
+    assert ids.count(QWEN["sep"]) == 3  # one per extra file, one before the current file, one typed
+    assert render(ids).count("<|fim_middle|>") == 2 + 3  # the two tokens, and the text in 3 plain user texts
+    assert fim_prompt(QWEN, tokenize, FimInput("p", "s", middle=nasty)).count(QWEN["mid"]) == 1  # typed=None: text
 
 
 def test_repo_level_form_with_extra_files():
@@ -59,23 +79,30 @@ def test_repo_level_form_with_extra_files():
                            "<|file_sep|>filename\n<|fim_prefix|>p<|fim_suffix|>s<|fim_middle|>")
 
 
-def test_no_extra_files_no_repo_tokens():
-    assert QWEN["rep"] not in fim_prompt(QWEN, tokenize, FimInput("p", "s"))
-
-
 def test_extra_files_without_repo_tokens_use_llama_cpp_snippet_separator():
-    plain = {"pre": 1, "suf": 2, "mid": 3, "pad": -1, "rep": -1, "sep": -1}
-    ids = fim_prompt(plain, tokenize, FimInput("p", "s", extra=(("a.py", "A"),)))
+    ids = fim_prompt(PLAIN, tokenize, FimInput("p", "s", extra=(("a.py", "A"),)))
     assert ids == tokenize("\n\n--- snippet ---\n\nA") + [1, ord("p"), 2, ord("s"), 3]
+    assert fim_prompt(PLAIN, tokenize, FimInput("p", "s")) == [1, ord("p"), 2, ord("s"), 3]
 
 
-def test_extra_context_is_cut_from_its_start_to_fit_the_budget():
-    full = fim_prompt(QWEN, tokenize, FimInput("p", "s", extra=(("old.py", "O" * 50), ("new.py", "N" * 50))))
-    cut = fim_prompt(QWEN, tokenize, FimInput("p", "s", extra=(("old.py", "O" * 50), ("new.py", "N" * 50))),
-                     budget=40)
-    assert len(cut) == 40 and cut == full[-40:]  # the newest context kept, the prefix/suffix/middle whole
-    tiny = fim_prompt(QWEN, tokenize, FimInput("p", "s", extra=(("a.py", "A"),)), budget=2)
-    assert render(tiny) == "<|fim_prefix|>p<|fim_suffix|>s<|fim_middle|>"  # never cut into the core
+def test_prefix_and_suffix_are_cut_to_llama_cpp_batch_shares():
+    """llama.cpp keeps the last ``3 * (n_batch // 4)`` prefix tokens and the first
+    ``n_batch // 4 - 2 - len(typed)`` suffix tokens (1,536 and 510 with its default ``-b`` 2048)."""
+    ids = fim_prompt(PLAIN, tokenize, FimInput("a" * 1000 + "b" * 1536, "c" * 510 + "d" * 100))
+    assert ids == [1, *tokenize("b" * 1536), 2, *tokenize("c" * 510), 3]
+    ids = fim_prompt(PLAIN, tokenize, FimInput("ab", "cdef", middle="xy"), n_batch=24)  # 18 of prefix, 6-2-2 of suffix
+    assert ids == [1, *tokenize("abxy"), 2, *tokenize("cd"), 3]
+
+
+def test_extra_context_keeps_its_newest_n_ctx_minus_n_batch_minus_2_n_predict_tokens():
+    extra = (("old.py", "O" * 50), ("new.py", "N" * 50))
+    full = fim_prompt(QWEN, tokenize, FimInput("p", "s", extra=extra))
+    cut = fim_prompt(QWEN, tokenize, FimInput("p", "s", extra=extra), n_ctx=2048 + 40)  # n_predict -1: 42 kept
+    assert cut == full[len(full) - 5 - 42:]  # the newest 42 extra tokens, then <pre>p<suf>s<mid> whole
+    assert fim_prompt(QWEN, tokenize, FimInput("p", "s", extra=extra), n_ctx=2048 + 40, n_predict=10) == \
+        full[len(full) - 5 - 20:]
+    tiny = fim_prompt(QWEN, tokenize, FimInput("p", "s", extra=extra), n_ctx=2048)
+    assert render(tiny) == "e\n<|fim_prefix|>p<|fim_suffix|>s<|fim_middle|>"  # n_ctx = -b: 2 tokens of "filename\n"
 
 
 @pytest.mark.parametrize("tokens, missing", [

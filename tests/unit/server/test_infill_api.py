@@ -61,6 +61,10 @@ def test_the_worker_builds_the_fim_prompt_with_user_text_as_text():
     infill = InfillBody.model_validate({"input_prefix": "t3", "input_suffix": "t4", "prompt": "t9",
                                         "input_extra": [{"filename": "a", "text": "t7 t8"}]}).request()
     assert fim_prompt_tokens(engine, infill)[-6:] == [PRE, 3, 9, SUF, 4, MID]
+    # the typed middle (``prompt``) is tokenized as llama.cpp's /infill tokenizes it: a prompt, specials parsed
+    typed = InfillBody.model_validate({"input_prefix": "t3 <|fim_middle|>", "input_suffix": "t4",
+                                       "prompt": "t9 <|fim_middle|>"}).request()
+    assert fim_prompt_tokens(engine, typed) == [PRE, 3, *MARKER_AS_TEXT, 9, MID, SUF, 4, MID]
 
 
 def test_infill_answers_in_llama_cpp_shape(client):
@@ -173,3 +177,6 @@ def test_end_of_generation_is_stop_type_eos():
     with TestClient(create_app(SpeculativeEngine(model, None), SETTINGS)) as c:
         body = c.post("/infill", json={"input_prefix": "t3", "input_suffix": "t4", "n_predict": 20}).json()
     assert body["stop_type"] == "eos" and body["tokens_predicted"] < 20
+    # llama.cpp counts the end-of-generation token among the predicted ones (its n_decoded)
+    n_text = len(body["content"].split())  # the fake writes one word per token
+    assert body["tokens_predicted"] == body["timings"]["predicted_n"] == n_text + 1

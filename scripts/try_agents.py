@@ -10,7 +10,8 @@ is optional and found where you say (install them in their own environments, e.g
     python scripts/try_agents.py --base-url http://127.0.0.1:8080/v1 \\
         --litellm-python /tmp/aider-venv/bin/python --aider /tmp/aider-venv/bin/aider --cn /tmp/cn/bin/cn
 
-What runs, each in a fresh temporary folder (a git repository holding ``hello.py``):
+What runs, each in a fresh temporary folder (a git repository holding ``hello.py``; or all in
+``--workdir``, kept):
 
 - openai (this interpreter's): ``models.retrieve``, then a two-step tool conversation (a call
   to ``get_weather``, its result sent back as a ``role: tool`` message, the answer), streamed
@@ -54,13 +55,35 @@ def section(title: str) -> None:
     print(f"\n== {title}", flush=True)
 
 
+#: --workdir: one folder every client runs in, kept (None: a fresh temporary folder each)
+WORKDIR: Path | None = None
+#: the commit's date in a --workdir made here, fixed so that a later run sends the agents the same prompt
+FIXED_COMMIT_DATE = "2026-01-01T00:00:00+0000"
+
+
 def workdir() -> Path:
-    d = Path(tempfile.mkdtemp(prefix="localspec-agents-"))
+    """A git repository holding ``hello.py`` (one commit): a fresh temporary folder, or --workdir, made
+    here when it has no ``hello.py`` (commit dated FIXED_COMMIT_DATE) and used as it is otherwise, less
+    the ``home`` folder an earlier run left there (so that an agent started again sees the same files)."""
+    if WORKDIR is not None and (WORKDIR / "hello.py").exists():
+        shutil.rmtree(WORKDIR / "home", ignore_errors=True)
+        return WORKDIR
+    d = WORKDIR or Path(tempfile.mkdtemp(prefix="localspec-agents-"))
+    d.mkdir(parents=True, exist_ok=True)
     (d / "hello.py").write_text(HELLO_PY)
+    env = {**os.environ, **({"GIT_AUTHOR_DATE": FIXED_COMMIT_DATE, "GIT_COMMITTER_DATE": FIXED_COMMIT_DATE}
+                            if WORKDIR else {})}
     subprocess.run(["git", "init", "-q"], cwd=d, check=True)
     subprocess.run(["git", "add", "-A"], cwd=d, check=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], cwd=d, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], cwd=d, check=True,
+                   env=env)
     return d
+
+
+def done_with(d: Path) -> None:
+    """Delete a client's temporary folder (never --workdir)."""
+    if d != WORKDIR:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def spec_line(r) -> str:
@@ -151,7 +174,7 @@ def try_aider(aider: str, base_url: str, api_key: str, n_ctx: int, edit_format: 
     print(textwrap.indent(out[-2500:], "  "))
     text = (d / "hello.py").read_text()
     print(f"hello.py after {time.perf_counter() - t0:.0f} s:\n" + textwrap.indent(text, "  "))
-    shutil.rmtree(d, ignore_errors=True)
+    done_with(d)
     return r.returncode == 0 and "def welcome" in text and "greet" not in text
 
 
@@ -185,7 +208,7 @@ def try_continue(cn: str, base_url: str, api_key: str) -> bool:
         print(textwrap.indent((r.stdout + r.stderr).strip()[-1500:] or "(no output)", "  "))
         answered = bool(r.stdout.strip()) and ("--auto" not in extra or "greet" in r.stdout)
         ok = ok and r.returncode == 0 and answered
-    shutil.rmtree(d, ignore_errors=True)
+    done_with(d)
     return ok
 
 
@@ -230,7 +253,7 @@ def try_codex(codex: str, base_url: str, model: str) -> bool:
     print(textwrap.indent(out[-3000:] or "(no output)", "  "))
     made = (d / "hi.txt").read_text() if (d / "hi.txt").exists() else None
     print(f"hi.txt: {made!r}")
-    shutil.rmtree(d, ignore_errors=True)
+    done_with(d)
     return rc == 0 and made is not None and "hi" in made
 
 
@@ -285,7 +308,7 @@ def try_qwen(qwen: str, base_url: str, api_key: str, model: str) -> bool:
         print(textwrap.indent(out[-2000:] or "(no output)", "  "))
         print("  server: " + json.dumps(delta))
         ok = ok and rc == 0 and (prompt != QWEN_TASK or "greet" in out)
-    shutil.rmtree(d, ignore_errors=True)
+    done_with(d)
     return ok
 
 
@@ -304,9 +327,13 @@ def main() -> int:
     p.add_argument("--model", default="qwen2.5-coder-1.5b", help="the model name Codex and Qwen Code send")
     p.add_argument("--client-timeout", type=int, default=900, help="seconds for each Codex / Qwen Code run")
     p.add_argument("--skip-openai", action="store_true")
+    p.add_argument("--workdir", type=Path, help="run the clients in this folder (kept) instead of a fresh temporary "
+                   "one each, so that an agent started again, against a restarted server, sends the same prompt "
+                   "(its git commit and path are in Qwen Code's); made here when it holds no hello.py")
     ns = p.parse_args()
-    global CLIENT_TIMEOUT
+    global CLIENT_TIMEOUT, WORKDIR
     CLIENT_TIMEOUT = ns.client_timeout
+    WORKDIR = ns.workdir.resolve() if ns.workdir else None
     results = {}
     if not ns.skip_openai:
         results["openai"] = try_openai(ns.base_url, ns.api_key, ns.max_tokens)

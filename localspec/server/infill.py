@@ -145,8 +145,8 @@ def check_fim_model(engine, model: str, param: str) -> None:
 def fim_prompt_tokens(engine, req: GenerationRequest, n_predict: int | None = None) -> list[int]:
     """The token ids of ``req.fim`` for ``engine``'s target (call in the thread that owns the engine),
     as llama.cpp's server builds them: :func:`localspec.app.fim.fim_prompt` with the engine's
-    context size; prefix, suffix and extra files tokenized as plain text, the typed middle as a
-    prompt part (special-token text parsed, no BOS), as llama.cpp's ``/infill`` does.
+    context size; every user text (prefix, suffix, extra files and the typed middle) tokenized as plain
+    text, so special-token text a user typed stays text (llama.cpp parses it in the typed middle; we do not).
 
     Args:
         n_predict: the server's default output length (``--max-tokens``, llama-server's ``-n``),
@@ -157,7 +157,7 @@ def fim_prompt_tokens(engine, req: GenerationRequest, n_predict: int | None = No
     """
     return fim_prompt(engine.fim_tokens(), lambda t: engine.tokenize(t, special=False), req.fim,
                       bos=engine.bos_token(), n_ctx=engine.n_ctx, n_predict=-1 if n_predict is None else n_predict,
-                      typed=lambda t: engine.tokenize(t, bos=False), model="the served model")
+                      model="the served model")
 
 
 #: EndReason value -> llama.cpp's stop_type

@@ -61,10 +61,11 @@ def test_the_worker_builds_the_fim_prompt_with_user_text_as_text():
     infill = InfillBody.model_validate({"input_prefix": "t3", "input_suffix": "t4", "prompt": "t9",
                                         "input_extra": [{"filename": "a", "text": "t7 t8"}]}).request()
     assert fim_prompt_tokens(engine, infill)[-6:] == [PRE, 3, 9, SUF, 4, MID]
-    # the typed middle (``prompt``) is tokenized as llama.cpp's /infill tokenizes it: a prompt, specials parsed
+    # the typed middle (``prompt``) is user text too: a marker typed there stays text (llama.cpp parses it; we
+    # do not let a user's text become a control token), so the prompt holds exactly one FIM_MID
     typed = InfillBody.model_validate({"input_prefix": "t3 <|fim_middle|>", "input_suffix": "t4",
                                        "prompt": "t9 <|fim_middle|>"}).request()
-    assert fim_prompt_tokens(engine, typed) == [PRE, 3, *MARKER_AS_TEXT, 9, MID, SUF, 4, MID]
+    assert fim_prompt_tokens(engine, typed) == [PRE, 3, *MARKER_AS_TEXT, 9, *MARKER_AS_TEXT, SUF, 4, MID]
 
 
 def test_infill_answers_in_llama_cpp_shape(client):

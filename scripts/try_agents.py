@@ -274,11 +274,39 @@ def server_metrics(base_url: str, api_key: str) -> dict[str, float]:
             for name in QWEN_METRICS}
 
 
-def try_qwen(qwen: str, base_url: str, api_key: str, model: str) -> bool:
+def qwen_log_lines(log_dir: Path, seen: set[str]) -> list[str]:
+    """One line per request Qwen Code logged in ``log_dir`` (``--openai-logging``) and not in ``seen``
+    (which gains them), oldest first: its prompt id, messages sent, finish reason, the tool calls and
+    the text of the answer (cut to 300 characters)."""
+    lines = []
+    for f in sorted(log_dir.glob("openai-*.json")) if log_dir.is_dir() else []:
+        if f.name in seen:
+            continue
+        seen.add(f.name)
+        data = json.loads(f.read_text())
+        choice = ((data.get("response") or {}).get("choices") or [{}])[0]
+        msg = choice.get("message") or {}
+        calls = [(c.get("function", {}).get("name"), c.get("function", {}).get("arguments"))
+                 for c in msg.get("tool_calls") or []]
+        lines.append(f"{(data.get('context') or {}).get('promptId')}: {len(data['request'].get('messages', []))} "
+                     f"messages, finish {choice.get('finish_reason')}, tool_calls {calls}, "
+                     f"content {(msg.get('content') or '')[:300]!r}"
+                     + (f", error {str(data['error'])[:300]}" if data.get("error") else ""))
+    return lines
+
+
+def try_qwen(qwen: str, base_url: str, api_key: str, model: str, tool_call_style: str = "",
+             log_dir: Path | None = None) -> bool:
     """``qwen -p`` (Qwen Code, headless): "Say hello", then a task that needs its read_file tool, with
     --yolo; nothing but the README's configuration (no max-tokens or idle-timeout overrides: the server
     caps max_tokens at the room left and keeps the stream alive while it reads the prompt). Prints each
-    task's wall time and what the server read: prompt tokens sent, cached, read (``/metrics``)."""
+    task's wall time and what the server read: prompt tokens sent, cached, read (``/metrics``).
+
+    ``tool_call_style``: Qwen Code's ``QWEN_CODE_TOOL_CALL_STYLE`` (the form of the tool-call examples
+    in its system prompt: ``qwen-vl`` writes Qwen2.5's ``<tool_call>{json}</tool_call>``; empty: unset,
+    Qwen Code picks by the model's name). ``log_dir``: Qwen Code's ``--openai-logging-dir`` (outside
+    the work folder, whose file tree is in the prompt); each request is then printed, with its answer's
+    tool calls."""
     version = subprocess.run([qwen, "--version"], text=True, capture_output=True).stdout.strip()
     section(f"Qwen Code (@qwen-code/qwen-code) {version}")
     d = workdir()
@@ -291,12 +319,17 @@ def try_qwen(qwen: str, base_url: str, api_key: str, model: str) -> bool:
            "OPENAI_MODEL": model, "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1",
            # the 15-minute cap on a stream's total wait, which the first prompt's reading may pass on a slow CPU
            "QWEN_STREAM_MAX_LIFETIME_MS": str(CLIENT_TIMEOUT * 1000)}
+    if tool_call_style:
+        env["QWEN_CODE_TOOL_CALL_STYLE"] = tool_call_style
+    print(f"QWEN_CODE_TOOL_CALL_STYLE={tool_call_style or '(unset)'}, model {model}")
+    logging = ["--openai-logging", "--openai-logging-dir", str(log_dir)] if log_dir else []
+    seen: set[str] = set()
     ok = True
     for prompt in ("Say hello", QWEN_TASK):
         before = server_metrics(base_url, api_key)
         t0 = time.perf_counter()
         try:
-            r = subprocess.run([qwen, "--yolo", "-p", prompt], cwd=d, text=True, capture_output=True,
+            r = subprocess.run([qwen, "--yolo", *logging, "-p", prompt], cwd=d, text=True, capture_output=True,
                                timeout=CLIENT_TIMEOUT, stdin=subprocess.DEVNULL, env=env)
             out, rc = (r.stdout + r.stderr).strip(), r.returncode
         except subprocess.TimeoutExpired as e:
@@ -307,6 +340,8 @@ def try_qwen(qwen: str, base_url: str, api_key: str, model: str) -> bool:
         print(f"qwen --yolo -p {prompt!r} -> exit {rc} after {seconds:.0f} s:")
         print(textwrap.indent(out[-2000:] or "(no output)", "  "))
         print("  server: " + json.dumps(delta))
+        for line in qwen_log_lines(log_dir, seen) if log_dir else []:
+            print("  request " + line)
         ok = ok and rc == 0 and (prompt != QWEN_TASK or "greet" in out)
     done_with(d)
     return ok
@@ -324,6 +359,11 @@ def main() -> int:
     p.add_argument("--cn", help="the Continue CLI executable (cn)")
     p.add_argument("--codex", help="the Codex CLI executable (codex)")
     p.add_argument("--qwen", help="the Qwen Code executable (qwen)")
+    p.add_argument("--qwen-tool-call-style", default="qwen-vl", metavar="STYLE",
+                   help="Qwen Code's QWEN_CODE_TOOL_CALL_STYLE: qwen-vl (default: Qwen2.5's <tool_call>{json} form), "
+                   "qwen-coder (Qwen3-Coder's XML form), general, gemma4; '' = unset (chosen by the model's name)")
+    p.add_argument("--qwen-log-dir", type=Path, help="Qwen Code's --openai-logging-dir (outside --workdir): print "
+                   "every request it sent, with the answer's tool calls")
     p.add_argument("--model", default="qwen2.5-coder-1.5b", help="the model name Codex and Qwen Code send")
     p.add_argument("--client-timeout", type=int, default=900, help="seconds for each Codex / Qwen Code run")
     p.add_argument("--skip-openai", action="store_true")
@@ -347,7 +387,8 @@ def main() -> int:
     if ns.codex:
         results["codex"] = try_codex(ns.codex, ns.base_url, ns.model)
     if ns.qwen:
-        results["qwen code"] = try_qwen(ns.qwen, ns.base_url, ns.api_key, ns.model)
+        results["qwen code"] = try_qwen(ns.qwen, ns.base_url, ns.api_key, ns.model, ns.qwen_tool_call_style,
+                                        ns.qwen_log_dir.resolve() if ns.qwen_log_dir else None)
     section("summary")
     for name, ok in results.items():
         print(f"{name}: {'ok' if ok else 'FAILED'}")

@@ -296,7 +296,7 @@ def qwen_log_lines(log_dir: Path, seen: set[str]) -> list[str]:
 
 
 def try_qwen(qwen: str, base_url: str, api_key: str, model: str, tool_call_style: str = "",
-             log_dir: Path | None = None) -> bool:
+             log_dir: Path | None = None, task: str = QWEN_TASK) -> bool:
     """``qwen -p`` (Qwen Code, headless): "Say hello", then a task that needs its read_file tool, with
     --yolo; nothing but the README's configuration (no max-tokens or idle-timeout overrides: the server
     caps max_tokens at the room left and keeps the stream alive while it reads the prompt). Prints each
@@ -306,7 +306,7 @@ def try_qwen(qwen: str, base_url: str, api_key: str, model: str, tool_call_style
     in its system prompt: ``qwen-vl`` writes Qwen2.5's ``<tool_call>{json}</tool_call>``; empty: unset,
     Qwen Code picks by the model's name). ``log_dir``: Qwen Code's ``--openai-logging-dir`` (outside
     the work folder, whose file tree is in the prompt); each request is then printed, with its answer's
-    tool calls."""
+    tool calls. ``task``: the read-file task's wording, ``{dir}`` standing for the work folder's path."""
     version = subprocess.run([qwen, "--version"], text=True, capture_output=True).stdout.strip()
     section(f"Qwen Code (@qwen-code/qwen-code) {version}")
     d = workdir()
@@ -325,7 +325,8 @@ def try_qwen(qwen: str, base_url: str, api_key: str, model: str, tool_call_style
     logging = ["--openai-logging", "--openai-logging-dir", str(log_dir)] if log_dir else []
     seen: set[str] = set()
     ok = True
-    for prompt in ("Say hello", QWEN_TASK):
+    task = task.format(dir=d)
+    for prompt in ("Say hello", task):
         before = server_metrics(base_url, api_key)
         t0 = time.perf_counter()
         try:
@@ -342,7 +343,7 @@ def try_qwen(qwen: str, base_url: str, api_key: str, model: str, tool_call_style
         print("  server: " + json.dumps(delta))
         for line in qwen_log_lines(log_dir, seen) if log_dir else []:
             print("  request " + line)
-        ok = ok and rc == 0 and (prompt != QWEN_TASK or "greet" in out)
+        ok = ok and rc == 0 and (prompt != task or "greet" in out)
     done_with(d)
     return ok
 
@@ -364,6 +365,9 @@ def main() -> int:
                    "qwen-coder (Qwen3-Coder's XML form), general, gemma4; '' = unset (chosen by the model's name)")
     p.add_argument("--qwen-log-dir", type=Path, help="Qwen Code's --openai-logging-dir (outside --workdir): print "
                    "every request it sent, with the answer's tool calls")
+    p.add_argument("--qwen-task", default=QWEN_TASK, help="Qwen Code's read-file task ({dir}: the work folder's "
+                   "path), e.g. 'Call the read_file tool with file_path {dir}/hello.py, then tell me the name of the "
+                   "function defined in it.'")
     p.add_argument("--model", default="qwen2.5-coder-1.5b", help="the model name Codex and Qwen Code send")
     p.add_argument("--client-timeout", type=int, default=900, help="seconds for each Codex / Qwen Code run")
     p.add_argument("--skip-openai", action="store_true")
@@ -388,7 +392,7 @@ def main() -> int:
         results["codex"] = try_codex(ns.codex, ns.base_url, ns.model)
     if ns.qwen:
         results["qwen code"] = try_qwen(ns.qwen, ns.base_url, ns.api_key, ns.model, ns.qwen_tool_call_style,
-                                        ns.qwen_log_dir.resolve() if ns.qwen_log_dir else None)
+                                        ns.qwen_log_dir.resolve() if ns.qwen_log_dir else None, ns.qwen_task)
     section("summary")
     for name, ok in results.items():
         print(f"{name}: {'ok' if ok else 'FAILED'}")

@@ -56,6 +56,14 @@ EDIT_TASKS = ("code-edit", "colorsys-docstrings", "fnmatch-rename", "colorsys-un
 #: chat answers (the benchmark's chat task opened by the nonce of repetition i, as the paired design sends it):
 #: ``chat-<i>``; no prediction, prompt lookup only drafts from the prompt and the answer so far
 CHAT_TASKS = tuple(f"chat-{i}" for i in range(6))
+#: prose answers (``prose-<topic>``): explanations that restate their own phrases, where prompt lookup copies
+#: from the answer itself (``localspec.core.policy.SELF_REPEAT_TOKENS``); no prediction, mode none's answer
+PROSE_TASKS = {
+    "prose-gil": "Explain Python's global interpreter lock to a beginner, with its pros and cons.",
+    "prose-lists": "What is the difference between a list and a tuple in Python? Give examples.",
+    "prose-tcp": "Compare TCP and UDP. When should I use each?",
+}
+PROSE_MAX_TOKENS = 320
 TINY_TASKS = ("code-edit", "colorsys-unchanged")
 OUT = HERE.parent / "tests" / "data" / "traces"
 #: the context window: the longest task's prompt and answer (fnmatch.py twice, ~4,500 tokens) fit, as in
@@ -86,7 +94,8 @@ def _generate(engine, prompt: list[int], prediction: list[int] | None, mode: str
 def record(engine, task: str, target: str, draft: str | None, skip_none: bool, path: Path) -> dict:
     """The trace of one task (see the module's docstring), written to ``path`` as soon as it is recorded
     and again with mode none's verdict (a long check interrupted keeps the trace)."""
-    message, original, max_tokens = chat_task(task) if task.startswith("chat-") else tasks()[task]
+    message, original, max_tokens = (chat_task(task) if task.startswith("chat-") else
+                                     (PROSE_TASKS[task], None, PROSE_MAX_TOKENS) if task in PROSE_TASKS else tasks()[task])
     prompt = [int(t) for t in engine.chat_tokens([{"role": "user", "content": message}])]
     prediction = [int(t) for t in engine.tokenize(original, special=False)] if original else []
     # an edit: fast in mode lookup with the prediction, then checked against mode none; a chat answer (no
@@ -131,7 +140,7 @@ def dump(trace: dict) -> str:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", default=None, help=f"default: {','.join(EDIT_TASKS)} ({','.join(TINY_TASKS)} with --tiny); "
-                                                 f"also chat-0 .. chat-{len(CHAT_TASKS) - 1}")
+                                                 f"also chat-0 .. chat-{len(CHAT_TASKS) - 1}, {','.join(PROSE_TASKS)}")
     p.add_argument("--tiny", action="store_true", help="SmolLM2-135M as the target, no draft model")
     p.add_argument("--skip-none", action="store_true", help="do not check against mode none")
     p.add_argument("--out", default=str(OUT))

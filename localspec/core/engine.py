@@ -25,6 +25,8 @@ also checks that they are ``committed[:-1]`` and that the draft cache is a prefi
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import time
 from dataclasses import dataclass
@@ -87,8 +89,7 @@ class _Pending:
 
 def _cut(draft: Draft, n: int) -> Draft:
     """The first ``n`` tokens of ``draft`` (and of its draft_probs)."""
-    return Draft(draft.tokens[:n], None if draft.probs is None else draft.probs[:n], draft.source, draft.match_length,
-                 draft.from_memory)
+    return dataclasses.replace(draft, tokens=draft.tokens[:n], probs=None if draft.probs is None else draft.probs[:n])
 
 
 def _through_first_eog(tokens: tuple[int, ...], is_eog) -> tuple[int, ...]:

@@ -29,6 +29,8 @@ class Draft:
             the place it copies from agrees with the end of the context (0 otherwise).
         from_memory: prompt lookup copied it from the draft memory (earlier requests,
             :class:`~localspec.core.drafters.memory.DraftMemory`), not from the context.
+        source_position: prompt lookup from the context: the index in the context (prompt and
+            output) of the first copied token; -1 otherwise (a prediction, the draft memory).
     """
 
     tokens: tuple[int, ...]
@@ -36,6 +38,7 @@ class Draft:
     source: DrafterId
     match_length: int = 0
     from_memory: bool = False
+    source_position: int = -1
 
 
 class Drafter(Protocol):
@@ -70,10 +73,10 @@ class Drafter(Protocol):
         ...
 
 
-from localspec.core.drafters.lookup import PromptLookupDrafter, find_candidate, find_match  # noqa: E402
+from localspec.core.drafters.lookup import PromptLookupDrafter, find_candidate, find_match, locate_match  # noqa: E402
 from localspec.core.drafters.memory import DraftMemory  # noqa: E402
 from localspec.core.drafters.model import DraftModelDrafter  # noqa: E402
 from localspec.core.drafters.prediction import PredictionDrafter  # noqa: E402
 
 __all__ = ["Draft", "Drafter", "DraftMemory", "PromptLookupDrafter", "DraftModelDrafter", "PredictionDrafter",
-           "find_candidate", "find_match"]
+           "find_candidate", "find_match", "locate_match"]

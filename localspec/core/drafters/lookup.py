@@ -46,6 +46,14 @@ def find_candidate(
 def find_match(
     tokens: np.ndarray | Sequence[int], max_ngram: int, min_ngram: int, draft_max: int
 ) -> tuple[list[int], int, int]:
+    """:func:`locate_match` without the source position: (proposed ids, n-gram length n, match length)."""
+    copied, n, m, _ = locate_match(tokens, max_ngram, min_ngram, draft_max)
+    return copied, n, m
+
+
+def locate_match(
+    tokens: np.ndarray | Sequence[int], max_ngram: int, min_ngram: int, draft_max: int
+) -> tuple[list[int], int, int, int]:
     """Find a continuation of ``tokens`` by n-gram lookup in ``tokens`` itself.
 
     The last n tokens, n from ``max_ngram`` down to ``min_ngram``, are searched for in
@@ -63,15 +71,16 @@ def find_match(
         draft_max: tokens proposed.
 
     Returns:
-        (proposed ids, matched n-gram length n, match length): the match length counts the
-        n-gram plus the tokens before it that agree with the tokens before the last n (at
-        most ``MAX_CONTEXT``), i.e. over how many tokens the copied place agrees with the end
-        of the text; ``([], 0, 0)`` when nothing matches.
+        (proposed ids, matched n-gram length n, match length, source position): the match length
+        counts the n-gram plus the tokens before it that agree with the tokens before the last n
+        (at most ``MAX_CONTEXT``), i.e. over how many tokens the copied place agrees with the end
+        of the text; the source position is the index in ``tokens`` of the first copied token;
+        ``([], 0, 0, -1)`` when nothing matches.
     """
     t = np.asarray(tokens, dtype=np.int64)
     L = t.shape[0]
     if draft_max <= 0:
-        return [], 0, 0
+        return [], 0, 0, -1
     for n in range(max_ngram, min_ngram - 1, -1):
         if L < n + 1:
             continue
@@ -84,8 +93,8 @@ def find_match(
         copied = t[s + n : s + n + draft_max].tolist()
         while len(copied) < draft_max:
             copied.append(copied[len(copied) - period])
-        return copied, n, n + k
-    return [], 0, 0
+        return copied, n, n + k, s + n
+    return [], 0, 0, -1
 
 
 def best_match(haystack: np.ndarray, end: int, context: np.ndarray, n: int,
@@ -149,14 +158,15 @@ class PromptLookupDrafter:
         self.memory = memory
 
     def draft(self, context: Sequence[int], draft_len: int, drafting: DraftParams) -> Draft:
-        """Up to ``draft_len`` ids copied after the best n-gram match (:func:`find_match`) in the context or,
-        when it agrees longer, in the memory (then ``from_memory``); probs None."""
-        tokens, _, m = find_match(context, drafting.max_ngram, drafting.min_ngram, draft_len)
+        """Up to ``draft_len`` ids copied after the best n-gram match (:func:`locate_match`) in the context
+        (``source_position``: where in ``context`` the copy starts) or, when it agrees longer, in the
+        memory (then ``from_memory``, ``source_position`` -1); probs None."""
+        tokens, _, m, at = locate_match(context, drafting.max_ngram, drafting.min_ngram, draft_len)
         if self.memory is not None:
             remembered, _, m_mem = self.memory.find(context, drafting.max_ngram, drafting.min_ngram, draft_len)
             if remembered and m_mem > m:
                 return Draft(tuple(remembered), None, self.name, m_mem, from_memory=True)
-        return Draft(tuple(tokens), None, self.name, m)
+        return Draft(tuple(tokens), None, self.name, m, source_position=at)
 
     def catchup_tokens(self, context: Sequence[int]) -> int:
         return 0

@@ -99,3 +99,62 @@ def _exact_prediction_round(pol, n=64):
     answer = list(range(1000, 1000 + n))
     props = {DrafterId.PREDICTION: Draft(tuple(answer), None, DrafterId.PREDICTION, 0)}
     return pol.choose(RoundState([1, 2, 3], n, props, 0, 0))
+
+
+def test_a_repetition_of_the_output_is_judged_as_a_short_match_until_it_is_long():
+    """A proposal copied from the generation's own output (the model restating a phrase) is capped and kept
+    off the copy floor until it agrees over more than COPY_EVIDENCE_TOKENS + SELF_REPEAT_TOKENS tokens;
+    one copied from the prompt is judged by its match length as before."""
+    from localspec.core.policy import COPY_EVIDENCE_TOKENS, SELF_COPY_DRAFT_MAX, SELF_REPEAT_TOKENS, copy_evidence
+
+    prompt_len = 500
+    assert copy_evidence(20, 100, prompt_len) == (20, None)  # from the prompt
+    assert copy_evidence(20, -1, prompt_len) == (20, None)  # a prediction, the draft memory
+    assert copy_evidence(8, 600, prompt_len) == (8, SELF_COPY_DRAFT_MAX)
+    assert copy_evidence(20, 600, prompt_len) == (COPY_EVIDENCE_TOKENS - 1, SELF_COPY_DRAFT_MAX)
+    longest_untrusted = COPY_EVIDENCE_TOKENS + SELF_REPEAT_TOKENS - 1
+    assert copy_evidence(longest_untrusted, 600, prompt_len) == (COPY_EVIDENCE_TOKENS - 1, SELF_COPY_DRAFT_MAX)
+    assert copy_evidence(longest_untrusted + 1, 600, prompt_len) == (COPY_EVIDENCE_TOKENS, None)
+    assert copy_evidence(200, 600, prompt_len) == (200 - SELF_REPEAT_TOKENS, None)
+
+
+def _draft_lengths_after(res, start):
+    """The draft lengths of the rounds that begin at or after output position ``start``."""
+    done, out = 0, []
+    for g in res.lengths:
+        if done >= start:
+            out.append(g)
+        done += g + 1
+    return out
+
+
+def test_a_restated_phrase_is_not_drafted_long_and_costs_nothing():
+    """Chat answers restate their own phrases ("In summary, a process is ..."): after 22 tokens that repeat
+    an earlier sentence the answer goes its own way. Auto drafts at most SELF_COPY_DRAFT_MAX tokens from
+    such a repetition (before: a 16-token match was a copy, drafted 19-47 tokens that kept 1-6) and
+    is no slower than target-only decoding on the steep curve."""
+    from localspec.bench.replay import target_only_seconds
+    from localspec.core.policy import SELF_COPY_DRAFT_MAX
+
+    first = text(120, seed=3)
+    answer = first + first[30:52] + text(80, seed=4)  # 22 tokens restated, then new text
+    trace = Trace("restated", (1, 2, 3), answer, eog=0)
+    c = curve(STEEP_THEN_FLAT)
+    for overhead in (0.0, 0.1 * T1):
+        res = replay(trace, auto_policy(c), c, overhead, use_prediction=False)
+        assert max(_draft_lengths_after(res, 120), default=0) <= SELF_COPY_DRAFT_MAX, res.lengths
+        assert res.seconds <= target_only_seconds(trace, c, overhead) * 1.001, (res.seconds, res.lengths)
+
+
+def test_a_long_repetition_of_the_output_is_trusted_as_a_copy():
+    """A function written out again in the same answer: once the repetition agrees over more than
+    COPY_EVIDENCE_TOKENS + SELF_REPEAT_TOKENS tokens it is drafted long, as a copy from the prompt is."""
+    from localspec.core.policy import COPY_EVIDENCE_TOKENS, SELF_COPY_DRAFT_MAX, SELF_REPEAT_TOKENS
+
+    first = text(300, seed=5)
+    trace = Trace("written again", (1, 2, 3), first + first, eog=0)
+    c = curve(STEEP_THEN_FLAT)
+    res = replay(trace, auto_policy(c), c, use_prediction=False)
+    later = _draft_lengths_after(res, 300 + COPY_EVIDENCE_TOKENS + SELF_REPEAT_TOKENS)
+    assert max(later) >= 32 and max(later) > SELF_COPY_DRAFT_MAX, res.lengths
+    assert res.accepted >= 0.9 * res.drafted

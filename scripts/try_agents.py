@@ -25,7 +25,9 @@ What runs, each in a fresh temporary folder (a git repository holding ``hello.py
 - Codex (``--codex``): ``codex exec`` creating a file, with the README's ``config.toml``;
 - Qwen Code (``--qwen``, e.g. ``npm install --prefix /tmp/qwen @qwen-code/qwen-code``): ``qwen -p
   "Say hello"`` and a task that needs its read_file tool, each with its wall time and the server's
-  prompt tokens sent / cached / read (``/metrics``), for measuring the prompt cache before and after.
+  prompt tokens sent / cached / read (``/metrics``), for measuring the prompt cache before and after;
+  with ``QWEN_CODE_TOOL_CALL_STYLE=qwen-vl`` (``--qwen-tool-call-style``), and with ``--qwen-log-dir``
+  each request Qwen Code sent and the answer's tool calls.
 
 Prints each client's version and what it did; exits 1 if any client that ran failed.
 """

@@ -26,7 +26,6 @@ also checks that they are ``committed[:-1]`` and that the draft cache is a prefi
 from __future__ import annotations
 
 import dataclasses
-
 import os
 import time
 from dataclasses import dataclass

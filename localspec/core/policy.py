@@ -27,8 +27,8 @@ COPY_EVIDENCE_TOKENS = 16
 LEARNED_OBSERVATIONS = 3
 #: a prompt-lookup proposal copied from this generation's own output (the model repeating a phrase of its
 #: answer) is no copy of a source: such repetitions end soon, whatever their match length. Measured on the
-#: default target's greedy answers (1.5B, 2026-12-03: the recorded chat and prose traces, 25 more answers of
-#: the benchmark's chat task, 17 answers to other prose and code-writing prompts): after a match of 8-15 tokens
+#: default target's greedy answers (1.5B, 2026-12-03: the recorded chat traces and 17 answers to other prose
+#: and code-writing prompts; 25 more answers of the benchmark's chat task alike): after a match of 8-15 tokens
 #: into the answer itself the answer agreed with the copy for 4.4 tokens on average in prose (183 proposals:
 #: the first token 88 %, 8 tokens 19 %, 16 never) and 1.8 in code it wrote (75), after 16-23 tokens for 2.3
 #: (31; none longer), while after a match of 8-23 tokens into the prompt (the edit traces, 146 proposals) it

@@ -272,7 +272,7 @@ class AdaptivePolicy:
         output_start = len(state.committed) - self.generated
         caps = {}  # per free drafter: most tokens its proposal may draft this round (a repetition of the output)
         for name, proposal in state.proposals.items():
-            evidence, caps[name] = copy_evidence(proposal.match_length, getattr(proposal, "source_position", -1),
+            evidence, caps[name] = copy_evidence(proposal.match_length, proposal.source_position,
                                                  output_start)
             self._see_free(name, state.committed, proposal.tokens, evidence)
         c, limit = self.costs, state.limit

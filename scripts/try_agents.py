@@ -1,5 +1,5 @@
 """Run real clients against a running ``localspec serve``: the openai client, LiteLLM, aider, Continue's CLI,
-the Codex CLI, Qwen Code.
+the Codex CLI, Qwen Code, opencode.
 
 For the closing note of a change to the server and for anyone checking by hand. Each client
 is optional and found where you say (install them in their own environments, e.g.)::
@@ -27,7 +27,14 @@ What runs, each in a fresh temporary folder (a git repository holding ``hello.py
   "Say hello"`` and a task that needs its read_file tool, each with its wall time and the server's
   prompt tokens sent / cached / read (``/metrics``), for measuring the prompt cache before and after;
   with ``QWEN_CODE_TOOL_CALL_STYLE=qwen-vl`` (``--qwen-tool-call-style``), and with ``--qwen-log-dir``
-  each request Qwen Code sent and the answer's tool calls.
+  each request Qwen Code sent and the answer's tool calls;
+- opencode (``--opencode``, e.g. ``npm install --prefix /tmp/oc opencode-ai``): ``opencode run
+  --format json`` on a task that needs its read tool, with a config naming the server as an
+  OpenAI-compatible provider, written with opencode's data, cache and state into a temporary folder
+  (XDG variables and HOME pointed there: the user's own opencode setup is never read or touched) and
+  its network features off (:data:`OPENCODE_OFFLINE_ENV`); prints each tool call, the answer, the wall
+  time and the server's prompt tokens, and PASS only when the read tool ran on ``hello.py`` and the
+  answer after it names ``greet``.
 
 Prints each client's version and what it did; exits 1 if any client that ran failed.
 """
@@ -276,6 +283,14 @@ def server_metrics(base_url: str, api_key: str) -> dict[str, float]:
             for name in QWEN_METRICS}
 
 
+def server_n_ctx(base_url: str, api_key: str) -> int:
+    """The context window (tokens) of the first model the server lists (``GET /v1/models``, its ``n_ctx``)."""
+    import urllib.request
+
+    req = urllib.request.Request(base_url.rstrip("/") + "/models", headers={"Authorization": f"Bearer {api_key}"})
+    return int(json.loads(urllib.request.urlopen(req, timeout=30).read())["data"][0]["n_ctx"])
+
+
 def qwen_log_lines(log_dir: Path, seen: set[str]) -> list[str]:
     """One line per request Qwen Code logged in ``log_dir`` (``--openai-logging``) and not in ``seen``
     (which gains them), oldest first: its prompt id, messages sent, finish reason, the tool calls and
@@ -350,11 +365,125 @@ def try_qwen(qwen: str, base_url: str, api_key: str, model: str, tool_call_style
     return ok
 
 
+OPENCODE_TASK = "Read hello.py and tell me the name of the function defined in it."
+#: opencode's switches for a run that reaches no network but the server's: no update check, no
+#: models.dev catalogue fetch, no session sharing, no language-server downloads, no default plugins
+#: (installed from npm at start), no reading of Claude Code's files
+OPENCODE_OFFLINE_ENV = {"OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_MODELS_FETCH": "1",
+                        "OPENCODE_DISABLE_SHARE": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+                        "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1", "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+                        "OPENCODE_DISABLE_EXTERNAL_SKILLS": "1"}
+#: opencode 1.18's built-in tools as its build agent sends them
+OPENCODE_TOOLS = ("bash", "edit", "glob", "grep", "read", "skill", "task", "todowrite", "webfetch", "write")
+
+
+def opencode_config(base_url: str, api_key: str, model: str, n_ctx: int, tools: list[str] | None = None) -> dict:
+    """opencode's ``opencode.json`` for the server: a provider ``localspec`` on ``@ai-sdk/openai-compatible``
+    (``baseURL`` = ``base_url``, the ``/v1`` root) with one model ``model`` (context ``n_ctx`` tokens, at most
+    4,096 answered), chosen as the default; autoupdate and sharing off. ``tools``: the only tools left on
+    (opencode's names, e.g. ``["read"]``; the others are turned off, which shortens its prompt); None: all."""
+    config = {"$schema": "https://opencode.ai/config.json", "autoupdate": False, "share": "disabled",
+              "model": f"localspec/{model}",
+              "provider": {"localspec": {
+                  "npm": "@ai-sdk/openai-compatible", "name": "localspec",
+                  "options": {"baseURL": base_url, "apiKey": api_key},
+                  "models": {model: {"name": model, "tool_call": True,
+                                     "limit": {"context": n_ctx, "output": min(4096, n_ctx)}}}}}}
+    if tools is not None:
+        config["tools"] = {name: name in tools for name in OPENCODE_TOOLS} | {name: True for name in tools}
+    return config
+
+
+
+def opencode_verdict(stdout: str, function: str = "greet") -> tuple[bool, str, list[str], str]:
+    """Judge ``opencode run --format json``'s output (one JSON event a line; other lines are skipped):
+    the read tool must have completed on ``hello.py`` and the text written after it must name ``function``.
+    Returns (passed, the reason, one line per tool call: its name, status, input and the first 120 characters
+    of its output or error, the answer: the text parts written after the first read, joined)."""
+    events = []
+    for line in stdout.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    calls, answer, read_at, errors = [], [], None, []
+    for i, event in enumerate(events):
+        part = event.get("part") or {}
+        if event.get("type") == "tool_use":
+            state = part.get("state") or {}
+            result = str(state.get("output") or state.get("error") or "")
+            calls.append(f"{part.get('tool')} {state.get('status')} {json.dumps(state.get('input'))} -> {result[:120]!r}")
+            path = str((state.get("input") or {}).get("filePath", ""))
+            if read_at is None and part.get("tool") == "read" and state.get("status") == "completed" \
+                    and path.endswith("hello.py"):
+                read_at = i
+        elif event.get("type") == "text" and read_at is not None:
+            answer.append(part.get("text") or "")
+        elif event.get("type") == "error":
+            errors.append(json.dumps(event.get("error"))[:300])
+    text = "".join(answer).strip()
+    if errors:
+        return False, "opencode reported an error: " + "; ".join(errors), calls, text
+    if read_at is None:
+        return False, "the read tool never completed on hello.py", calls, text
+    if function not in text:
+        return False, f"the read tool ran, but the answer after it does not name {function}", calls, text
+    return True, f"the read tool ran on hello.py and the answer names {function}", calls, text
+
+
+def try_opencode(opencode: str, base_url: str, api_key: str, model: str, n_ctx: int, task: str = OPENCODE_TASK,
+                 tools: list[str] | None = None) -> bool:
+    """``opencode run --format json TASK`` in a work folder holding ``hello.py``, with
+    :func:`opencode_config` in a temporary folder that also holds opencode's HOME and XDG folders (its
+    sessions, caches, logs), :data:`OPENCODE_OFFLINE_ENV`, ``--pure`` (no external plugins) and ``--title``
+    (no extra request for a session title). Prints the tool calls, the answer, the wall time and the
+    server's prompt tokens sent / cached / read (``/metrics``), then PASS or FAIL with the reason
+    (:func:`opencode_verdict`)."""
+    version = subprocess.run([opencode, "--version"], text=True, capture_output=True).stdout.strip()
+    section(f"opencode (opencode-ai) {version}")
+    d = workdir()
+    iso = Path(tempfile.mkdtemp(prefix="localspec-opencode-"))
+    config = iso / "opencode.json"
+    config.write_text(json.dumps(opencode_config(base_url, api_key, model, n_ctx, tools), indent=2))
+    # PWD too: opencode takes its working directory from it, not from the process's
+    env = {**os.environ, **OPENCODE_OFFLINE_ENV, "HOME": str(iso / "home"), "OPENCODE_CONFIG": str(config), "PWD": str(d),
+           **{f"XDG_{k}_HOME": str(iso / k.lower()) for k in ("CONFIG", "DATA", "CACHE", "STATE")}}
+    print(f"config {config}:\n" + textwrap.indent(config.read_text(), "  "))
+    task = task.format(dir=d)
+    before = server_metrics(base_url, api_key)
+    t0 = time.perf_counter()
+    try:
+        r = subprocess.run([opencode, "run", "--pure", "--format", "json", "--title", "localspec try", task], cwd=d,
+                           text=True, capture_output=True, timeout=CLIENT_TIMEOUT, stdin=subprocess.DEVNULL, env=env)
+        out, err, rc = r.stdout, r.stderr, r.returncode
+    except subprocess.TimeoutExpired as e:
+        out, err, rc = (e.stdout or b"").decode(), f"(stopped after {CLIENT_TIMEOUT} s)", None
+    seconds = time.perf_counter() - t0
+    after = server_metrics(base_url, api_key)
+    delta = {k.removeprefix("localspec_").removesuffix("_total"): round(after[k] - before[k], 1) for k in after}
+    ok, reason, calls, answer = opencode_verdict(out)
+    print(f"opencode run {task!r} -> exit {rc} after {seconds:.0f} s")
+    for call in calls:
+        print("  tool " + call)
+    print(f"  answer: {answer!r}")
+    if err.strip():
+        print("  stderr:\n" + textwrap.indent(err.strip()[-1500:], "    "))
+    print("  server: " + json.dumps(delta))
+    ok = ok and rc == 0
+    print(f"opencode: {'PASS' if ok else 'FAIL'}: {reason}" + ("" if rc == 0 else f" (exit {rc})"))
+    shutil.rmtree(iso, ignore_errors=True)
+    done_with(d)
+    return ok
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--base-url", default="http://127.0.0.1:8080/v1")
     p.add_argument("--api-key", default="none", help="the server's --api-key (any text without one)")
-    p.add_argument("--n-ctx", type=int, default=4096, help="the server's --n-ctx, for aider's metadata file")
+    p.add_argument("--n-ctx", type=int, help="the server's context window, for aider's metadata file and opencode's "
+                   "model limit (default: the n_ctx that the server's GET /v1/models gives)")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--litellm-python", help="a Python interpreter with litellm installed")
     p.add_argument("--aider", help="the aider executable")
@@ -370,8 +499,14 @@ def main() -> int:
     p.add_argument("--qwen-task", default=QWEN_TASK, help="Qwen Code's read-file task ({dir}: the work folder's "
                    "path), e.g. 'Call the read_file tool with file_path {dir}/hello.py, then tell me the name of the "
                    "function defined in it.'")
-    p.add_argument("--model", default="qwen2.5-coder-1.5b", help="the model name Codex and Qwen Code send")
-    p.add_argument("--client-timeout", type=int, default=900, help="seconds for each Codex / Qwen Code run")
+    p.add_argument("--opencode", help="the opencode executable (npm opencode-ai)")
+    p.add_argument("--opencode-task", default=OPENCODE_TASK, help="opencode's read-file task ({dir}: the work "
+                   "folder's path)")
+    p.add_argument("--opencode-tools", help="the only opencode tools left on, comma-separated (e.g. read; the "
+                   f"others, of {','.join(OPENCODE_TOOLS)}, are turned off); default all")
+    p.add_argument("--model", default="qwen2.5-coder-1.5b", help="the model name Codex, Qwen Code and opencode send")
+    p.add_argument("--client-timeout", type=int, default=900, help="seconds for each Codex / Qwen Code / opencode "
+                   "run")
     p.add_argument("--skip-openai", action="store_true")
     p.add_argument("--workdir", type=Path, help="run the clients in this folder (kept) instead of a fresh temporary "
                    "one each, so that an agent started again, against a restarted server, sends the same prompt "
@@ -380,6 +515,8 @@ def main() -> int:
     global CLIENT_TIMEOUT, WORKDIR
     CLIENT_TIMEOUT = ns.client_timeout
     WORKDIR = ns.workdir.resolve() if ns.workdir else None
+    if ns.n_ctx is None and (ns.aider or ns.opencode):
+        ns.n_ctx = server_n_ctx(ns.base_url, ns.api_key)
     results = {}
     if not ns.skip_openai:
         results["openai"] = try_openai(ns.base_url, ns.api_key, ns.max_tokens)
@@ -395,6 +532,9 @@ def main() -> int:
     if ns.qwen:
         results["qwen code"] = try_qwen(ns.qwen, ns.base_url, ns.api_key, ns.model, ns.qwen_tool_call_style,
                                         ns.qwen_log_dir.resolve() if ns.qwen_log_dir else None, ns.qwen_task)
+    if ns.opencode:
+        results["opencode"] = try_opencode(ns.opencode, ns.base_url, ns.api_key, ns.model, ns.n_ctx, ns.opencode_task,
+                                           ns.opencode_tools.split(",") if ns.opencode_tools else None)
     section("summary")
     for name, ok in results.items():
         print(f"{name}: {'ok' if ok else 'FAILED'}")

@@ -1,0 +1,98 @@
+"""scripts/try_agents.py's opencode pieces: the ``opencode.json`` it writes (a provider on
+``@ai-sdk/openai-compatible`` pointing at the server, network features off, an optional tool subset)
+and its verdict on ``opencode run --format json``'s events (PASS only when the read tool completed on
+hello.py and the text after it names the function). The events below have the shape opencode 1.18.33
+printed (``{type, timestamp, sessionID, part}``). The scripts folder is no package: the script is
+loaded from its file."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "try_agents.py"
+
+
+@pytest.fixture(scope="module")
+def agents():
+    spec = importlib.util.spec_from_file_location("try_agents_opencode_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)
+
+
+def tool_event(tool: str, status: str, file_path: str, output: str = "") -> dict:
+    state = {"status": status, "input": {"filePath": file_path}}
+    state["output" if status == "completed" else "error"] = output
+    return {"type": "tool_use", "sessionID": "ses_1", "part": {"type": "tool", "tool": tool, "callID": "call_1",
+                                                                "state": state}}
+
+
+def text_event(text: str) -> dict:
+    return {"type": "text", "sessionID": "ses_1", "part": {"type": "text", "text": text}}
+
+
+def lines(*events: dict) -> str:
+    return "\n".join(json.dumps(e) for e in events) + "\n"
+
+
+def test_the_config_names_the_server_as_the_default_model_and_turns_sharing_and_updates_off(agents):
+    config = agents.opencode_config("http://127.0.0.1:8241/v1", "s3cret", "qwen2.5-coder-1.5b", 32768)
+    provider = config["provider"]["localspec"]
+    assert provider["npm"] == "@ai-sdk/openai-compatible"
+    assert provider["options"] == {"baseURL": "http://127.0.0.1:8241/v1", "apiKey": "s3cret"}
+    assert provider["models"]["qwen2.5-coder-1.5b"]["limit"] == {"context": 32768, "output": 4096}
+    assert config["model"] == "localspec/qwen2.5-coder-1.5b"
+    assert config["autoupdate"] is False and config["share"] == "disabled"
+    assert "tools" not in config  # all of opencode's tools, as it ships
+    small = agents.opencode_config("http://h/v1", "k", "m", 2048)
+    assert small["provider"]["localspec"]["models"]["m"]["limit"] == {"context": 2048, "output": 2048}
+
+
+def test_a_tool_subset_turns_every_other_builtin_tool_off(agents):
+    tools = agents.opencode_config("http://h/v1", "k", "m", 32768, tools=["read", "glob"])["tools"]
+    assert {name for name, on in tools.items() if on} == {"read", "glob"}
+    assert set(tools) == set(agents.OPENCODE_TOOLS)
+
+
+def test_the_offline_switches_cover_updates_the_models_catalogue_and_sharing(agents):
+    env = agents.OPENCODE_OFFLINE_ENV
+    for name in ("OPENCODE_DISABLE_AUTOUPDATE", "OPENCODE_DISABLE_MODELS_FETCH", "OPENCODE_DISABLE_SHARE"):
+        assert env[name] == "1"
+
+
+def test_a_read_of_hello_py_then_an_answer_naming_the_function_passes(agents):
+    out = lines({"type": "step_start", "part": {}},
+                tool_event("read", "completed", "/w/hello.py", "1: def greet(name):"),
+                text_event("The function defined in hello.py is `greet`."))
+    ok, reason, calls, answer = agents.opencode_verdict("some log line\n" + out)
+    assert ok, reason
+    assert answer == "The function defined in hello.py is `greet`."
+    assert calls == ['read completed {"filePath": "/w/hello.py"} -> \'1: def greet(name):\'']
+
+
+def test_no_tool_call_fails_even_when_the_answer_guesses_the_name(agents):
+    ok, reason, calls, answer = agents.opencode_verdict(lines(text_event("It defines greet.")))
+    assert not ok and "never completed" in reason
+    assert calls == [] and answer == ""  # only text after the read counts
+
+
+def test_a_failed_read_or_a_read_of_another_file_fails(agents):
+    ok, reason, calls, _ = agents.opencode_verdict(lines(
+        tool_event("read", "error", "/elsewhere/hello.py", "File not found: /elsewhere/hello.py"),
+        tool_event("read", "completed", "/w/other.py", "x = 1"), text_event("greet")))
+    assert not ok and "never completed" in reason
+    assert calls[0].startswith("read error") and "File not found" in calls[0]
+
+
+def test_a_read_followed_by_a_wrong_answer_or_an_error_event_fails(agents):
+    read = tool_event("read", "completed", "hello.py", "1: def greet(name):")
+    ok, reason, _, answer = agents.opencode_verdict(lines(read, text_event("It defines hello.")))
+    assert not ok and "does not name greet" in reason and answer == "It defines hello."
+    ok, reason, _, _ = agents.opencode_verdict(lines(read, text_event("greet"), {
+        "type": "error", "error": {"name": "APIError", "data": {"message": "400 bad request"}}}))
+    assert not ok and "400 bad request" in reason

@@ -367,8 +367,8 @@ def try_qwen(qwen: str, base_url: str, api_key: str, model: str, tool_call_style
 
 OPENCODE_TASK = "Read hello.py and tell me the name of the function defined in it."
 #: opencode's switches for a run that reaches no network but the server's: no update check, no
-#: models.dev catalogue fetch, no session sharing, no language-server downloads, no default plugins
-#: (installed from npm at start), no reading of Claude Code's files
+#: models.dev catalogue fetch, no session sharing, no language-server downloads, no default plugins, no
+#: reading of Claude Code's or other agents' files (skills)
 OPENCODE_OFFLINE_ENV = {"OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_MODELS_FETCH": "1",
                         "OPENCODE_DISABLE_SHARE": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
                         "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1", "OPENCODE_DISABLE_CLAUDE_CODE": "1",
@@ -393,6 +393,23 @@ def opencode_config(base_url: str, api_key: str, model: str, n_ctx: int, tools: 
         config["tools"] = {name: name in tools for name in OPENCODE_TOOLS} | {name: True for name in tools}
     return config
 
+
+
+def opencode_steps(stdout: str) -> list[str]:
+    """One line per model request of ``opencode run --format json``'s output (its ``step_finish`` events):
+    why the step ended (``tool-calls``, ``stop``, ...) and the tokens the server reported (prompt, answer)."""
+    steps = []
+    for line in stdout.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("type") == "step_finish":
+            part = event.get("part") or {}
+            tokens = part.get("tokens") or {}
+            steps.append(f"step {len(steps) + 1}: {part.get('reason')}, prompt tokens {tokens.get('input')}, "
+                         f"answer tokens {tokens.get('output')}")
+    return steps
 
 
 def opencode_verdict(stdout: str, function: str = "greet") -> tuple[bool, str, list[str], str]:
@@ -465,6 +482,8 @@ def try_opencode(opencode: str, base_url: str, api_key: str, model: str, n_ctx: 
     delta = {k.removeprefix("localspec_").removesuffix("_total"): round(after[k] - before[k], 1) for k in after}
     ok, reason, calls, answer = opencode_verdict(out)
     print(f"opencode run {task!r} -> exit {rc} after {seconds:.0f} s")
+    for step in opencode_steps(out):
+        print("  " + step)
     for call in calls:
         print("  tool " + call)
     print(f"  answer: {answer!r}")

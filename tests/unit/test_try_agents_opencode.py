@@ -96,3 +96,12 @@ def test_a_read_followed_by_a_wrong_answer_or_an_error_event_fails(agents):
     ok, reason, _, _ = agents.opencode_verdict(lines(read, text_event("greet"), {
         "type": "error", "error": {"name": "APIError", "data": {"message": "400 bad request"}}}))
     assert not ok and "400 bad request" in reason
+
+
+def test_each_step_finish_event_is_one_line_with_its_reason_and_tokens(agents):
+    def finish(reason, prompt, answer):
+        return {"type": "step_finish", "part": {"type": "step-finish", "reason": reason,
+                                                "tokens": {"total": prompt + answer, "input": prompt, "output": answer}}}
+    out = lines(finish("tool-calls", 7000, 30), text_event("greet"), finish("stop", 7100, 12))
+    assert agents.opencode_steps("not json\n" + out) == [
+        "step 1: tool-calls, prompt tokens 7000, answer tokens 30", "step 2: stop, prompt tokens 7100, answer tokens 12"]

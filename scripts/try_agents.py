@@ -407,16 +407,16 @@ def opencode_steps(stdout: str) -> list[str]:
         if isinstance(event, dict) and event.get("type") == "step_finish":
             part = event.get("part") or {}
             tokens = part.get("tokens") or {}
-            steps.append(f"step {len(steps) + 1}: {part.get('reason')}, prompt tokens {tokens.get('input')}, "
-                         f"answer tokens {tokens.get('output')}")
+            steps.append(f"step {len(steps) + 1}: {part.get('reason')}, prompt tokens {tokens.get('input')} read + "
+                         f"{(tokens.get('cache') or {}).get('read')} cached, answer tokens {tokens.get('output')}")
     return steps
 
 
 def opencode_verdict(stdout: str, function: str = "greet") -> tuple[bool, str, list[str], str]:
     """Judge ``opencode run --format json``'s output (one JSON event a line; other lines are skipped):
-    the read tool must have completed on ``hello.py`` and the text written after it must name ``function``.
-    Returns (passed, the reason, one line per tool call: its name, status, input and the first 120 characters
-    of its output or error, the answer: the text parts written after the first read, joined)."""
+    the read tool must have completed on ``hello.py`` and the answer, the text written after the last
+    tool call, must name ``function``. Returns (passed, the reason, one line per tool call: its name,
+    status, input and the first 120 characters of its output or error, the answer)."""
     events = []
     for line in stdout.splitlines():
         try:
@@ -425,25 +425,25 @@ def opencode_verdict(stdout: str, function: str = "greet") -> tuple[bool, str, l
             continue
         if isinstance(event, dict):
             events.append(event)
-    calls, answer, read_at, errors = [], [], None, []
-    for i, event in enumerate(events):
+    calls, answer, read, errors = [], [], False, []
+    for event in events:
         part = event.get("part") or {}
         if event.get("type") == "tool_use":
             state = part.get("state") or {}
             result = str(state.get("output") or state.get("error") or "")
             calls.append(f"{part.get('tool')} {state.get('status')} {json.dumps(state.get('input'))} -> {result[:120]!r}")
             path = str((state.get("input") or {}).get("filePath", ""))
-            if read_at is None and part.get("tool") == "read" and state.get("status") == "completed" \
-                    and path.endswith("hello.py"):
-                read_at = i
-        elif event.get("type") == "text" and read_at is not None:
+            read = read or (part.get("tool") == "read" and state.get("status") == "completed"
+                            and Path(path).name == "hello.py")
+            answer = []
+        elif event.get("type") == "text":
             answer.append(part.get("text") or "")
         elif event.get("type") == "error":
             errors.append(json.dumps(event.get("error"))[:300])
     text = "".join(answer).strip()
     if errors:
         return False, "opencode reported an error: " + "; ".join(errors), calls, text
-    if read_at is None:
+    if not read:
         return False, "the read tool never completed on hello.py", calls, text
     if function not in text:
         return False, f"the read tool ran, but the answer after it does not name {function}", calls, text

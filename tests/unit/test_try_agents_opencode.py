@@ -78,7 +78,16 @@ def test_a_read_of_hello_py_then_an_answer_naming_the_function_passes(agents):
 def test_no_tool_call_fails_even_when_the_answer_guesses_the_name(agents):
     ok, reason, calls, answer = agents.opencode_verdict(lines(text_event("It defines greet.")))
     assert not ok and "never completed" in reason
-    assert calls == [] and answer == ""  # only text after the read counts
+    assert calls == [] and answer == "It defines greet."
+
+
+def test_the_answer_is_the_text_after_the_last_tool_call(agents):
+    out = lines(text_event("Let me read it. greet?"), tool_event("read", "completed", "/w/hello.py", "1: def greet"),
+                text_event("Now the other file."), tool_event("glob", "completed", "/w/x.py", "none"),
+                text_event("It is "), text_event("`greet`."))
+    ok, reason, calls, answer = agents.opencode_verdict(out)
+    assert ok, reason
+    assert answer == "It is `greet`." and len(calls) == 2
 
 
 def test_a_failed_read_or_a_read_of_another_file_fails(agents):
@@ -100,8 +109,9 @@ def test_a_read_followed_by_a_wrong_answer_or_an_error_event_fails(agents):
 
 def test_each_step_finish_event_is_one_line_with_its_reason_and_tokens(agents):
     def finish(reason, prompt, answer):
-        return {"type": "step_finish", "part": {"type": "step-finish", "reason": reason,
-                                                "tokens": {"total": prompt + answer, "input": prompt, "output": answer}}}
-    out = lines(finish("tool-calls", 7000, 30), text_event("greet"), finish("stop", 7100, 12))
+        return {"type": "step_finish", "part": {"type": "step-finish", "reason": reason, "tokens": {
+            "total": prompt + answer, "input": prompt, "output": answer, "cache": {"read": 7000 - prompt, "write": 0}}}}
+    out = lines(finish("tool-calls", 7000, 30), text_event("greet"), finish("stop", 78, 12))
     assert agents.opencode_steps("not json\n" + out) == [
-        "step 1: tool-calls, prompt tokens 7000, answer tokens 30", "step 2: stop, prompt tokens 7100, answer tokens 12"]
+        "step 1: tool-calls, prompt tokens 7000 read + 0 cached, answer tokens 30",
+        "step 2: stop, prompt tokens 78 read + 6922 cached, answer tokens 12"]

@@ -884,18 +884,19 @@ class LlamaModel(NativeResource):
         pc = self._prefill_copy
         model = pc.model
         held = list(self.cached_tokens)
-        if model.cached_tokens[: len(held)] == held:
+        if model.cached_tokens[: len(held)] == held:  # it holds what this model holds, maybe more
             model.truncate(len(held))
-        elif not held:
-            model.reset()
-        elif not model.load_state(self.save_state()):
-            model.reset()
-            model._decode(held, ())
+        else:
+            state = self.save_state()
+            if state is None or not model.load_state(state):
+                model.reset()
+                model._decode(held, ())
         t0 = time.perf_counter()
         rows = model._decode(tokens, logits_for, progress)
         pc.seconds += time.perf_counter() - t0
         pc.tokens += len(tokens)
-        if not self.load_state(model.save_state()):
+        state = model.save_state()
+        if state is None or not self.load_state(state):
             self._prefill_copy = None
             model.close()
             rows = self._decode([*held, *tokens], [len(held) + len(tokens) - 1] if len(rows) else (), progress)

@@ -103,6 +103,33 @@ def test_greedy_generation_is_token_identical_with_and_without_the_copy(models, 
     assert len(gens[0]) == 40 and gens[0] == gens[1]
 
 
+def test_a_refused_cache_is_read_again_where_it_is_missing(models, monkeypatch):
+    """The copy refuses the model's cache: it reads those tokens itself. The model refuses the copy's:
+    the copy is dropped and the model reads everything itself. The logits stay a plain model's."""
+    main, copy, ref = models
+    toks = _tokens(main, 200)
+    for m in (main, ref):
+        m.decode(toks[:10], ())
+    monkeypatch.setattr(copy, "load_state", lambda state: False)
+    main.decode(toks[10:90], ())
+    ref.decode(toks[10:90], ())
+    assert copy.cached_tokens == toks[:90] and main.prefill_copy.tokens == 80
+    np.testing.assert_allclose(main.decode([toks[90]], "last"), ref.decode([toks[90]], "last"), atol=1e-3)
+    refusals = []
+
+    def refuse(state):
+        refusals.append(len(state.tokens))
+        main.reset()  # as load_state leaves a cache llama.cpp refused: empty
+        return False
+
+    monkeypatch.setattr(main, "load_state", refuse)
+    rows = main.decode(toks[91:170], "last")
+    assert refusals == [170] and main.prefill_copy is None and copy._model is None  # dropped and closed
+    assert main.cached_tokens == toks[:170] and rows.shape == (1, main.n_vocab)
+    ref.reset()
+    np.testing.assert_array_equal(rows, ref.decode(toks[:170], "last"))
+
+
 def test_abort_reaches_the_copy_and_leaves_the_cache_as_it_was(models):
     main, copy, ref = models
     toks = _tokens(main, 120)

@@ -272,3 +272,12 @@ def test_a_second_copy_fits_in_half_the_memory_left_beside_the_first_window():
     assert second_copy_fits(1 * gib, 2 * gib, 10 * gib)  # 3 <= (10 - 2) / 2
     assert not second_copy_fits(1 * gib, 2 * gib, 7 * gib)  # 3 > 2.5
     assert not second_copy_fits(1, 1, 0)
+
+
+def test_the_header_line_says_when_a_copy_reads_prompts(gguf):
+    command, _ = _commands(DECODES_FAST_READS_SLOW, DECODES_SLOW_READS_FAST)
+    v = rp.decide_repack(gguf, "auto", n_threads=2, command=command, use_cache=False)
+    line = rp.describe_choice(True, v, prefill_copy=True)
+    assert "900 ms per 64-token prompt pass" in line and "read by a second copy in the standard layout (1.50x" in line
+    assert "second copy" not in rp.describe_choice(True, v)  # the probe allowed one, memory did not
+    assert rp.choice_json(True, v, True)["prefill_copy"] is True and rp.choice_json(True, v)["prefill_copy"] is False

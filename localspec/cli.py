@@ -381,7 +381,7 @@ def cmd_calibrate(ns: argparse.Namespace) -> int:
     stage, steps = _stage_printer(sys.stderr), _step_printer(sys.stderr)
     target = load_model(settings.target, stage=stage, notices=notices)
     huge["target"] = target.huge_page_bytes
-    repack["target"] = (target.repack, target.repack_verdict)
+    repack["target"] = (target.repack, target.repack_verdict, getattr(target, "prefill_copy", None) is not None)
     try:
         out["target"] = get_costs(target, draft_max + 1, remeasure=ns.remeasure, repeats=ns.repeats,
                                   contexts=calibration_contexts(target, draft_max + 1, ns.long_context),
@@ -391,7 +391,7 @@ def cmd_calibrate(ns: argparse.Namespace) -> int:
     if not ns.no_draft:
         draft = load_model(settings.draft, stage=stage, notices=notices)
         huge["draft"] = draft.huge_page_bytes
-        repack["draft"] = (draft.repack, draft.repack_verdict)
+        repack["draft"] = (draft.repack, draft.repack_verdict, getattr(draft, "prefill_copy", None) is not None)
         try:
             out["draft"] = get_costs(draft, 2, remeasure=ns.remeasure, repeats=ns.repeats, progress=steps,
                                      contexts=calibration_contexts(draft, 2, ns.long_context), keep_longer=True)
@@ -412,8 +412,8 @@ def cmd_calibrate(ns: argparse.Namespace) -> int:
     print(describe())
     print("weights in 2 MiB huge pages: " + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in huge.items())
           + ("" if any(huge.values()) else " (--huge-pages off, or not available on this system)"))
-    for name, (on, verdict) in repack.items():
-        print(f"{name} {describe_choice(on, verdict)}")
+    for name, choice in repack.items():
+        print(f"{name} {describe_choice(*choice)}")
     print(format_curve(tc, f"target {settings.target.model} ({src}, {tc.key.get('n_threads')} threads, "
                            f"median of {tc.repeats}); cache: {cost_cache_path(tc.key)}"))
     print(describe_costs(tc))

@@ -14,7 +14,10 @@ paired comparison: the same cut everywhere, no server always first):
 * ``localspec``: ``localspec serve`` (``--mode``, default auto; mode auto measures this machine's
   costs once at its first start, cached);
 * ``ls-plain``: ``llama-server`` on the same target file, threads and ``-c`` (with ``--llama-server PATH``);
-* ``ls-ngram``: the same with ``--spec-type ngram-mod``.
+* ``ls-ngram``: the same with ``--spec-type ngram-mod``;
+* ``ls-plain-nr``, ``ls-ngram-nr`` (with ``--no-repack-too``): both again with ``--no-repack``
+  (llama.cpp's repacked CPU kernels decode faster but read long prompts slower on some CPUs, AMD
+  Zen 4 among them: there llama-server's fastest prompt read is without repacking).
 
 Per server: p50 and p90 of the end-to-end latency (request sent to answer read, ms), mean tokens
 predicted; per llama-server configuration, the median of the per-request ratio (its latency /
@@ -25,7 +28,7 @@ Usage::
 
     .venv/bin/python scripts/bench_infill.py [--requests 50] [--llama-server PATH] [--target MODEL]
         [--draft MODEL] [--mode auto] [--threads N] [--n-ctx 4096] [--prefix-lines N] [--suffix-lines N]
-        [--seed 0] [--json out.json]
+        [--seed 0] [--json out.json] [--no-repack-too]
 """
 
 from __future__ import annotations
@@ -79,9 +82,11 @@ def cuts(n: int, seed: int, before: int | None = None, after: int | None = None)
 def server_argv(name: str, args, target: str, draft: str | None) -> list[str]:
     common_ls = [args.llama_server, "-m", target, "--host", "127.0.0.1", "--port", "{port}", "-t", str(args.threads),
                  "-tb", str(args.threads), "-c", str(args.n_ctx), "-np", "1", "--no-webui"]
-    if name == "ls-plain":
+    if name.endswith("-nr"):
+        common_ls = common_ls + ["--no-repack"]
+    if name.startswith("ls-plain"):
         return common_ls
-    if name == "ls-ngram":
+    if name.startswith("ls-ngram"):
         return common_ls + ["--spec-type", "ngram-mod"]
     return [sys.executable, "-m", "localspec.cli", "serve", "--target", target, "--port", "{port}",
             "--n-threads", str(args.threads), "--n-ctx", str(args.n_ctx), "--mode", args.mode,
@@ -110,10 +115,10 @@ def percentile(xs: list[float], q: float) -> float:
 
 
 def report(results: dict[str, list[dict]]) -> list[str]:
-    lines = [f"{'server':<10} {'p50 ms':>8} {'p90 ms':>8} {'mean tokens':>12}"]
+    lines = [f"{'server':<12} {'p50 ms':>8} {'p90 ms':>8} {'mean tokens':>12}"]
     for name, rs in results.items():
         ms = [r["ms"] for r in rs]
-        lines.append(f"{name:<10} {percentile(ms, 0.5):8.0f} {percentile(ms, 0.9):8.0f} "
+        lines.append(f"{name:<12} {percentile(ms, 0.5):8.0f} {percentile(ms, 0.9):8.0f} "
                      f"{statistics.mean(r['tokens'] or 0 for r in rs):12.1f}")
     ours = results["localspec"]
     for name, rs in results.items():
@@ -134,6 +139,8 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--requests", type=int, default=50)
     p.add_argument("--llama-server", default=None, help="path to a llama-server binary (adds ls-plain, ls-ngram)")
+    p.add_argument("--no-repack-too", action="store_true",
+                   help="with --llama-server: also run it with --no-repack (adds ls-plain-nr, ls-ngram-nr)")
     p.add_argument("--target", default=None, help="model (preset or .gguf); default: the catalog's default target")
     p.add_argument("--draft", default=None, help="localspec's draft model; default: the target's pair's")
     p.add_argument("--mode", default="auto", choices=("auto", "draft", "lookup", "none"))
@@ -154,7 +161,7 @@ def main(argv: list[str]) -> int:
         if not Path(args.llama_server).is_file():
             print(f"error: no llama-server at {args.llama_server}", file=sys.stderr)
             return 2
-        servers += ["ls-plain", "ls-ngram"]
+        servers += ["ls-plain", "ls-ngram"] + (["ls-plain-nr", "ls-ngram-nr"] if args.no_repack_too else [])
     reqs = cuts(args.requests, args.seed, args.prefix_lines, args.suffix_lines)
     rng = random.Random(args.seed + 1)
     tmp = Path(tempfile.mkdtemp(prefix="localspec-bench-infill-"))

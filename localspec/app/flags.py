@@ -41,11 +41,12 @@ def value_range(model: type, name: str, var: str = "x") -> str:
 SECTION_ARGS: dict[str, tuple[type, dict[str, str]]] = {
     "target": (ModelSettings, {"target": "model", "n_ctx": "n_ctx", "n_batch": "n_batch", "n_threads": "n_threads",
                                "n_gpu_layers": "n_gpu_layers", "flash_attn": "flash_attn",
-                               "huge_pages": "huge_pages", "repack": "repack", "rpc": "rpc",
+                               "huge_pages": "huge_pages", "repack": "repack", "prefill_copy": "prefill_copy",
+                               "rpc": "rpc",
                                "rpc_timeout": "rpc_timeout"}),
     "draft": (ModelSettings, {"draft": "model", "n_ctx": "n_ctx", "n_batch": "n_batch", "n_threads": "n_threads",
                               "draft_n_gpu_layers": "n_gpu_layers", "flash_attn": "flash_attn",
-                              "huge_pages": "huge_pages", "repack": "repack"}),
+                              "huge_pages": "huge_pages", "repack": "repack", "prefill_copy": "prefill_copy"}),
     "sampling": (SamplingParams, {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
                                   "seed": "seed"}),
     "drafting": (DraftParams, {"mode": "mode", "draft_max": "draft_max", "draft_min": "draft_min",
@@ -156,7 +157,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """Model and hardware options shared by every subcommand that loads models."""
     g = p.add_argument_group("models")
     for dest in ("target", "draft", "n_ctx", "n_batch", "n_threads", "n_gpu_layers", "draft_n_gpu_layers",
-                 "flash_attn", "huge_pages", "repack", "rpc", "rpc_timeout"):
+                 "flash_attn", "huge_pages", "repack", "prefill_copy", "rpc", "rpc_timeout"):
         add_option(g, dest)
 
 

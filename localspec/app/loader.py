@@ -15,14 +15,15 @@ from typing import Callable
 
 from localspec.backend import rpc
 from localspec.backend.isolated import IsolatedModel
-from localspec.backend.context import MIN_DEFAULT_CONTEXT
+from localspec.backend.context import MIN_DEFAULT_CONTEXT, available_memory, second_copy_fits
 from localspec.backend.llama import LlamaModel
 from localspec.backend.calibration import StepFn, apply_cached_flash_attn, cached_engine_costs, engine_costs
 from localspec.config import ModelSettings, Settings
+from localspec.errors import BackendError, ModelError
 from localspec.core.costmodel import EngineCosts
 from localspec.core.engine import SpeculativeEngine
 from localspec.app.catalog import ProgressFn, resolve_model
-from localspec.backend.repack import decide_repack
+from localspec.backend.repack import PROBE_PREFILL, RepackVerdict, decide_repack
 
 #: stage callback: (message) -> None, e.g. "loading target qwen2.5-coder-1.5b"
 StageFn = Callable[[str], None]
@@ -99,9 +100,44 @@ def load_model(ms: ModelSettings, progress: ProgressFn | None = None, stage: Sta
                        huge_pages=ms.huge_pages, repack=bool(verdict and verdict.use), flash_attn_mode=ms.flash_attn,
                        n_ctx_max=n_ctx_max)
     model.repack_verdict = verdict
+    _attach_prefill_copy(model, ms, verdict, stage, notices)
     if ms.flash_attn == "auto":
-        apply_cached_flash_attn(model)  # the faster setting, if this machine has measured it
+        apply_cached_flash_attn(model)  # the faster setting, if this machine has measured it (the copy follows)
     return model
+
+
+def _attach_prefill_copy(model: LlamaModel, ms: ModelSettings, verdict: RepackVerdict | None,
+                         stage: StageFn | None, notices: list[str] | None) -> bool:
+    """Load ``model``'s weights a second time in the standard layout to read its prompts
+    (:meth:`LlamaModel.attach_prefill_copy`) where ``ms.prefill_copy`` is auto, the weights were
+    repacked, the probe found the standard layout reading prompts faster
+    (:func:`~localspec.backend.repack.choose_prefill_copy`) and the copy fits in memory
+    (:func:`~localspec.backend.context.second_copy_fits`; else a notice says it was skipped).
+    Returns whether it attached one."""
+    if (ms.prefill_copy != "auto" or verdict is None or not verdict.prefill_copy or not model.repack
+            or ms.n_gpu_layers != 0):
+        return False
+    weights = model.path.stat().st_size
+    if not second_copy_fits(weights, model.window_bytes(), available_memory()):
+        if notices is not None:
+            notices.append(f"{model.path.name}: no prefill copy (its weights and window, "
+                           f"{(weights + model.window_bytes()) / 2**30:.1f} GiB, do not fit in half the memory "
+                           "available); prompts are read in the repacked layout (--n-ctx smaller makes room)")
+        return False
+    if stage:
+        stage(f"loading {model.path.name} again in the standard layout to read prompts "
+              f"({verdict.prefill_ratio:.2f}x faster there in the probe)")
+    try:
+        copy = LlamaModel(model.path, n_ctx=model.n_ctx, n_batch=model.n_batch, n_threads=model.n_threads,
+                          n_gpu_layers=0, flash_attn=model.flash_attn, huge_pages=model.huge_pages, repack=False,
+                          flash_attn_mode=model.flash_attn_mode)
+    except (BackendError, ModelError) as e:
+        if notices is not None:
+            notices.append(f"{model.path.name}: no prefill copy ({e.message}); prompts are read in the repacked layout")
+        return False
+    w, wo = verdict.with_repack, verdict.without_repack
+    model.attach_prefill_copy(copy, w.tl, wo.tl, max(w.tc or 0.0, wo.tc or 0.0), PROBE_PREFILL)
+    return True
 
 
 def _load_on_workers(ms: ModelSettings, path, stage: StageFn | None, n_ctx_max: int | None = None) -> IsolatedModel:

@@ -79,6 +79,18 @@ def default_context(n_ctx_train: int, bytes_per_token: int, available_bytes: int
     return max(n, low)
 
 
+def second_copy_fits(weights_bytes: int, window_bytes: int, available_bytes: int,
+                     share: float = CONTEXT_MEMORY_SHARE) -> bool:
+    """Whether a second copy of a loaded model (its weights and a window as large as the first's, e.g. a
+    prefill copy) fits: ``weights_bytes + window_bytes <= share x (available_bytes - window_bytes)``.
+
+    The first copy's window is subtracted from the available memory because llama.cpp allocates it
+    untouched, so the kernel still counts most of it as available; ``share`` leaves the same headroom as
+    :func:`default_context`.
+    """
+    return weights_bytes + window_bytes <= share * max(0, available_bytes - window_bytes)
+
+
 def available_memory() -> int:
     """Memory available to a new allocation, bytes: Linux's ``MemAvailable`` (``/proc/meminfo``); elsewhere
     the physical memory (``os.sysconf``); 0 when neither can be read."""

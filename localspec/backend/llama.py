@@ -188,6 +188,33 @@ class KvState:
     flash_attn: bool | None
 
 
+@dataclass
+class PrefillCopy:
+    """A model's second copy in llama.cpp's standard weight layout that reads its long prompts
+    (:meth:`LlamaModel.attach_prefill_copy`).
+
+    Attributes:
+        model: the copy (a :class:`LlamaModel` loaded without repacking).
+        gain_per_token: seconds saved per prompt token read there instead of in the repacked layout.
+        copy_per_token: seconds per cached token to move the KV cache between the two contexts.
+        min_tokens: the fewest tokens of a decode sent there.
+        tokens, seconds: prompt tokens read there so far, and the wall seconds of those decodes.
+    """
+
+    model: "LlamaModel"
+    gain_per_token: float
+    copy_per_token: float
+    min_tokens: int
+    tokens: int = 0
+    seconds: float = 0.0
+
+    def pays(self, n_cached: int, n: int) -> bool:
+        """Whether reading ``n`` tokens after ``n_cached`` cached ones there saves more than moving the
+        cache costs: ``n >= min_tokens`` and ``n x gain > (2 x n_cached + n) x copy`` (the cache goes
+        there, unless the copy already holds it, and all of it comes back)."""
+        return n >= self.min_tokens and n * self.gain_per_token > (2 * n_cached + n) * self.copy_per_token
+
+
 class LlamaModel(NativeResource):
     """A loaded GGUF model with one llama.cpp context and one sequence (id 0).
 
@@ -310,6 +337,7 @@ class LlamaModel(NativeResource):
         self._formatters: dict[bool, object] = {}  # compiled chat templates, by add_generation_prompt
         self._piece_buf = ctypes.create_string_buffer(256)
         self._logits_rows = 0
+        self._prefill_copy: PrefillCopy | None = None
 
     # -- lifecycle ------------------------------------------------------------------
     def kv_bytes_per_token(self) -> int:
@@ -325,6 +353,12 @@ class LlamaModel(NativeResource):
 
         return kv_bytes_per_token(int(lc.llama_model_n_layer(m)), int(lc.llama_model_n_head_kv(m)), dim("key"),
                                   dim("value"))
+
+    def window_bytes(self) -> int:
+        """Bytes the context's window takes as the default-context rule counts them (KV cache and one
+        batch's attention scores, :func:`~localspec.backend.context.context_bytes_per_token`)."""
+        return self.n_ctx * context_bytes_per_token(self.kv_bytes_per_token(),
+                                                    int(self._lc.llama_model_n_head(self._model)), self.n_batch)
 
     def default_n_ctx(self, n_batch: int, n_ctx_max: int | None = None) -> int:
         """The default window for this model on this machine now (:func:`~localspec.backend.context.default_context`):
@@ -439,12 +473,22 @@ class LlamaModel(NativeResource):
         self._lc.llama_free(old_ctx)
         self.flash_attn = flash_attn
         self.cached_tokens.clear()
+        if self._prefill_copy is not None:
+            try:
+                self._prefill_copy.model.set_flash_attn(flash_attn)
+            except BackendError:  # the copy cannot follow: drop it (its cache would not transfer)
+                self._prefill_copy.model.close()
+                self._prefill_copy = None
 
     def close(self) -> None:
         """Free the context, batch and model. Safe to call twice."""
         lc = getattr(self, "_lc", None)
         if lc is None:
             return
+        copy = getattr(self, "_prefill_copy", None)
+        if copy is not None:
+            copy.model.close()
+            self._prefill_copy = None
         if getattr(self, "_batch", None) is not None:
             lc.llama_batch_free(self._batch)
             self._batch = None
@@ -463,10 +507,14 @@ class LlamaModel(NativeResource):
         to where it was before the call. The flag stays set until :meth:`clear_abort`.
         """
         self._abort_flag[0] = b"\x01"
+        if getattr(self, "_prefill_copy", None) is not None:
+            self._prefill_copy.model.abort()
 
     def clear_abort(self) -> None:
         """Let decodes run again after :meth:`abort`."""
         self._abort_flag[0] = b"\x00"
+        if getattr(self, "_prefill_copy", None) is not None:
+            self._prefill_copy.model.clear_abort()
 
     @property
     def abort_requested(self) -> bool:
@@ -754,6 +802,9 @@ class LlamaModel(NativeResource):
             want = list(range(n))
         else:
             want = sorted(int(i) for i in logits_for)
+        copy = self._prefill_copy
+        if copy is not None and len(want) <= 1 and (not want or want[0] == n - 1) and copy.pays(self.n_cached, n):
+            return self._decode_on_copy(tokens, logits_for, progress)
         want_set = set(want)
         lc = self._lc
         start = self.n_cached
@@ -793,6 +844,63 @@ class LlamaModel(NativeResource):
                 ptr = lc.llama_get_logits_ith(self._ctx, j)
                 rows.append(np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy())
         return np.stack(rows) if rows else np.empty((0, self.n_vocab), dtype=np.float32)
+
+    # -- the prefill copy -----------------------------------------------------------
+    def attach_prefill_copy(self, copy: "LlamaModel", tl_repacked: float, tl_standard: float,
+                            copy_seconds_per_token: float, min_tokens: int) -> None:
+        """Let ``copy`` (this model's weights loaded again in llama.cpp's standard layout, same window,
+        batch and flash-attention setting) read long prompts: a decode of at least ``min_tokens``
+        tokens that wants no logits or only the last row runs there and its KV cache is copied into
+        this model's (``llama_state_seq_get_data``/``_set_data``, about 28 KiB a token for
+        Qwen2.5-Coder-1.5B), when the time saved, ``n x (tl_repacked - tl_standard) / min_tokens``,
+        exceeds the copies' (:meth:`PrefillCopy.pays`). Verification passes (logits for every
+        position) always run here, in this model's layout. The copy is closed with this model.
+
+        Args:
+            copy: the second model; this model owns it from now on.
+            tl_repacked, tl_standard: seconds of a ``min_tokens``-token prompt pass in this model's
+                layout and in the copy's (the repack probe's ``tl``).
+            copy_seconds_per_token: seconds to copy one cached token's KV out and back in (``tc``).
+            min_tokens: the fewest tokens of a decode sent to the copy.
+
+        Raises:
+            ValueError: the copy's window, batch or flash-attention setting differs (the KV cache
+                would not transfer).
+        """
+        if (copy.n_ctx, copy.n_batch, copy.flash_attn) != (self.n_ctx, self.n_batch, self.flash_attn):
+            raise ValueError(f"prefill copy differs: window/batch/flash attention {copy.n_ctx}/{copy.n_batch}/"
+                             f"{copy.flash_attn} against {self.n_ctx}/{self.n_batch}/{self.flash_attn}")
+        gain = max(0.0, (tl_repacked - tl_standard) / max(1, min_tokens))
+        self._prefill_copy = PrefillCopy(copy, gain, max(0.0, copy_seconds_per_token), max(1, min_tokens))
+
+    @property
+    def prefill_copy(self) -> "PrefillCopy | None":
+        """The second copy that reads long prompts (:meth:`attach_prefill_copy`), or None."""
+        return self._prefill_copy
+
+    def _decode_on_copy(self, tokens: Sequence[int], logits_for, progress) -> np.ndarray:
+        """:meth:`_decode` on the prefill copy, its KV cache then copied here. If this context refuses the
+        copied cache, the copy is dropped and the tokens are read here (the cache was emptied: all again)."""
+        pc = self._prefill_copy
+        model = pc.model
+        held = list(self.cached_tokens)
+        if model.cached_tokens[: len(held)] == held:  # it holds what this model holds, maybe more
+            model.truncate(len(held))
+        else:
+            state = self.save_state()
+            if state is None or not model.load_state(state):
+                model.reset()
+                model._decode(held, ())
+        t0 = time.perf_counter()
+        rows = model._decode(tokens, logits_for, progress)
+        pc.seconds += time.perf_counter() - t0
+        pc.tokens += len(tokens)
+        state = model.save_state()
+        if state is None or not self.load_state(state):
+            self._prefill_copy = None
+            model.close()
+            rows = self._decode([*held, *tokens], [len(held) + len(tokens) - 1] if len(rows) else (), progress)
+        return rows
 
     def truncate(self, n: int) -> None:
         """Roll the KV cache back to its first ``n`` positions (``llama_memory_seq_rm``).

@@ -45,9 +45,15 @@ from localspec.errors import ConfigError, ModelError
 RepackMode = Literal["auto", "on", "off"]
 #: tokens in the probe's batched decode (the engine's verification pass is 1..draft_max+1 tokens)
 PROBE_BATCH = 8
+#: tokens in the probe's prompt-read pass (no logits), and the fewest a decode call must have to go to
+#: the prefill copy (:meth:`localspec.backend.llama.LlamaModel.attach_prefill_copy`)
+PROBE_PREFILL = 64
+#: the standard layout must read prompts at least this many times faster than the repacked one for a
+#: prefill copy (its memory buys at least a tenth of the prompt-read time)
+PREFILL_COPY_MIN_SPEEDUP = 1.10
 #: timed repetitions of each decode in a probe child
 PROBE_REPEATS = 5
-VERDICT_FORMAT = 1
+VERDICT_FORMAT = 2  # 2: the prompt-read pass (tl) and the KV copy (tc) measured too
 #: (message) -> None: what the probe is doing, for the CLI, the serve log and the TUI
 StageFn = Callable[[str], None]
 
@@ -69,12 +75,17 @@ class ProbeResult:
             (a non-zero exit, e.g. the model did not load).
         detail: the signal's name, the exit status or the last line the child wrote to stderr.
         t1, tb: median seconds of one decode of 1 and of :data:`PROBE_BATCH` tokens (``ok`` only).
+        tl: median seconds of a :data:`PROBE_PREFILL`-token decode without logits (a prompt read).
+        tc: seconds per cached token to copy the KV cache out and back in (``llama_state_seq_get_data``
+            and ``_set_data``: what a prefill copy costs per token of context).
     """
 
     outcome: str
     detail: str = ""
     t1: float | None = None
     tb: float | None = None
+    tl: float | None = None
+    tc: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -82,7 +93,9 @@ class ProbeResult:
 
     def describe(self) -> str:
         if self.ok:
-            return f"decoded safely ({self.t1 * 1e3:.1f} ms per token, {self.tb * 1e3:.1f} ms per {PROBE_BATCH}-token pass)"
+            long = f", {self.tl * 1e3:.0f} ms per {PROBE_PREFILL}-token prompt pass" if self.tl else ""
+            return (f"decoded safely ({self.t1 * 1e3:.1f} ms per token, {self.tb * 1e3:.1f} ms per {PROBE_BATCH}-token "
+                    f"pass{long})")
         return {"crashed": "crashed", "timeout": "hung", "failed": "failed"}.get(self.outcome, self.outcome) + \
             (f" ({self.detail})" if self.detail else "")
 
@@ -99,6 +112,11 @@ class RepackVerdict:
             ratio; < 1 = repacking is faster), None where either did not decode.
         key: what the verdict depends on (:func:`probe_key`).
         probe_seconds: wall time of both children.
+        prefill_copy: whether ``--prefill-copy auto`` may load a second copy of the weights in the
+            standard layout to read prompts (:func:`choose_prefill_copy`): repacked weights that
+            decode faster but read prompts slower.
+        prefill_ratio: time of a :data:`PROBE_PREFILL`-token prompt pass repacked / standard, None
+            where not measured.
         fresh: True when measured in this process (not read from the cache): the user is told then.
     """
 
@@ -110,6 +128,8 @@ class RepackVerdict:
     key: dict = field(default_factory=dict)
     created: float = 0.0
     probe_seconds: float = 0.0
+    prefill_copy: bool = False
+    prefill_ratio: float | None = None
     fresh: bool = False
 
     def to_json(self) -> dict:
@@ -122,7 +142,8 @@ class RepackVerdict:
         return cls(use=bool(d["use"]), with_repack=ProbeResult(**d["with_repack"]),
                    without_repack=ProbeResult(**d["without_repack"]), reason=str(d["reason"]),
                    speed_ratio=d.get("speed_ratio"), key=dict(d.get("key", {})), created=float(d.get("created", 0)),
-                   probe_seconds=float(d.get("probe_seconds", 0)))
+                   probe_seconds=float(d.get("probe_seconds", 0)), prefill_copy=bool(d.get("prefill_copy", False)),
+                   prefill_ratio=d.get("prefill_ratio"))
 
     @property
     def unsafe(self) -> bool:
@@ -168,19 +189,23 @@ def save_verdict(verdict: RepackVerdict) -> None:
         pass
 
 
-def describe_choice(loaded_with_repack: bool, verdict: RepackVerdict | None) -> str:
-    """One line for headers (calibrate, bench): the choice and the probe's findings."""
+def describe_choice(loaded_with_repack: bool, verdict: RepackVerdict | None, prefill_copy: bool = False) -> str:
+    """One line for headers (calibrate, bench): the choice, the probe's findings, and whether a prefill
+    copy reads prompts (:meth:`localspec.backend.llama.LlamaModel.attach_prefill_copy`)."""
     state = "on" if loaded_with_repack else "off"
     if verdict is None:
         return f"weight repacking: {state} (--repack off: no probe)"
     ratio = "" if verdict.speed_ratio is None else f"; time with/without {verdict.speed_ratio:.2f}"
+    copy = (f"; prompts of {PROBE_PREFILL}+ tokens read by a second copy in the standard layout "
+            f"({verdict.prefill_ratio:.2f}x faster there)") if prefill_copy and verdict.prefill_ratio else ""
     return (f"weight repacking: {state} (probe in a child process: with repacking {verdict.with_repack.describe()}, "
-            f"without {verdict.without_repack.describe()}{ratio})")
+            f"without {verdict.without_repack.describe()}{ratio}){copy}")
 
 
-def choice_json(loaded_with_repack: bool, verdict: RepackVerdict | None) -> dict:
-    """The choice for JSON reports: ``{"repack": bool, "probe": {...} | None}``."""
-    return {"repack": bool(loaded_with_repack), "probe": None if verdict is None else verdict.to_json()}
+def choice_json(loaded_with_repack: bool, verdict: RepackVerdict | None, prefill_copy: bool = False) -> dict:
+    """The choice for JSON reports: ``{"repack": bool, "prefill_copy": bool, "probe": {...} | None}``."""
+    return {"repack": bool(loaded_with_repack), "prefill_copy": bool(prefill_copy),
+            "probe": None if verdict is None else verdict.to_json()}
 
 
 # -- the child --------------------------------------------------------------------------
@@ -201,7 +226,7 @@ def _signal_name(n: int) -> str:
 def run_probe_child(command: Sequence[str], timeout: float) -> ProbeResult:
     """Run one probe child and read its verdict; never raises for what the child does.
 
-    The child writes one JSON line ``{"t1": s, "tb": s}`` to stdout when it decoded safely.
+    The child writes one JSON line ``{"t1": s, "tb": s, "tl": s, "tc": s}`` to stdout when it decoded safely.
     """
     try:
         proc = subprocess.run(list(command), capture_output=True, text=True, timeout=timeout,
@@ -221,7 +246,8 @@ def run_probe_child(command: Sequence[str], timeout: float) -> ProbeResult:
     try:
         line = [ln for ln in proc.stdout.splitlines() if ln.strip()][-1]
         d = json.loads(line)
-        return ProbeResult("ok", "", float(d["t1"]), float(d["tb"]))
+        extra = {k: float(d[k]) for k in ("tl", "tc") if d.get(k) is not None}
+        return ProbeResult("ok", "", float(d["t1"]), float(d["tb"]), **extra)
     except (IndexError, ValueError, KeyError, TypeError):
         return ProbeResult("failed", "the child printed no timings" + (f": {last_err[-200:]}" if last_err else ""))
 
@@ -229,7 +255,6 @@ def run_probe_child(command: Sequence[str], timeout: float) -> ProbeResult:
 def _child_main(argv: Sequence[str] | None = None) -> int:
     """Load with or without repacking, decode a batch, time decodes, print the medians as JSON."""
     import argparse
-    import statistics
 
     from localspec.backend.llama import LlamaModel
 
@@ -240,25 +265,42 @@ def _child_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--n-gpu-layers", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=PROBE_REPEATS)
     a = ap.parse_args(argv)
-    model = LlamaModel(a.model, n_ctx=256, n_batch=64, n_threads=a.n_threads or None, n_gpu_layers=a.n_gpu_layers,
-                       huge_pages=False, repack=a.repack == "on")
+    model = LlamaModel(a.model, n_ctx=256, n_batch=PROBE_PREFILL, n_threads=a.n_threads or None,
+                       n_gpu_layers=a.n_gpu_layers, huge_pages=False, repack=a.repack == "on")
+    try:
+        print(json.dumps(_time_decodes(model, max(1, a.repeats))), flush=True)
+    finally:
+        model.close()
+    return 0
+
+
+def _time_decodes(model, repeats: int) -> dict:
+    """Median seconds of a 1-token, a :data:`PROBE_BATCH`-token and (fewer repeats: it is long) a
+    :data:`PROBE_PREFILL`-token decode after a short context, and the KV copy's seconds per token."""
+    import statistics
+
     n = PROBE_BATCH
-    filler = [t if not model.is_eog(t) else 1 for t in range(100, 100 + 4 * n)]
+    filler = [t if not model.is_eog(t) else 1 for t in range(100, 100 + 2 * n + PROBE_PREFILL)]
     model.decode(filler[: 2 * n], logits_for="all")  # the batched decode that crashes AMX kernels
     base = model.n_cached
-    t1s, tbs = [], []
-    for _ in range(max(1, a.repeats)):
+
+    def timed(tokens, logits_for) -> float:
         t0 = time.perf_counter()
-        model.decode(filler[2 * n : 2 * n + 1])
-        t1s.append(time.perf_counter() - t0)
+        model.decode(tokens, logits_for=logits_for)
+        dt = time.perf_counter() - t0
         model.truncate(base)
-        t0 = time.perf_counter()
-        model.decode(filler[2 * n : 3 * n], logits_for="all")
-        tbs.append(time.perf_counter() - t0)
-        model.truncate(base)
-    model.close()
-    print(json.dumps({"t1": statistics.median(t1s), "tb": statistics.median(tbs)}), flush=True)
-    return 0
+        return dt
+
+    t1s = [timed(filler[2 * n: 2 * n + 1], "last") for _ in range(repeats)]
+    tbs = [timed(filler[2 * n: 3 * n], "all") for _ in range(repeats)]
+    prompt = filler[2 * n: 2 * n + PROBE_PREFILL]
+    tls = [timed(prompt, ()) for _ in range(max(1, (repeats + 1) // 2))]
+    model.decode(prompt, logits_for=())
+    t0 = time.perf_counter()
+    state = model.save_state()
+    model.load_state(state)
+    tc = (time.perf_counter() - t0) / max(1, model.n_cached)
+    return {"t1": statistics.median(t1s), "tb": statistics.median(tbs), "tl": statistics.median(tls), "tc": tc}
 
 
 # -- the decision -------------------------------------------------------------------------
@@ -281,6 +323,44 @@ def choose(with_repack: ProbeResult, without_repack: ProbeResult, cpu: str = "")
                              "llama.cpp fault on virtualized Xeons; the standard layout decodes correctly and costs "
                              "only the repacked kernels' speed-up, which cannot run here")
     return False, None, "neither layout decoded"
+
+
+def choose_prefill_copy(with_repack: ProbeResult, without_repack: ProbeResult) -> tuple[bool, float | None]:
+    """(whether a prefill copy pays, prompt-pass time repacked / standard) from the two probe results.
+
+    It pays where the repacked layout is the one kept for decoding (:func:`choose`) and the standard
+    layout read the :data:`PROBE_PREFILL`-token prompt pass at least :data:`PREFILL_COPY_MIN_SPEEDUP`
+    times faster (measured 1.3-1.45x on an AMD EPYC Zen 4 class CPU with Qwen2.5-Coder-1.5B Q4_K_M:
+    llama.cpp's repacked Q4_K kernels win below ~16 tokens a pass and lose above).
+    """
+    if not (with_repack.ok and without_repack.ok and with_repack.tl and without_repack.tl):
+        return False, None
+    use = choose(with_repack, without_repack)[0]
+    ratio = with_repack.tl / without_repack.tl
+    return use and ratio >= PREFILL_COPY_MIN_SPEEDUP, ratio
+
+
+def _measure(path, key: dict, n_threads: int, n_gpu_layers: int, stage: StageFn | None,
+             run: Callable[[Sequence[str], float], ProbeResult], command: Callable[..., list[str]]) -> RepackVerdict:
+    """Run both probe children and decide (:func:`choose`, :func:`choose_prefill_copy`)."""
+    from localspec.backend.machine import cpu_model
+
+    t0 = time.perf_counter()
+    if stage:
+        stage(f"checking llama.cpp's weight repacking for {Path(path).name} on this CPU (a test decode in a child "
+              "process; once per machine and model)")
+    with_r = run(command(path, True, n_threads, n_gpu_layers), probe_timeout())
+    # with the repacked layout out of the race, the standard one needs only to decode safely: one timing
+    without_r = run(command(path, False, n_threads, n_gpu_layers, repeats=PROBE_REPEATS if with_r.ok else 1),
+                    probe_timeout())
+    use, ratio, reason = choose(with_r, without_r, cpu_model())
+    copy, read_ratio = choose_prefill_copy(with_r, without_r)
+    if copy:
+        reason += (f"; the standard layout read a {PROBE_PREFILL}-token prompt pass {read_ratio:.2f}x faster, "
+                   "so a second copy of the weights in it reads prompts (--prefill-copy)")
+    return RepackVerdict(use=use, with_repack=with_r, without_repack=without_r, reason=reason, speed_ratio=ratio,
+                         key=key, created=time.time(), probe_seconds=time.perf_counter() - t0, prefill_copy=copy,
+                         prefill_ratio=read_ratio, fresh=True)
 
 
 def decide_repack(path: str | os.PathLike, mode: RepackMode, *, n_threads: int, n_gpu_layers: int = 0,
@@ -307,25 +387,12 @@ def decide_repack(path: str | os.PathLike, mode: RepackMode, *, n_threads: int, 
     """
     if mode == "off":
         return None
-    from localspec.backend.machine import cpu_model
-
     key = probe_key(path, n_threads, n_gpu_layers)
     verdict = load_verdict(key) if use_cache else None
     if verdict is None:
-        name = Path(path).name
-        t0 = time.perf_counter()
-        if stage:
-            stage(f"checking llama.cpp's weight repacking for {name} on this CPU (a test decode in a child process; "
-                  "once per machine and model)")
-        with_r = run(command(path, True, n_threads, n_gpu_layers), probe_timeout())
-        # with the repacked layout out of the race, the standard one needs only to decode safely: one timing
-        without_r = run(command(path, False, n_threads, n_gpu_layers, repeats=PROBE_REPEATS if with_r.ok else 1),
-                        probe_timeout())
-        use, ratio, reason = choose(with_r, without_r, cpu_model())
-        verdict = RepackVerdict(use=use, with_repack=with_r, without_repack=without_r, reason=reason,
-                                speed_ratio=ratio, key=key, created=time.time(),
-                                probe_seconds=time.perf_counter() - t0, fresh=True)
-        if use_cache and (with_r.ok or without_r.ok or all(r.outcome == "crashed" for r in (with_r, without_r))):
+        verdict = _measure(path, key, n_threads, n_gpu_layers, stage, run, command)
+        results = (verdict.with_repack, verdict.without_repack)
+        if use_cache and (any(r.ok for r in results) or all(r.outcome == "crashed" for r in results)):
             save_verdict(verdict)  # a timeout on a loaded machine or a failed load is measured again
     if not verdict.with_repack.ok and not verdict.without_repack.ok:
         if all(r.outcome == "failed" for r in (verdict.with_repack, verdict.without_repack)):

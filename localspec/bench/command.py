@@ -95,8 +95,9 @@ def cli_bench(argv: list[str]) -> int:
     for notice in engine.notices:
         print("note: " + notice, file=sys.stderr)
     loaded = engine.loaded_models()
-    repack = {role: choice_json(m.repack, m.repack_verdict) for role, m in loaded.items()}
-    print(f"target {describe_choice(loaded['target'].repack, loaded['target'].repack_verdict)}; the llama-cpp-python "
+    repack = {role: choice_json(m.repack, m.repack_verdict, m.prefill_copy) for role, m in loaded.items()}
+    t = loaded["target"]
+    print(f"target {describe_choice(t.repack, t.repack_verdict, t.prefill_copy)}; the llama-cpp-python "
           "peers load the target the same way", file=sys.stderr)
     t0 = time.perf_counter()
     try:

@@ -60,12 +60,15 @@ class LoadedModel:
         repack_verdict: the probe's :class:`localspec.backend.repack.RepackVerdict` followed, or None
             when none ran (``--repack on/off``, or a model not made by the loader).
         huge_page_bytes: bytes of the weights in huge pages (0: none).
+        prefill_copy: whether a second copy in the standard layout reads its prompts
+            (:meth:`localspec.backend.llama.LlamaModel.attach_prefill_copy`).
     """
 
     path: str
     repack: bool
     repack_verdict: object | None
     huge_page_bytes: int
+    prefill_copy: bool = False
 
 
 class Prefill(NamedTuple):
@@ -601,7 +604,8 @@ class SpeculativeEngine:
         for role, m in (("target", self.target), ("draft", self.draft_model)):
             if m is not None:
                 out[role] = LoadedModel(str(getattr(m, "path", "")), bool(getattr(m, "repack", False)),
-                                        getattr(m, "repack_verdict", None), int(getattr(m, "huge_page_bytes", 0)))
+                                        getattr(m, "repack_verdict", None), int(getattr(m, "huge_page_bytes", 0)),
+                                        getattr(m, "prefill_copy", None) is not None)
         return out
 
     def next_token_logits(self, tokens: Sequence[int]) -> np.ndarray:

@@ -219,3 +219,65 @@ def test_the_bench_peer_loads_with_the_same_choice(monkeypatch):
 def test_signal_names():
     assert rp._signal_name(int(signal.SIGILL)) == "SIGILL"
     assert rp.run_probe_child(["/nonexistent/binary"], 5).outcome == "failed"
+
+
+# -- the prefill copy: the standard layout reads prompts where the repacked one decodes --------------
+DECODES_FAST_READS_SLOW = 'print(\'{"t1": 0.010, "tb": 0.030, "tl": 0.90, "tc": 0.00001}\')'
+DECODES_SLOW_READS_FAST = 'print(\'{"t1": 0.012, "tb": 0.036, "tl": 0.60, "tc": 0.00001}\')'
+READS_ALIKE = 'print(\'{"t1": 0.012, "tb": 0.036, "tl": 0.85, "tc": 0.00001}\')'
+
+
+def test_a_prefill_copy_where_repacking_decodes_faster_but_reads_prompts_slower(gguf):
+    command, _ = _commands(DECODES_FAST_READS_SLOW, DECODES_SLOW_READS_FAST)
+    v = rp.decide_repack(gguf, "auto", n_threads=2, command=command, use_cache=False)
+    assert v.use is True and v.prefill_copy is True and v.prefill_ratio == pytest.approx(1.5)
+    assert "1.50x faster" in v.reason and "--prefill-copy" in v.reason
+    assert v.with_repack.tl == pytest.approx(0.90) and v.without_repack.tc == pytest.approx(0.00001)
+
+
+def test_no_prefill_copy_below_the_speedup_or_where_the_standard_layout_is_kept(gguf):
+    command, _ = _commands(DECODES_FAST_READS_SLOW, READS_ALIKE)  # 0.90 / 0.85 = 1.06x < 1.10x
+    v = rp.decide_repack(gguf, "auto", n_threads=2, command=command, use_cache=False)
+    assert v.use is True and v.prefill_copy is False and v.prefill_ratio == pytest.approx(0.90 / 0.85)
+    command, _ = _commands(DECODES_SLOW_READS_FAST.replace("0.60", "0.95"), DECODES_FAST_READS_SLOW.replace("0.90", "0.5"))
+    v = rp.decide_repack(gguf, "auto", n_threads=2, command=command, use_cache=False)
+    assert v.use is False and v.prefill_copy is False  # the weights are not repacked: one layout does both
+    command, _ = _commands(OK_FAST, OK_SLOW)  # a child of the old format: no prompt pass timed
+    v = rp.decide_repack(gguf, "auto", n_threads=2, command=command, use_cache=False)
+    assert v.use is True and v.prefill_copy is False and v.prefill_ratio is None
+
+
+def test_the_prefill_verdict_survives_the_cache(gguf):
+    command, _ = _commands(DECODES_FAST_READS_SLOW, DECODES_SLOW_READS_FAST)
+    v = rp.decide_repack(gguf, "auto", n_threads=2, command=command)
+    again = rp.decide_repack(gguf, "auto", n_threads=2, command=lambda *a, **k: pytest.fail("probed again"))
+    assert again.prefill_copy is True and again.prefill_ratio == pytest.approx(v.prefill_ratio)
+    assert again.with_repack.tl == pytest.approx(0.90) and not again.fresh
+
+
+def test_a_prefill_copy_pays_only_where_the_time_saved_exceeds_the_copies():
+    from localspec.backend.llama import PrefillCopy
+
+    pc = PrefillCopy(model=None, gain_per_token=0.002, copy_per_token=0.00002, min_tokens=64)
+    assert not pc.pays(0, 63)  # too short: a verification-sized pass stays where it is
+    assert pc.pays(0, 64) and pc.pays(1000, 240)  # 0.48 s saved against 0.045 s of copies
+    # a 64-token read after 20,000 cached tokens: 0.128 s saved, 0.80 s of copying
+    assert not pc.pays(20000, 64) and pc.pays(20000, 1000)
+
+
+def test_a_second_copy_fits_in_half_the_memory_left_beside_the_first_window():
+    from localspec.backend.context import second_copy_fits
+
+    gib = 1 << 30
+    assert second_copy_fits(1 * gib, 2 * gib, 10 * gib)  # 3 <= (10 - 2) / 2
+    assert not second_copy_fits(1 * gib, 2 * gib, 7 * gib)  # 3 > 2.5
+    assert not second_copy_fits(1, 1, 0)
+
+
+def test_the_header_line_says_when_a_copy_reads_prompts(gguf):
+    command, _ = _commands(DECODES_FAST_READS_SLOW, DECODES_SLOW_READS_FAST)
+    v = rp.decide_repack(gguf, "auto", n_threads=2, command=command, use_cache=False)
+    line = rp.describe_choice(True, v, prefill_copy=True)
+    assert "900 ms per 64-token prompt pass" in line and "read by a second copy in the standard layout (1.50x" in line
+    assert "second copy" not in rp.describe_choice(True, v)  # the probe allowed one, memory did not
+    assert rp.choice_json(True, v, True)["prefill_copy"] is True and rp.choice_json(True, v)["prefill_copy"] is False

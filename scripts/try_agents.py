@@ -395,16 +395,25 @@ def opencode_config(base_url: str, api_key: str, model: str, n_ctx: int, tools: 
 
 
 
-def opencode_steps(stdout: str) -> list[str]:
-    """One line per model request of ``opencode run --format json``'s output (its ``step_finish`` events):
-    why the step ended (``tool-calls``, ``stop``, ...) and the tokens the server reported (prompt, answer)."""
-    steps = []
+def json_events(stdout: str) -> list[dict]:
+    """The JSON objects of ``opencode run --format json``'s output, one a line; other lines are skipped."""
+    events = []
     for line in stdout.splitlines():
         try:
             event = json.loads(line)
         except ValueError:
             continue
-        if isinstance(event, dict) and event.get("type") == "step_finish":
+        if isinstance(event, dict):
+            events.append(event)
+    return events
+
+
+def opencode_steps(stdout: str) -> list[str]:
+    """One line per model request of ``opencode run --format json``'s output (its ``step_finish`` events):
+    why the step ended (``tool-calls``, ``stop``, ...) and the tokens the server reported (prompt, answer)."""
+    steps = []
+    for event in json_events(stdout):
+        if event.get("type") == "step_finish":
             part = event.get("part") or {}
             tokens = part.get("tokens") or {}
             steps.append(f"step {len(steps) + 1}: {part.get('reason')}, prompt tokens {tokens.get('input')} read + "
@@ -417,14 +426,7 @@ def opencode_verdict(stdout: str, function: str = "greet") -> tuple[bool, str, l
     the read tool must have completed on ``hello.py`` and the answer, the text written after the last
     tool call, must name ``function``. Returns (passed, the reason, one line per tool call: its name,
     status, input and the first 120 characters of its output or error, the answer)."""
-    events = []
-    for line in stdout.splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
-            events.append(event)
+    events = json_events(stdout)
     calls, answer, read, errors = [], [], False, []
     for event in events:
         part = event.get("part") or {}

@@ -124,3 +124,19 @@ def _real_models_are_marked(request, monkeypatch):
     big = [name for name, size in loaded if size > _TINY_MAX_BYTES]
     if big and "pair" not in marks:
         pytest.fail(f"loads {big[0]} (more than the tiny model) without the pair marker")
+
+
+@pytest.fixture(scope="session")
+def try_agents():
+    """``scripts/try_agents.py`` loaded from its file (the scripts folder is no package), for the unit tests
+    of its pure pieces (Qwen Code's log, opencode's config and verdict)."""
+    import importlib.util
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "try_agents.py"
+    spec = importlib.util.spec_from_file_location("try_agents_script", script)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)

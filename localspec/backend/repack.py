@@ -330,8 +330,9 @@ def choose_prefill_copy(with_repack: ProbeResult, without_repack: ProbeResult) -
 
     It pays where the repacked layout is the one kept for decoding (:func:`choose`) and the standard
     layout read the :data:`PROBE_PREFILL`-token prompt pass at least :data:`PREFILL_COPY_MIN_SPEEDUP`
-    times faster (measured 1.3-1.45x on an AMD EPYC Zen 4 class CPU with Qwen2.5-Coder-1.5B Q4_K_M:
-    llama.cpp's repacked Q4_K kernels win below ~16 tokens a pass and lose above).
+    times faster (on an AMD EPYC Zen 4 class CPU, AVX-512, with Qwen2.5-Coder-1.5B Q4_K_M: 1.18x in the
+    probe at 64 tokens, 1.43x at 240; llama.cpp's repacked Q4_K kernels win below ~16 tokens a pass
+    and lose above).
     """
     if not (with_repack.ok and without_repack.ok and with_repack.tl and without_repack.tl):
         return False, None

@@ -274,6 +274,13 @@ class GenerationParams(_Strict):
 
     max_tokens: int = option(512, ge=1, le=1 << 20, unit="tokens", label="max tokens", help="most tokens generated")
     stop: tuple[str, ...] = option((), help="stop string, not empty (repeatable)")
+    #: llama.cpp's ``n_indent`` (``/infill``): end before the first line after the output's first
+    #: newline indented by fewer characters (:class:`localspec.core.streaming.IndentLimit`); 0: off
+    min_indent: int = Field(0, ge=0, description="characters; end before a later line indented less (0: off)")
+    #: llama.cpp's ``t_max_predict_ms`` (``/infill``), in seconds: once this long has passed since the
+    #: first output token, the output ends at the next token whose text holds a newline; None: off
+    newline_time_limit: float | None = Field(None, gt=0, description="seconds after the first token; then end "
+                                                                    "at the next newline (None: off)")
 
     @model_validator(mode="after")
     def _no_empty_stop(self) -> "GenerationParams":

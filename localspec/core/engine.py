@@ -41,7 +41,7 @@ from localspec.core.events import DrafterId, EndReason, GenerationStats, RoundSt
 from localspec.core.costmodel import CostSource, EngineCosts
 from localspec.core.policy import AdaptivePolicy, Choice, DraftPolicy, FixedPolicy, RoundState
 from localspec.core.prefix_cache import PrefixCache, common_prefix
-from localspec.core.streaming import TextAssembler
+from localspec.core.streaming import IndentLimit, TextAssembler
 from localspec.core.tokenizer import check_compatible
 from localspec.core.acceptance import Constraint, verify
 from localspec.core.sampling import token_logprobs
@@ -293,14 +293,25 @@ class Generation:
             position = len(committed) - n_prompt
             committed.append(tok)
             pending.append(_Pending(tok, kind, round_idx, position, *(scores[i] if scores is not None else ())))
+            before = len(assembler.text)
             assembler.push(target.token_bytes(tok))
             if assembler.stop_at is not None:
                 end = EndReason.STOP
                 break
+            if position == 0:
+                self._t_first_token = self.engine.clock()
+            if (cut := self._indent.cut(assembler.text)) is not None:
+                assembler.stop_at = cut  # cut like a stop string: the tokens starting before it stay
+                end = EndReason.INDENT
+                break
+            if (self.generation.newline_time_limit is not None and "\n" in assembler.text[before:]
+                    and self.engine.clock() - self._t_first_token >= self.generation.newline_time_limit):
+                end = EndReason.TIME_LIMIT
+                break
             if position + 1 >= self.generation.max_tokens:
                 end = EndReason.MAX_TOKENS
                 break
-        if end is EndReason.STOP:  # the stop string and what follows it are not output
+        if end in (EndReason.STOP, EndReason.INDENT):  # the stop string (the cut line) and what follows are not output
             keep = assembler.tokens_before_stop()
             assembler.truncate_tokens(keep)
             del committed[n_prompt + keep:]
@@ -337,6 +348,8 @@ class Generation:
         self._t_start = self._t_mark = eng.clock()
         committed = self.committed = list(prompt)
         assembler = self._assembler = TextAssembler(self.generation.stop)
+        self._indent = IndentLimit(self.generation.min_indent)
+        self._t_first_token = self._t_start
         self._pending: list[_Pending] = []  # every committed output token, in order
         self._n_released = 0  # tokens of ``_pending`` already yielded
         self._released = 0  # chars of assembler.text already yielded
@@ -361,7 +374,7 @@ class Generation:
                 stats.add_round(rs)
                 self.rounds.append(rs)
                 round_idx += 1
-                if end is not None and end is not EndReason.STOP:
+                if end is not None and end not in (EndReason.STOP, EndReason.INDENT):
                     assembler.finish()
                 yield from self._release(assembler.safe_end(), end is not None)
                 stats.elapsed_seconds = eng.clock() - self._t_start

@@ -49,6 +49,8 @@ class EndReason(str, enum.Enum):
     STOP = "stop"  #: a stop string completed
     MAX_TOKENS = "max_tokens"  #: max_tokens tokens were produced
     CONTEXT = "context"  #: the context window is full
+    INDENT = "indent"  #: a line indented less than ``min_indent`` began (llama.cpp's ``n_indent``); it is cut
+    TIME_LIMIT = "time_limit"  #: a newline came after ``newline_time_limit`` (llama.cpp's ``t_max_predict_ms``)
     CANCELLED = "cancelled"  #: the consumer stopped the generation
 
 

@@ -86,3 +86,47 @@ class TextAssembler:
                 hold = k
                 break
         return len(text) - hold
+
+
+class IndentLimit:
+    """llama.cpp's ``n_indent`` (its server's ``/infill``, for code completion): the output ends
+    before the first line, after the output's first newline, whose indentation (spaces and tabs)
+    is shorter than ``min_indent`` characters; the whitespace of that line is kept, the rest cut.
+    A blank line counts as indentation 0 (its newline is where the cut falls), as in llama.cpp.
+
+    llama.cpp's server (``server-context.cpp``, ``process_token``) checks one line per sampled
+    token, a token late; this checks every line as soon as its first character other than a space
+    or tab arrives, so the cut is found in the round that produced it, before any of the cut text
+    is released. Both cut the same place; llama.cpp can miss the last lines when its output ends
+    before its check catches up.
+
+    Args:
+        min_indent: characters; 0 turns the rule off.
+    """
+
+    def __init__(self, min_indent: int) -> None:
+        self.min_indent = min_indent
+        self._line = -1  #: where the line being checked starts in the text; -1: no newline yet
+
+    def cut(self, text: str) -> int | None:
+        """The index in ``text`` (the whole output so far, grown since the last call) where the
+        output is cut, or None to go on."""
+        if self.min_indent <= 0:
+            return None
+        while True:
+            if self._line < 0:
+                nl = text.find("\n")
+                if nl < 0:
+                    return None
+                self._line = nl + 1
+            pos = self._line
+            while pos < len(text) and text[pos] in " \t":
+                pos += 1
+            if pos >= len(text):
+                return None  # only whitespace so far: wait for more
+            if pos - self._line < self.min_indent:
+                return pos
+            nl = text.find("\n", pos)
+            if nl < 0:
+                return None
+            self._line = nl + 1

@@ -9,9 +9,12 @@ request (``/infill``, or ``/v1/completions`` with ``suffix``).
   start of the middle, placed after the prefix as llama.cpp does), and /completion's options that
   change the output: ``n_predict`` (-1: until the context is full; 0: the prompt is only cached),
   ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed`` (-1: random), ``stop``, ``stream``,
-  ``response_fields``, ``cache_prompt`` (false: no cached prefix reused or left); localspec's
-  ``speculation`` (``memory`` too). Options that only tune llama.cpp's own machinery (``samplers``, ``n_indent``,
-  ``t_max_prompt_ms``, ``t_max_predict_ms``, ``id_slot``, ...) are accepted and ignored; the few
+  ``response_fields``, ``cache_prompt`` (false: no cached prefix reused or left), the editor
+  plugins' line rules ``n_indent`` (the output ends before a later line indented by fewer
+  characters; :class:`localspec.core.streaming.IndentLimit`) and ``t_max_predict_ms`` (once this
+  many milliseconds have passed since the first token, the output ends at the next newline);
+  localspec's ``speculation`` (``memory`` too). Options that only tune llama.cpp's own machinery
+  (``samplers``, ``t_max_prompt_ms`` (unused by llama.cpp too), ``id_slot``, ...) are accepted and ignored; the few
   that would change the output and cannot be honoured (``grammar``, ``json_schema``,
   ``n_probs``, ``logit_bias``) are a 400 naming them (:data:`localspec.server.refused.REFUSED_FIELDS`).
 - response: ``{content, tokens, id_slot, stop: true, model, tokens_predicted, tokens_evaluated,
@@ -90,6 +93,10 @@ class InfillBody(BaseModel):
     cache_prompt: bool = Field(True, description="false: this request neither reuses a cached prompt prefix nor "
                                                  "leaves its own in the cache (as on the OpenAI endpoints)")
     response_fields: list[str] | None = None
+    n_indent: int = Field(0, ge=0, le=2**31 - 1, description="characters: the output ends before a line, after its "
+                                                             "first newline, indented less (0: off)")
+    t_max_predict_ms: int = Field(-1, ge=-1, le=2**63 - 1, description="milliseconds after the first token; then the "
+                                                                      "output ends at the next newline (<= 0: off)")
     speculation: SpeculationFields | None = None
 
     @model_validator(mode="before")
@@ -102,7 +109,7 @@ class InfillBody(BaseModel):
             raise user_error(refused[1], "unsupported_parameter", at=refused[0])
         return {**dict.fromkeys(cls.absent_as_null), **body}
 
-    @field_validator("n_predict", "seed", "top_k", mode="before")
+    @field_validator("n_predict", "seed", "top_k", "n_indent", "t_max_predict_ms", mode="before")
     @classmethod
     def _integral_number(cls, v: Any) -> Any:
         """JSON has one number type: ``4.0`` is the integer 4; ``4.5`` stays refused."""
@@ -127,7 +134,8 @@ class InfillBody(BaseModel):
                       if (v := getattr(self, k)) is not None},
             speculation=self.speculation.model_dump(exclude_none=True, exclude={"memory"}) if self.speculation else {},
             memory=self.speculation is None or self.speculation.memory is not False,
-            cache_prompt=self.cache_prompt)
+            cache_prompt=self.cache_prompt, min_indent=self.n_indent,
+            newline_time_limit=self.t_max_predict_ms / 1000 if self.t_max_predict_ms > 0 else None)
         req.fim = FimInput(self.input_prefix, self.input_suffix,
                            tuple((c.filename, c.text) for c in self.input_extra or ()), self.prompt)
         return req
@@ -161,7 +169,8 @@ def fim_prompt_tokens(engine, req: GenerationRequest, n_predict: int | None = No
 
 
 #: EndReason value -> llama.cpp's stop_type
-STOP_TYPES = {"eog": "eos", "stop": "word", "max_tokens": "limit", "context": "limit", "cancelled": "limit"}
+STOP_TYPES = {"eog": "eos", "stop": "word", "max_tokens": "limit", "context": "limit", "cancelled": "limit",
+              "indent": "limit", "time_limit": "limit"}
 
 
 def pick_fields(obj: dict, paths: list[str]) -> dict:

@@ -208,6 +208,9 @@ class GenerationRequest:
             cache (llama-server's ``cache_prompt``, default true).
         grammar: the GBNF (start rule ``root``) of ``response_format`` json_object / json_schema
             (:func:`localspec.server.structured.response_grammar`), or None.
+        min_indent: ``/infill``'s ``n_indent`` (:attr:`localspec.config.GenerationParams.min_indent`).
+        newline_time_limit: ``/infill``'s ``t_max_predict_ms`` in seconds, or None
+            (:attr:`localspec.config.GenerationParams.newline_time_limit`).
     """
 
     kind: Literal["chat", "completion"]
@@ -226,6 +229,8 @@ class GenerationRequest:
     cache_prompt: bool = True
     fim: Any = None  #: a fill-in-the-middle request's :class:`localspec.app.fim.FimInput` (prompt unused), or None
     grammar: str | None = None
+    min_indent: int = 0
+    newline_time_limit: float | None = None
 
     @property
     def prompt_param(self) -> str:
@@ -703,7 +708,8 @@ def parse_request(body: Any, kind: Literal["chat", "completion"]) -> GenerationR
 
 # -- responses ----------------------------------------------------------------------------
 FINISH_REASONS = {EndReason.EOG: "stop", EndReason.STOP: "stop", EndReason.MAX_TOKENS: "length",
-                  EndReason.CONTEXT: "length", EndReason.CANCELLED: "stop"}
+                  EndReason.CONTEXT: "length", EndReason.CANCELLED: "stop", EndReason.INDENT: "stop",
+                  EndReason.TIME_LIMIT: "length"}
 
 
 def drafter_counts(rounds: list[RoundStats]) -> dict[str, dict[str, int]]:

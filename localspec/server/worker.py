@@ -500,7 +500,8 @@ class EngineWorker:
                       else tool_constraint(eng, req.tools) if req.kind == "chat" and req.tools is not None
                       else None)
         gen = eng.generate(prompt, job.sampling, drafting,
-                           GenerationParams(max_tokens=max_tokens, stop=req.stop or self.settings.generation.stop),
+                           GenerationParams(max_tokens=max_tokens, stop=req.stop or self.settings.generation.stop,
+                                            min_indent=req.min_indent, newline_time_limit=req.newline_time_limit),
                            prediction=prediction, constraint=constraint, logprobs=req.logprobs,
                            memory=self.memory if req.memory else None, cache_prompt=req.cache_prompt)
         job.post(Started(len(prompt)))

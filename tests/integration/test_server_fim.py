@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -105,6 +106,48 @@ def test_infill_with_extra_files_and_lookup_from_the_suffix(coder):
     assert r["timings"]["draft_n_accepted"] == r["speculation"]["drafters"]["lookup"]["accepted"]
     alone = httpx.post(coder + "/infill", json={**body, "n_predict": 1}, timeout=120).json()
     assert r["tokens_evaluated"] > alone["tokens_evaluated"] + 10  # the other file is in the prompt
+
+
+#: a cursor in a loop's body; the 0.5B writes ``s += x``, ``    return s``, a blank line and more functions
+LOOP_PREFIX = "def total(xs):\n    s = 0\n    for x in xs:\n        "
+
+
+def indent_cut(text: str, n_indent: int) -> str:
+    """The reference for llama.cpp's ``n_indent``: ``text`` cut at the first character (not a space
+    or tab; a blank line's newline counts) of the first line after a newline indented by fewer than
+    ``n_indent`` characters."""
+    for m in re.finditer(r"\n([ \t]*)(?=[^ \t])", text):
+        if len(m.group(1)) < n_indent:
+            return text[:m.end()]
+    return text
+
+
+def infill_stream(url: str, body: dict) -> list[dict]:
+    with httpx.stream("POST", url + "/infill", json={**body, "stream": True}, timeout=120) as r:
+        return [json.loads(line[5:]) for line in r.iter_lines() if line.startswith("data:")]
+
+
+def test_infill_editor_line_rules(coder):
+    """llama.vim and llama.vscode send ``n_indent`` (the cursor line's indentation) and
+    ``t_max_predict_ms``: the answer ends before the first later line indented less (a blank line
+    too), and once the time is spent, at the next newline; streamed, no text past the cut is sent."""
+    body = {"input_prefix": LOOP_PREFIX, "input_suffix": "\n", "n_predict": 64, "temperature": 0}
+    whole = httpx.post(coder + "/infill", json=body, timeout=120).json()["content"]
+    assert whole.count("\n") >= 4, whole  # the cases below cut something
+    for n in (1, 4, 8, 12):
+        r = httpx.post(coder + "/infill", json={**body, "n_indent": n}, timeout=120).json()
+        assert r["content"] == indent_cut(whole, n) != whole, (n, r["content"])
+        assert r["stop_type"] == "limit"
+        chunks = infill_stream(coder, {**body, "n_indent": n})
+        assert "".join(c["content"] for c in chunks) == r["content"]
+    assert indent_cut(whole, 8) == "s += x\n    "  # the dedented return ends it (its indentation stays)
+    assert indent_cut(whole, 4) == "s += x\n    return s\n"  # the blank line after the function ends it
+    r = httpx.post(coder + "/infill", json={**body, "t_max_predict_ms": 1}, timeout=120).json()
+    content = r["content"]
+    assert r["stop_type"] == "limit" and whole.startswith(content) and len(content) < len(whole), content
+    assert content.rstrip(" \t").endswith("\n")  # it ended at a token holding a newline
+    r = httpx.post(coder + "/infill", json={**body, "t_max_predict_ms": 600_000}, timeout=120).json()
+    assert r["content"] == whole
 
 
 def test_a_model_without_fim_tokens_is_a_400(tiny_path, tmp_path):

@@ -418,3 +418,66 @@ def test_mode_auto_never_measures_inside_generate():
     with pytest.raises(ConfigError, match="cannot measure"):
         bare.calibrated_costs(8)
     assert SpeculativeEngine(FakeModel(), costs=costs).calibrated_costs(8) is costs
+
+
+# -- the editor plugins' line rules: n_indent (IndentLimit) and t_max_predict_ms ------------------
+
+from fakes import N_VOCAB  # noqa: E402
+
+
+def _line_texts():
+    """Token i's text: a newline, then i % 7 spaces and a word (every token starts a line)."""
+    return [f"\n{' ' * (i % 7)}w{i}".encode() for i in range(N_VOCAB - 1)] + [b""]
+
+
+@pytest.mark.parametrize("mode", ["none", "draft", "lookup"])
+@pytest.mark.parametrize("min_indent", [1, 3, 5])
+def test_min_indent_cuts_like_a_stop_string(mode, min_indent):
+    texts = _line_texts()
+    ref = greedy_reference(PROMPT, 30)
+    full = "".join(texts[t].decode() for t in ref)
+    # the reference: the first line after the first newline indented less than min_indent
+    starts = [i + 1 for i, c in enumerate(full) if c == "\n"]  # the first line (before it) is empty
+    cut = next(s + len(full[s:]) - len(full[s:].lstrip(" ")) for s in starts
+               if len(full[s:]) - len(full[s:].lstrip(" ")) < min_indent)
+    eng = SpeculativeEngine(FakeModel(texts=texts), FakeModel(texts=texts))
+    gen = eng.generate(PROMPT, SamplingParams(temperature=0.0), DraftParams(mode=mode, draft_max=8),
+                       GenerationParams(max_tokens=30, min_indent=min_indent))
+    events = [e for e in gen if isinstance(e, TokenEvent)]
+    assert gen.stats.end_reason == EndReason.INDENT
+    assert gen.text == full[:cut]
+    assert "".join(e.text for e in events) == gen.text  # nothing past the cut was released
+    n_kept = sum(1 for i in range(len(ref)) if len("".join(texts[t].decode() for t in ref[:i])) < cut)
+    assert gen.token_ids == ref[:n_kept]
+    assert eng.target.cached_tokens == (PROMPT + gen.token_ids)[:-1]
+
+
+class StepClock:
+    """A clock that moves one second each time it is read."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        self.t += 1.0
+        return self.t
+
+
+@pytest.mark.parametrize("mode", ["none", "draft", "lookup"])
+def test_newline_time_limit_ends_at_the_next_newline(mode):
+    texts = [f"a{i} ".encode() if i % 5 else f"b{i}\n".encode() for i in range(N_VOCAB - 1)] + [b""]
+    ref = greedy_reference(PROMPT, 30)
+    first_nl = next(i for i, t in enumerate(ref) if b"\n" in texts[t])
+    eng = SpeculativeEngine(FakeModel(texts=texts), FakeModel(texts=texts), clock=StepClock())
+    gen = eng.generate(PROMPT, SamplingParams(temperature=0.0), DraftParams(mode=mode, draft_max=8),
+                       GenerationParams(max_tokens=30, newline_time_limit=0.5))
+    gen.run()
+    assert gen.stats.end_reason == EndReason.TIME_LIMIT
+    assert gen.token_ids == ref[:first_nl + 1]  # the token with the newline is the last one
+    assert gen.text.endswith("\n")
+    # a limit far away: the output runs to max_tokens
+    eng = SpeculativeEngine(FakeModel(texts=texts), FakeModel(texts=texts), clock=StepClock())
+    gen = eng.generate(PROMPT, SamplingParams(temperature=0.0), DraftParams(mode=mode, draft_max=8),
+                       GenerationParams(max_tokens=30, newline_time_limit=1e9))
+    gen.run()
+    assert gen.stats.end_reason == EndReason.MAX_TOKENS and gen.token_ids == ref

@@ -6,7 +6,11 @@ Requests: ``--requests`` cuts at random points of real files (``scripts/bench_fi
 CPython's colorsys.py and fnmatch.py): the prefix is the file up to the cut, the suffix the rest
 (or, with ``--prefix-lines``/``--suffix-lines``, that many lines around the cut, as editors send), and the answer may be 16 to 64 tokens (``n_predict`` drawn per request); greedy
 (``temperature`` 0, ``repeat_penalty`` 1), ``cache_prompt`` on, not streamed, as llama.vim sends
-them. The draws are seeded (``--seed``), so a run can be repeated.
+them. The draws are seeded (``--seed``), so a run can be repeated. With ``--editor``, each request
+also carries llama.vim's ``n_indent`` (the indentation of the cursor's line: the answer ends before
+a later line indented less, a blank line too), as the editor plugins send it; with
+``--t-max-predict-ms MS``, their time limit (the answer ends at the first newline after MS since its
+first token: answers then depend on each server's speed, so "same answer" counts drop).
 
 Servers, all running at once, each request sent to every one of them in a shuffled order (a
 paired comparison: the same cut everywhere, no server always first):
@@ -28,7 +32,7 @@ Usage::
 
     .venv/bin/python scripts/bench_infill.py [--requests 50] [--llama-server PATH] [--target MODEL]
         [--draft MODEL] [--mode auto] [--threads N] [--n-ctx 4096] [--prefix-lines N] [--suffix-lines N]
-        [--seed 0] [--json out.json] [--no-repack-too]
+        [--seed 0] [--json out.json] [--no-repack-too] [--editor] [--t-max-predict-ms MS]
 """
 
 from __future__ import annotations
@@ -93,9 +97,16 @@ def server_argv(name: str, args, target: str, draft: str | None) -> list[str]:
             "--log-level", "warning"] + (["--draft", draft] if draft else [])
 
 
+def cursor_indent(prefix: str) -> int:
+    """llama.vim's ``n_indent``: the spaces and tabs that begin the cursor's line (the prefix's last line)."""
+    line = prefix.rsplit("\n", 1)[-1]
+    return len(line) - len(line.lstrip(" \t"))
+
+
 def infill(base: str, req: dict) -> dict:
     body = {"input_prefix": req["input_prefix"], "input_suffix": req["input_suffix"], "n_predict": req["n_predict"],
-            "temperature": 0, "repeat_penalty": 1.0, "cache_prompt": True, "stream": False}
+            "temperature": 0, "repeat_penalty": 1.0, "cache_prompt": True, "stream": False,
+            **{k: req[k] for k in ("n_indent", "t_max_predict_ms") if k in req}}
     t0 = time.perf_counter()
     r = httpx.post(base + "/infill", json=body, timeout=600)
     ms = (time.perf_counter() - t0) * 1000
@@ -152,6 +163,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--suffix-lines", type=int, default=None,
                    help="lines below the cut sent as suffix (llama.vim: 64); default: the whole file")
     p.add_argument("--json", default=None, help="write every request's result here")
+    p.add_argument("--editor", action="store_true",
+                   help="send llama.vim's n_indent (the cursor line's indentation) with each request")
+    p.add_argument("--t-max-predict-ms", type=int, default=None,
+                   help="send this t_max_predict_ms (llama.vim: 500) with each request")
     args = p.parse_args(argv)
     pair = load_catalog().default
     target = str(resolve_model(args.target or pair.target))
@@ -163,6 +178,11 @@ def main(argv: list[str]) -> int:
             return 2
         servers += ["ls-plain", "ls-ngram"] + (["ls-plain-nr", "ls-ngram-nr"] if args.no_repack_too else [])
     reqs = cuts(args.requests, args.seed, args.prefix_lines, args.suffix_lines)
+    for req in reqs:
+        if args.editor:
+            req["n_indent"] = cursor_indent(req["input_prefix"])
+        if args.t_max_predict_ms is not None:
+            req["t_max_predict_ms"] = args.t_max_predict_ms
     rng = random.Random(args.seed + 1)
     tmp = Path(tempfile.mkdtemp(prefix="localspec-bench-infill-"))
     procs = {name: ServerProcess(server_argv(name, args, target, draft), tmp / f"{name}.log", timeout=1800)
@@ -183,7 +203,8 @@ def main(argv: list[str]) -> int:
         for proc in procs.values():
             proc.stop()
     print(f"\n{len(reqs)} infill requests, target {Path(target).name}, {args.threads} threads, -c {args.n_ctx}, "
-          f"localspec mode {args.mode}")
+          f"localspec mode {args.mode}" + (", n_indent sent" if args.editor else "")
+          + (f", t_max_predict_ms {args.t_max_predict_ms}" if args.t_max_predict_ms is not None else ""))
     print("\n".join(report(results)))
     if args.json:
         Path(args.json).write_text(json.dumps({"requests": [{k: r[k] for k in ("file", "at", "n_predict")} for r in reqs],

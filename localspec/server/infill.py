@@ -13,8 +13,10 @@ request (``/infill``, or ``/v1/completions`` with ``suffix``).
   plugins' line rules ``n_indent`` (the output ends before a later line indented by fewer
   characters; :class:`localspec.core.streaming.IndentLimit`) and ``t_max_predict_ms`` (once this
   many milliseconds have passed since the first token, the output ends at the next newline);
-  localspec's ``speculation`` (``memory`` too). Options that only tune llama.cpp's own machinery
-  (``samplers``, ``t_max_prompt_ms`` (unused by llama.cpp too), ``id_slot``, ...) are accepted and ignored; the few
+  localspec's ``speculation`` (``memory`` too). ``samplers`` (the server's sampling applies: llama.vim's
+  ``["top_k", "top_p", "infill"]`` without a temperature is answered greedily by default, where
+  llama-server samples at temperature 1 through its infill sampler), ``t_max_prompt_ms`` (unused by
+  llama.cpp too), ``id_slot`` and other options of llama.cpp's own machinery are accepted and ignored; the few
   that would change the output and cannot be honoured (``grammar``, ``json_schema``,
   ``n_probs``, ``logit_bias``) are a 400 naming them (:data:`localspec.server.refused.REFUSED_FIELDS`).
 - response: ``{content, tokens, id_slot, stop: true, model, tokens_predicted, tokens_evaluated,

@@ -128,6 +128,9 @@ class ResponsesBody(BaseModel):
     text: Annotated[Any, WithJsonSchema(TEXT_SCHEMA)] = Field(
         None, description='{"format": {"type": "text" | "json_object" | "json_schema", "name", "schema", "strict"}}')
     speculation: Any = Field(None, description="localspec's extension, as in /v1/chat/completions")
+    cache_prompt: Annotated[Any, WithJsonSchema({"type": ["boolean", "null"]})] = Field(
+        None, description="llama-server's field, as in /v1/chat/completions: false, the prompt neither "
+                          "reuses a cached prefix nor leaves its own")
     include: Annotated[Any, WithJsonSchema({"type": ["array", "null"],
                                             "items": {"enum": list(INCLUDE_IGNORED)}})] = Field(
         None, description='only "reasoning.encrypted_content" (ignored)')
@@ -304,7 +307,8 @@ def chat_body(body: ResponsesBody, origins: list[str] | None = None) -> dict:
     chat = {"messages": input_messages(body.input, body.instructions, origins), "tools": chat_tools(body.tools),
             "tool_choice": chat_tool_choice(body.tool_choice), "parallel_tool_calls": body.parallel_tool_calls,
             "temperature": body.temperature, "top_p": body.top_p, "max_tokens": max_tokens, "stream": body.stream,
-            "response_format": response_format(body.text), "speculation": body.speculation}
+            "response_format": response_format(body.text), "speculation": body.speculation,
+            "cache_prompt": body.cache_prompt}
     return {k: v for k, v in chat.items() if v is not None}
 
 

@@ -164,7 +164,15 @@ BAD = [
     ({"input": "x", "text": {"format": {"type": "json_schema", "name": "n"}}}, "text.format", "invalid_value"),
     ({"input": "x", "metadata": 3}, "metadata", "invalid_value"),
     ({"input": "x", "speculation": {"mode": "fast"}}, "speculation.mode", None),
+    ({"input": "x", "cache_prompt": "no"}, "cache_prompt", None),
 ]
+
+
+@pytest.mark.parametrize("value, want", [(None, True), (True, True), (False, False)])
+def test_cache_prompt_reaches_the_request(value, want):
+    """llama-server's ``cache_prompt`` opt-out, as on the chat endpoint (it was dropped here)."""
+    body = ResponsesBody.model_validate({"input": "x", **({} if value is None else {"cache_prompt": value})})
+    assert generation_request(body).cache_prompt is want
 
 
 @pytest.mark.parametrize("body, param, code", BAD)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, NamedTuple, Protocol, Sequence
@@ -154,6 +155,7 @@ class Generation:
         self.rounds: list[RoundStats] = []
         self._cancel = False
         self._running = False
+        self._abort_lock = threading.Lock()
         #: ``on_prefill(done, total)``: set by a front-end to follow a long prompt's prefill
         #: (called after each ``n_batch`` chunk of the prompt tokens not cached yet)
         self.on_prefill: Callable[[int, int], None] | None = None
@@ -173,8 +175,9 @@ class Generation:
         with the tokens already committed.
         """
         self._cancel = True
-        if self._running:  # a stale flag would stop the engine's next, unrelated decode
-            self.engine.abort()
+        with self._abort_lock:  # not between _finish's end of running and its clearing of the flag
+            if self._running:  # a stale flag would stop the engine's next, unrelated decode
+                self.engine.abort()
 
     def close(self) -> None:
         """End now; caches are left consistent with :attr:`token_ids`."""
@@ -392,8 +395,9 @@ class Generation:
         """The generation's results, however it ended; both KV caches left consistent with :attr:`token_ids`."""
         eng, stats, committed, assembler, pending = self.engine, self.stats, self.committed, self._assembler, self._pending
         n_prompt = len(self.prompt)
-        self._running = False
-        eng.clear_abort()
+        with self._abort_lock:
+            self._running = False
+            eng.clear_abort()
         if self.constraint is not None and hasattr(self.constraint, "close"):
             self.constraint.close()
         if end is None or (not completed and self._n_released < len(pending)):

@@ -105,12 +105,25 @@ class Job:
     #: why the job was ended early by the server, not the client (shutdown), or None
     ended_by_server: str | None = None
     drafting: DraftParams | None = None
+    #: the job's generation while the worker runs it (:meth:`running`), else None
+    _generation: Generation | None = None
 
     def cancel(self) -> None:
-        """Stop this job: out of the queue at once if it waits, ended after the current round if it runs."""
+        """Stop this job: out of the queue at once if it waits; if it runs, its generation is cancelled
+        (:meth:`Generation.cancel`: the llama.cpp pass running now, a long prompt's read too, stops
+        within about one graph node; the KV caches stay consistent)."""
         self._cancelled.set()
         if self._withdraw is not None:
             self._withdraw(self)
+        gen = self._generation
+        if gen is not None:
+            gen.cancel()
+
+    def running(self, gen: Generation | None) -> None:
+        """The worker runs ``gen`` for this job now (None: no longer); a job cancelled already cancels it."""
+        self._generation = gen
+        if gen is not None and self.cancelled:
+            gen.cancel()
 
     @property
     def cancelled(self) -> bool:
@@ -506,6 +519,7 @@ class EngineWorker:
                            memory=self.memory if req.memory else None, cache_prompt=req.cache_prompt)
         job.post(Started(len(prompt)))
         pending: list[TokenEvent] = []
+        job.running(gen)
         try:
             for ev in gen:
                 if job.cancelled:
@@ -527,6 +541,8 @@ class EngineWorker:
                 return Failed(worker_unavailable(e)), None
             return Failed(ApiError(500, e.message if isinstance(e, LocalspecError) else
                                    "internal server error (see the server log)")), None
+        finally:
+            job.running(None)
         if pending:
             job.post(self._tokens(req, pending, None))
         if job.ended_by_server is not None:  # cut by a shutdown, not finished: say so

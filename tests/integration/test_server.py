@@ -19,6 +19,7 @@ import httpx
 import openai
 import pytest
 
+from generation import run
 from helpers import TOL_FLASH_OFF, assert_greedy_equal
 from localspec.core.sampling import log_softmax
 from localspec.server.process import ServerProcess
@@ -295,6 +296,26 @@ def test_disconnect_cancels_and_the_next_answer_is_a_fresh_start(server, client,
     assert metric(server, "localspec_requests_cancelled_total") == cancelled0 + 1
     # the cancelled request ended a few rounds after the client left, far short of its 1500 tokens
     assert metric(server, "localspec_tokens_predicted_total") - predicted0 - len(again) < 100
+
+
+def test_a_client_leaving_during_a_long_prompt_read_stops_the_read(server, client, tiny_engine):
+    """An editor plugin drops its request as the user types on: the server stops reading that prompt
+    within about one graph node (not after the read and a round), so the next request does not wait for
+    it. Seen in the cache: the same prompt sent again finds only the part read before the client left."""
+    n_words = 1
+    while len(tiny_engine.tokenize(" ".join(f"word{i}" for i in range(n_words * 2)))) < 1900:
+        n_words *= 2
+    prompt = " ".join(f"word{i}" for i in range(n_words))
+    cancelled0 = metric(server, "localspec_requests_cancelled_total")
+    with pytest.raises(httpx.ReadTimeout):  # ~1000-1900 tokens: seconds to read on one thread
+        httpx.post(server + "/v1/completions", headers={"Authorization": f"Bearer {KEY}"},
+                   json={"prompt": prompt, "max_tokens": 1, "temperature": 0}, timeout=httpx.Timeout(60, read=0.2))
+    r = client.completions.create(model="tiny", prompt=prompt, max_tokens=4, temperature=0)
+    n, cached = r.usage.prompt_tokens, r.usage.prompt_tokens_details.cached_tokens
+    assert n > 800 and cached <= n // 2, (n, cached)  # read whole, it would have left n - 1 cached
+    assert metric(server, "localspec_requests_cancelled_total") == cancelled0 + 1
+    ref = run(tiny_engine, tiny_engine.tokenize(prompt), "none", 4)[0]
+    assert r.choices[0].text == ref.text  # exact after the stopped read
 
 
 def test_concurrent_clients_served_in_order_nothing_lost(client):

@@ -21,7 +21,10 @@ measured, never guessed:
    probe crashed; ``--repack off`` runs no probe.
 3. **Cache.** The verdict is kept as JSON under ``$LOCALSPEC_CACHE/repack/``, keyed like the
    calibration (:func:`probe_key`: model file, threads, GPU layers, llama.cpp build, machine),
-   so it is measured again when any of these changes.
+   so it is measured again when any of these changes. A verdict measured while other work took
+   the CPU is used once and not kept (:attr:`RepackVerdict.busy`): each child reports the share of
+   the CPUs other processes used during its timed decodes (:attr:`ProbeResult.other_cpu`), judged
+   as the calibration judges its curves (:data:`localspec.backend.load.BUSY_THRESHOLD`).
 
 If neither configuration can decode, :func:`decide_repack` raises
 :class:`~localspec.errors.ModelError` (exit code 3) instead of letting llama.cpp kill the process.
@@ -53,7 +56,7 @@ PROBE_PREFILL = 64
 PREFILL_COPY_MIN_SPEEDUP = 1.10
 #: timed repetitions of each decode in a probe child
 PROBE_REPEATS = 5
-VERDICT_FORMAT = 2  # 2: the prompt-read pass (tl) and the KV copy (tc) measured too
+VERDICT_FORMAT = 3  # 2: the prompt-read pass (tl) and the KV copy (tc) measured too; 3: other_cpu
 #: (message) -> None: what the probe is doing, for the CLI, the serve log and the TUI
 StageFn = Callable[[str], None]
 
@@ -78,6 +81,8 @@ class ProbeResult:
         tl: median seconds of a :data:`PROBE_PREFILL`-token decode without logits (a prompt read).
         tc: seconds per cached token to copy the KV cache out and back in (``llama_state_seq_get_data``
             and ``_set_data``: what a prefill copy costs per token of context).
+        other_cpu: the share of all CPUs other processes used during the timed decodes
+            (:class:`localspec.backend.load.CpuMeter`); None where not measured (no ``/proc``).
     """
 
     outcome: str
@@ -86,6 +91,7 @@ class ProbeResult:
     tb: float | None = None
     tl: float | None = None
     tc: float | None = None
+    other_cpu: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -144,6 +150,15 @@ class RepackVerdict:
                    speed_ratio=d.get("speed_ratio"), key=dict(d.get("key", {})), created=float(d.get("created", 0)),
                    probe_seconds=float(d.get("probe_seconds", 0)), prefill_copy=bool(d.get("prefill_copy", False)),
                    prefill_ratio=d.get("prefill_ratio"))
+
+    @property
+    def busy(self) -> bool:
+        """Measured beside other work (a child's :attr:`ProbeResult.other_cpu` over
+        :data:`~localspec.backend.load.BUSY_THRESHOLD`, as a disturbed calibration): used, not kept."""
+        from localspec.backend.load import BUSY_THRESHOLD
+
+        return any(r.ok and r.other_cpu is not None and r.other_cpu > BUSY_THRESHOLD
+                   for r in (self.with_repack, self.without_repack))
 
     @property
     def unsafe(self) -> bool:
@@ -246,7 +261,7 @@ def run_probe_child(command: Sequence[str], timeout: float) -> ProbeResult:
     try:
         line = [ln for ln in proc.stdout.splitlines() if ln.strip()][-1]
         d = json.loads(line)
-        extra = {k: float(d[k]) for k in ("tl", "tc") if d.get(k) is not None}
+        extra = {k: float(d[k]) for k in ("tl", "tc", "other_cpu") if d.get(k) is not None}
         return ProbeResult("ok", "", float(d["t1"]), float(d["tb"]), **extra)
     except (IndexError, ValueError, KeyError, TypeError):
         return ProbeResult("failed", "the child printed no timings" + (f": {last_err[-200:]}" if last_err else ""))
@@ -276,8 +291,11 @@ def _child_main(argv: Sequence[str] | None = None) -> int:
 
 def _time_decodes(model, repeats: int) -> dict:
     """Median seconds of a 1-token, a :data:`PROBE_BATCH`-token and (fewer repeats: it is long) a
-    :data:`PROBE_PREFILL`-token decode after a short context, and the KV copy's seconds per token."""
+    :data:`PROBE_PREFILL`-token decode after a short context, the KV copy's seconds per token, and the
+    share of the CPUs other processes used meanwhile (``other_cpu``)."""
     import statistics
+
+    from localspec.backend.load import CpuMeter
 
     n = PROBE_BATCH
     filler = [t if not model.is_eog(t) else 1 for t in range(100, 100 + 2 * n + PROBE_PREFILL)]
@@ -291,16 +309,20 @@ def _time_decodes(model, repeats: int) -> dict:
         model.truncate(base)
         return dt
 
+    meter = CpuMeter()
+
     t1s = [timed(filler[2 * n: 2 * n + 1], "last") for _ in range(repeats)]
     tbs = [timed(filler[2 * n: 3 * n], "all") for _ in range(repeats)]
     prompt = filler[2 * n: 2 * n + PROBE_PREFILL]
     tls = [timed(prompt, ()) for _ in range(max(1, (repeats + 1) // 2))]
+    other_cpu = meter.other_fraction()
     model.decode(prompt, logits_for=())
     t0 = time.perf_counter()
     state = model.save_state()
     model.load_state(state)
     tc = (time.perf_counter() - t0) / max(1, model.n_cached)
-    return {"t1": statistics.median(t1s), "tb": statistics.median(tbs), "tl": statistics.median(tls), "tc": tc}
+    return {"t1": statistics.median(t1s), "tb": statistics.median(tbs), "tl": statistics.median(tls), "tc": tc,
+            "other_cpu": other_cpu}
 
 
 # -- the decision -------------------------------------------------------------------------
@@ -359,9 +381,14 @@ def _measure(path, key: dict, n_threads: int, n_gpu_layers: int, stage: StageFn 
     if copy:
         reason += (f"; the standard layout read a {PROBE_PREFILL}-token prompt pass {read_ratio:.2f}x faster, "
                    "so a second copy of the weights in it reads prompts (--prefill-copy)")
-    return RepackVerdict(use=use, with_repack=with_r, without_repack=without_r, reason=reason, speed_ratio=ratio,
-                         key=key, created=time.time(), probe_seconds=time.perf_counter() - t0, prefill_copy=copy,
-                         prefill_ratio=read_ratio, fresh=True)
+    verdict = RepackVerdict(use=use, with_repack=with_r, without_repack=without_r, reason=reason, speed_ratio=ratio,
+                            key=key, created=time.time(), probe_seconds=time.perf_counter() - t0, prefill_copy=copy,
+                            prefill_ratio=read_ratio, fresh=True)
+    if verdict.busy:
+        other = max(r.other_cpu for r in (with_r, without_r) if r.ok and r.other_cpu is not None)
+        verdict.reason += (f" (measured while other processes used {other:.0%} of the CPUs: used now, not kept; "
+                           "measured again at the next start)")
+    return verdict
 
 
 def decide_repack(path: str | os.PathLike, mode: RepackMode, *, n_threads: int, n_gpu_layers: int = 0,
@@ -393,8 +420,9 @@ def decide_repack(path: str | os.PathLike, mode: RepackMode, *, n_threads: int, 
     if verdict is None:
         verdict = _measure(path, key, n_threads, n_gpu_layers, stage, run, command)
         results = (verdict.with_repack, verdict.without_repack)
-        if use_cache and (any(r.ok for r in results) or all(r.outcome == "crashed" for r in results)):
-            save_verdict(verdict)  # a timeout on a loaded machine or a failed load is measured again
+        if use_cache and not verdict.busy and (any(r.ok for r in results)
+                                               or all(r.outcome == "crashed" for r in results)):
+            save_verdict(verdict)  # a timeout or timings on a loaded machine, or a failed load: measured again
     if not verdict.with_repack.ok and not verdict.without_repack.ok:
         if all(r.outcome == "failed" for r in (verdict.with_repack, verdict.without_repack)):
             return verdict  # not a crash: the in-process load reports the model's own error

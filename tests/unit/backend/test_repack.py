@@ -281,3 +281,24 @@ def test_the_header_line_says_when_a_copy_reads_prompts(gguf):
     assert "900 ms per 64-token prompt pass" in line and "read by a second copy in the standard layout (1.50x" in line
     assert "second copy" not in rp.describe_choice(True, v)  # the probe allowed one, memory did not
     assert rp.choice_json(True, v, True)["prefill_copy"] is True and rp.choice_json(True, v)["prefill_copy"] is False
+
+
+BUSY = 'print(\'{"t1": 0.010, "tb": 0.030, "other_cpu": 0.60}\')'
+ALONE = 'print(\'{"t1": 0.012, "tb": 0.036, "other_cpu": 0.02}\')'
+
+
+def test_a_verdict_measured_beside_other_work_is_used_not_kept(gguf):
+    """A probe child during whose timings other processes used 60 % of the CPUs: the verdict serves this
+    load and says so, but is not cached (the next start measures again), as a disturbed calibration;
+    one measured alone is cached."""
+    command, calls = _commands(BUSY, ALONE)
+    v = rp.decide_repack(gguf, "auto", n_threads=2, command=command)
+    assert v.busy and v.use is True and v.with_repack.other_cpu == pytest.approx(0.60)
+    assert "other processes used 60%" in v.reason and "measured again" in v.reason
+    assert not rp.verdict_path(v.key).exists()
+    rp.decide_repack(gguf, "auto", n_threads=2, command=command)
+    assert calls == [True, False, True, False]  # measured again
+    command, calls = _commands(ALONE, ALONE)
+    v = rp.decide_repack(gguf, "auto", n_threads=2, command=command)
+    assert not v.busy and rp.verdict_path(v.key).exists()
+    assert rp.load_verdict(v.key).without_repack.other_cpu == pytest.approx(0.02)

@@ -94,7 +94,8 @@ def test_safe_and_faster_keeps_repacking_safe_and_slower_drops_it(gguf, tmp_path
     command, _ = _commands(OK_FAST, OK_SLOW)
     v = rp.decide_repack(gguf, "auto", n_threads=2, command=command, use_cache=False)
     assert v.use is True and v.speed_ratio == pytest.approx(10 / 12)
-    assert command.repeats == [rp.PROBE_REPEATS, rp.PROBE_REPEATS]  # both layouts decode: both timed in full
+    # both layouts decode: both timed in full, twice, alternating
+    assert command.repeats == [rp.PROBE_REPEATS] * 4
     command, _ = _commands(OK_SLOW, OK_FAST)
     v = rp.decide_repack(gguf, "auto", n_threads=2, command=command, use_cache=False)
     assert v.use is False and v.speed_ratio == pytest.approx(1.2) and "slower" in v.reason
@@ -297,8 +298,17 @@ def test_a_verdict_measured_beside_other_work_is_used_not_kept(gguf):
     assert "other processes used 60%" in v.reason and "measured again" in v.reason
     assert not rp.verdict_path(v.key).exists()
     rp.decide_repack(gguf, "auto", n_threads=2, command=command)
-    assert calls == [True, False, True, False]  # measured again
+    assert calls == [True, False, True, False] * 2  # measured again (two pairs each time)
     command, calls = _commands(ALONE, ALONE)
     v = rp.decide_repack(gguf, "auto", n_threads=2, command=command)
     assert not v.busy and rp.verdict_path(v.key).exists()
     assert rp.load_verdict(v.key).without_repack.other_cpu == pytest.approx(0.02)
+
+
+def test_each_time_is_the_faster_of_two_children():
+    """One slow child (its whole run) does not decide: the second pair's faster times count."""
+    a = rp.ProbeResult("ok", "", 0.040, 0.343, 0.88, 1e-5, 0.01)
+    b = rp.ProbeResult("ok", "", 0.031, 0.233, 0.64, 2e-5, 0.05)
+    best = rp._fastest(a, b)
+    assert (best.t1, best.tb, best.tl, best.tc, best.other_cpu) == (0.031, 0.233, 0.64, 1e-5, 0.05)
+    assert rp._fastest(a, rp.ProbeResult("crashed", "killed by SIGSEGV")) == a

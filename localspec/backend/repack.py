@@ -12,8 +12,9 @@ measured, never guessed:
    extra buffer types, decodes a batch of :data:`PROBE_BATCH` tokens (where the AMX kernel
    crashes) and then times one-token decodes and :data:`PROBE_BATCH`-token decodes
    (target-only decoding and a verification pass). A second child does the same without
-   them; where both decode, a second pair follows and each time is the faster of two children. A signal, a non-zero exit or :func:`probe_timeout` seconds without an answer means
-   "not safe"; the parent never dies with a child.
+   them; where both decode, a second pair follows and each time is the faster of two children.
+   A signal, a non-zero exit or :func:`probe_timeout` seconds without an answer means "not
+   safe"; the parent never dies with a child.
 2. **Choice** (``--repack auto``, the default): repacked weights where they decoded safely
    and were not slower (the mean of the one-token and the batch time ratios, the rule
    :func:`localspec.backend.calibration.flash_attn_scores` uses for flash attention), else the

@@ -350,7 +350,10 @@ def test_full_queue_gets_429_with_retry_after(server, client):
     done = []
     with httpx.stream("POST", server + "/v1/completions", headers=h, timeout=120,
                       json={"prompt": LIST_PROMPT, "max_tokens": 1500, "stream": True, "temperature": 0}) as running:
-        next(running.iter_lines())  # the long request is being generated
+        # the long request is being generated; the iterator stays referenced: a dropped one is closed
+        # at once, and httpx then closes the connection (the server saw a client leaving after its first line)
+        lines = running.iter_lines()
+        next(lines)
         waiting = [threading.Thread(target=lambda: done.append(chat(client, max_tokens=3))) for _ in range(QUEUE)]
         for t in waiting:
             t.start()

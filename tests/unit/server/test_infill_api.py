@@ -160,6 +160,11 @@ def test_a_model_without_fim_tokens_is_a_400_that_says_so(path, body, param):
     ({"input_prefix": "t3", "input_suffix": "t4", "stop": [""]}, "stop"),
     ({"input_prefix": "t3", "input_suffix": "t4", "grammar": "root ::= \"a\""}, "grammar"),
     ({"input_prefix": "t3", "input_suffix": "t4", "n_probs": 3}, "n_probs"),
+    ({"input_prefix": "t3", "input_suffix": "t4", "n_indent": -1}, "n_indent"),
+    ({"input_prefix": "t3", "input_suffix": "t4", "n_indent": "4"}, "n_indent"),
+    ({"input_prefix": "t3", "input_suffix": "t4", "n_indent": 2.5}, "n_indent"),
+    ({"input_prefix": "t3", "input_suffix": "t4", "t_max_predict_ms": -2}, "t_max_predict_ms"),
+    ({"input_prefix": "t3", "input_suffix": "t4", "t_max_predict_ms": True}, "t_max_predict_ms"),
 ])
 def test_bad_infill_fields_are_400s_naming_them(client, body, param):
     r = client.post("/infill", json=body)
@@ -169,8 +174,13 @@ def test_bad_infill_fields_are_400s_naming_them(client, body, param):
 
 def test_seed_minus_one_is_random_and_fields_of_llama_cpp_are_accepted(client):
     r = client.post("/infill", json={"input_prefix": "t3", "input_suffix": "t4", "n_predict": 2, "seed": -1,
-                                     "n_indent": 4, "id_slot": -1, "t_max_prompt_ms": 500, "cache_prompt": False})
+                                     "n_indent": 4, "id_slot": -1, "t_max_prompt_ms": 500, "cache_prompt": False,
+                                     "t_max_predict_ms": 500.0})
     assert r.status_code == 200, r.text
+    # 0 and -1: the rules are off
+    r = client.post("/infill", json={"input_prefix": "t3", "input_suffix": "t4", "n_predict": 2, "n_indent": 0,
+                                     "t_max_predict_ms": -1})
+    assert r.status_code == 200 and r.json()["stop_type"] == "limit", r.text
 
 
 def test_end_of_generation_is_stop_type_eos():

@@ -296,14 +296,14 @@ class Generation:
             position = len(committed) - n_prompt
             committed.append(tok)
             pending.append(_Pending(tok, kind, round_idx, position, *(scores[i] if scores is not None else ())))
-            before = len(assembler.text)
+            before = len(assembler.text)  # this token's text starts here
             assembler.push(target.token_bytes(tok))
             if assembler.stop_at is not None:
                 end = EndReason.STOP
                 break
             if position == 0:
                 self._t_first_token = self.engine.clock()
-            if (cut := self._indent.cut(assembler.text)) is not None:
+            if self._indent is not None and (cut := self._indent.cut(assembler.text)) is not None:
                 assembler.stop_at = cut  # cut like a stop string: the tokens starting before it stay
                 end = EndReason.INDENT
                 break
@@ -351,7 +351,7 @@ class Generation:
         self._t_start = self._t_mark = eng.clock()
         committed = self.committed = list(prompt)
         assembler = self._assembler = TextAssembler(self.generation.stop)
-        self._indent = IndentLimit(self.generation.min_indent)
+        self._indent = IndentLimit(self.generation.min_indent) if self.generation.min_indent > 0 else None
         self._t_first_token = self._t_start
         self._pending: list[_Pending] = []  # every committed output token, in order
         self._n_released = 0  # tokens of ``_pending`` already yielded

@@ -521,9 +521,7 @@ class EngineWorker:
         pending: list[TokenEvent] = []
         job.running(gen)
         try:
-            for ev in gen:
-                if job.cancelled:
-                    gen.cancel()  # ends after this round; the caches stay consistent
+            for ev in gen:  # a cancelled job cancels its generation itself (Job.cancel, Job.running)
                 if isinstance(ev, TokenEvent):
                     pending.append(ev)
                 else:

@@ -141,6 +141,29 @@ def residual_distribution(target_probs: np.ndarray, draft_probs: np.ndarray) -> 
     return residual / total
 
 
+def as_target_width(draft_row: np.ndarray, n_target: int) -> np.ndarray:
+    """A draft distribution laid over the target's vocabulary; shape (n_target,) float64.
+
+    Target and draft vocabularies may differ in size by padding only
+    (:func:`localspec.core.tokenizer.check_compatible`): Qwen2.5 7B-32B have 152,064 ids,
+    their 0.5B/1.5B drafts 151,936. The draft never proposes an id the other model lacks
+    (the draft drafter masks them), so ids beyond the draft's width have draft probability
+    0, and a wider draft row is cut to the target's width (its tail is 0 too).
+
+    Args:
+        draft_row: shape (n_draft,) float64, one row of the draft's probabilities.
+        n_target: the target's vocabulary size (the width of its logits rows).
+    """
+    n_draft = draft_row.shape[0]
+    if n_draft == n_target:
+        return draft_row
+    if n_draft > n_target:
+        return draft_row[:n_target]
+    out = np.zeros(n_target, dtype=draft_row.dtype)
+    out[:n_draft] = draft_row
+    return out
+
+
 def verify_sampled(
     draft_tokens: Sequence[int],
     draft_probs: np.ndarray | None,
@@ -153,9 +176,10 @@ def verify_sampled(
 
     Args:
         draft_tokens: g proposed ids.
-        draft_probs: shape (g, n_vocab) float64, the distributions the draft tokens
+        draft_probs: shape (g, n_draft_vocab) float64, the distributions the draft tokens
             were actually sampled from (shaped by the same ``params``), or ``None`` for
-            a point-mass drafter such as prompt lookup.
+            a point-mass drafter such as prompt lookup. The draft's vocabulary may be
+            narrower or wider than the target's by padding (:func:`as_target_width`).
         target_logits: shape (g + 1, n_vocab); shaped here with ``params``.
         params: sampling settings shared with the drafter.
         rng: seeded generator; consumed in a fixed order, so a seed reproduces a run.
@@ -194,7 +218,7 @@ def verify_sampled(
             u = rng.random()
             # accept with probability min(1, p_x / q_x), written without the division
             if not (q_x > 0.0 and u * q_x < p_x):
-                t = sample(residual_distribution(target_probs, q[: target_probs.shape[0]]), rng)
+                t = sample(residual_distribution(target_probs, as_target_width(q, target_probs.shape[0])), rng)
                 target_tokens.append(commit(t))
                 return Verdict(i, t, TokenKind.RESAMPLED, tuple(target_tokens))
         target_tokens.append(commit(x))

@@ -203,3 +203,29 @@ def test_constrained_output_follows_the_restricted_target_distribution(with_prob
     tol = 5 * np.sqrt(expected * (1 - expected) / n) + 1e-9
     assert np.all(np.abs(got - expected) <= tol), (got, expected)
     assert got[0] == 0 and got[5] == 0
+
+
+@pytest.mark.parametrize("draft_width", [4, 6, 8])
+def test_output_follows_target_distribution_when_the_vocabularies_differ_by_padding(draft_width):
+    """A target padded past the draft (Qwen2.5 7B: 152,064 ids; its 0.5B draft: 151,936), and the
+    other way round: the draft's row is laid over the target's width (0 beyond the draft's ids),
+    and the committed token still follows the target distribution, padded ids included."""
+    params = SamplingParams(temperature=1.0)
+    target_row = np.array([1.0, 0.2, 2.0, -0.5, 0.7, 1.5])
+    draft_logits = np.full(draft_width, -np.inf)
+    draft_logits[:4] = [2.0, 1.0, 0.0, 0.5]  # the draft proposes only ids both models share
+    q = logits_to_probs(draft_logits, params)
+    target = np.stack([target_row, target_row])
+    rng = np.random.default_rng(3)
+    n = 40000
+    counts = np.zeros(V)
+    csum = np.cumsum(q)
+    for _ in range(n):
+        x = int(np.searchsorted(csum, rng.random() * csum[-1], side="right"))
+        v = verify_sampled([x], q[None, :], target, params, rng)
+        counts[x if v.accepted else v.token] += 1
+    expected = logits_to_probs(target_row, params)
+    got = counts / n
+    tol = 5 * np.sqrt(expected * (1 - expected) / n) + 1e-9
+    assert np.all(np.abs(got - expected) <= tol), (got, expected)
+    assert got[4:].sum() > 0.2, "ids only the target has are resampled at their target probability"

@@ -83,15 +83,18 @@ def verify_inputs(draw):
                             min_p=draw(st.sampled_from([0.0, 0.1])), seed=draw(st.integers(0, 2**16)))
     probs = None
     if temperature > 0 and draw(st.booleans()):  # a model drafter (else a point-mass draft)
-        extra = draw(st.integers(0, 3))  # a draft vocabulary may be larger (padding)
-        raw = np.array(draw(st.lists(st.floats(0, 1), min_size=g * (V + extra), max_size=g * (V + extra))))
-        raw = raw.reshape(g, V + extra)
+        # the draft vocabulary may be wider (padding) or narrower (a target padded past it, as
+        # Qwen2.5 7B-32B's 152,064 ids over the 0.5B's 151,936): both widths are drawn
+        width = V + draw(st.integers(-3, 3))
+        width = max(width, max(draft, default=0) + 1, 1)
+        raw = np.array(draw(st.lists(st.floats(0, 1), min_size=g * width, max_size=g * width)))
+        raw = raw.reshape(g, width)
         raw[:, V:] = 0.0
         for i, x in enumerate(draft):
             if draw(st.booleans()):
                 raw[i, x] += 0.5  # the sampled token usually has mass; sometimes not
         sums = raw.sum(axis=1, keepdims=True)
-        probs = np.where(sums > 0, raw / np.where(sums > 0, sums, 1), 1.0 / V)
+        probs = np.where(sums > 0, raw / np.where(sums > 0, sums, 1), 1.0 / width)
     return V, draft, probs, logits, params
 
 

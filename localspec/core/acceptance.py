@@ -213,12 +213,12 @@ def verify_sampled(
                 target_tokens.append(commit(t))
                 return Verdict(i, t, TokenKind.RESAMPLED, tuple(target_tokens))
         else:
-            q = draft_probs[i]
+            q = as_target_width(draft_probs[i], target_probs.shape[0])
             p_x, q_x = target_probs[x], q[x]
             u = rng.random()
             # accept with probability min(1, p_x / q_x), written without the division
             if not (q_x > 0.0 and u * q_x < p_x):
-                t = sample(residual_distribution(target_probs, as_target_width(q, target_probs.shape[0])), rng)
+                t = sample(residual_distribution(target_probs, q), rng)
                 target_tokens.append(commit(t))
                 return Verdict(i, t, TokenKind.RESAMPLED, tuple(target_tokens))
         target_tokens.append(commit(x))

@@ -176,10 +176,9 @@ def verify_sampled(
 
     Args:
         draft_tokens: g proposed ids.
-        draft_probs: shape (g, n_draft_vocab) float64, the distributions the draft tokens
-            were actually sampled from (shaped by the same ``params``), or ``None`` for
-            a point-mass drafter such as prompt lookup. The draft's vocabulary may be
-            narrower or wider than the target's by padding (:func:`as_target_width`).
+        draft_probs: shape (g, n_draft_vocab) float64 (padding may make it narrower or wider
+            than the target's: :func:`as_target_width`), the distributions the draft tokens were
+            sampled from (shaped by ``params``), or ``None`` for a point-mass drafter (lookup).
         target_logits: shape (g + 1, n_vocab); shaped here with ``params``.
         params: sampling settings shared with the drafter.
         rng: seeded generator; consumed in a fixed order, so a seed reproduces a run.

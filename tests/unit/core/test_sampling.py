@@ -73,7 +73,8 @@ class _SpreadModel(FakeModel):
 def test_target_and_draft_shaped_alike(params):
     """The draft-model drafter samples from the distribution the target verifies against (cases.md C6): with one
     model as both, every row the drafter returns equals the target's row shaped by the same ``SamplingParams``,
-    and the ratio test (:func:`verify_sampled`, the target's own shaping) accepts every drafted token whatever the draws."""
+    and the ratio test (:func:`verify_sampled`, the target's own shaping) accepts every drafted token whatever
+    the draws."""
     context, g = [3, 5, 7], 6
     for seed in range(20):
         drafter = DraftModelDrafter(_SpreadModel())

@@ -167,9 +167,10 @@ def test_a_held_out_edit_replays_as_the_tuning_traces_do(name):
     as a target is recorded (calibration times a draft model at b = 1, 2 only), so each replays on every
     recorded 1.5B curve: the pass costs of those CPUs, the 0.5B's acceptance. With the true curve auto is
     within 5 % of the best fixed length, as on the tuning traces; with its curve 30 % off (``OFF``) within 6 %;
-    always at most 0.6 of target-only's time. Measured on bisect-rename (2026-12-05): auto / best fixed
-    0.82-0.96 with the true curve, up to 1.03 off (slope x1.3, Zen 5 at 4,096, lookup); auto / target-only
-    at most 0.49."""
+    always at most 0.6 of target-only's time. Measured (2026-12-05) on bisect-rename and glob-rename: auto /
+    best fixed 0.81-1.004 with the true curve (the worst: glob-rename, Sapphire Rapids, with the prediction),
+    up to 1.032 off (slope x1.3 on bisect-rename, Zen 5 at 4,096; slope x0.7 on glob-rename, Sapphire Rapids);
+    auto / target-only at most 0.49."""
     tr = _replayable(load_trace(name))
     curves = [(cpu, c) for cpu, model, c in recorded_curves()
               if len(c.seconds) >= 65 and model == _model_stem(load_trace("chat-0"))]

@@ -16,11 +16,15 @@ loaded as the server loads (:func:`localspec.app.loader.load_engine`, weight-rep
 generated greedily in mode ``lookup`` with the prediction (fast; the greedy answer is the target's in
 every mode, near-ties aside), then again in mode ``none`` (target only) to check exactly that.
 
+Held-out tasks (:data:`HELD_OUT_TASKS`, ``bisect-rename``, ``glob-rename``): edits of files the policy's
+constants were never tuned on (``scripts/bench_files/bisect.py``, ``glob.py``), meant for another target
+(``--target qwen2.5-coder-0.5b``); their traces say ``held_out: true``.
+
 Output: one JSON per task, ``tests/data/traces/<task>.json`` (``tiny-<task>.json`` for
 ``--tiny``: SmolLM2-135M as the target, no draft model), every id list on one line:
 
-* ``task``, ``target``, ``draft`` (model file names; ``draft`` null with ``--tiny``), ``n_ctx``,
-  ``max_tokens``, ``mode`` and ``draft_max`` of the recorded run;
+* ``task``, ``target``, ``draft`` (model file names; ``draft`` null with ``--tiny`` or another
+  ``--target``), ``n_ctx``, ``max_tokens``, ``mode`` and ``draft_max`` of the recorded run;
 * ``prompt``, ``prediction``, ``answer``: token ids (``answer`` without the end-of-generation token);
 * ``eog``: the token id that ended the answer (null when it ended otherwise), ``end_reason``;
 * ``answer_is_file``: whether the answer's outer code block is the original file exactly;
@@ -31,6 +35,7 @@ Output: one JSON per task, ``tests/data/traces/<task>.json`` (``tiny-<task>.json
 Usage (a few minutes per task on a 2-core CPU; ``--skip-none`` halves it)::
 
     PYTHONPATH=$PWD .venv/bin/python scripts/record_traces.py [--tasks code-edit,...] [--tiny] [--out DIR]
+        [--target qwen2.5-coder-0.5b]
 """
 
 from __future__ import annotations
@@ -64,6 +69,17 @@ PROSE_TASKS = {
     "prose-tcp": "Compare TCP and UDP. When should I use each?",
 }
 PROSE_MAX_TOKENS = 320
+#: edits of files no tuned constant has seen (CPython 3.11.7's bisect.py and glob.py, kept in scripts/bench_files)
+_BISECT = (HERE / "bench_files" / "bisect.py").read_text()
+_GLOB = (HERE / "bench_files" / "glob.py").read_text()
+HELD_OUT_TASKS = {
+    "bisect-rename": ("Rename the parameter `hi` to `high` in every function of this file (signatures, bodies and "
+                      "docstrings). Change nothing else. Reply with the complete updated file only, no explanation."
+                      f"\n\n```python\n{_BISECT}```", _BISECT, 4096),
+    "glob-rename": ("Rename the function `_iglob` to `_iter_glob` everywhere in this file (its definition and its "
+                    "calls). Change nothing else. Reply with the complete updated file only, no explanation."
+                    f"\n\n```python\n{_GLOB}```", _GLOB, 4096),
+}
 TINY_TASKS = ("code-edit", "colorsys-unchanged")
 OUT = HERE.parent / "tests" / "data" / "traces"
 #: the context window: the longest task's prompt and answer (fnmatch.py twice, ~4,500 tokens) fit, as in
@@ -95,7 +111,8 @@ def record(engine, task: str, target: str, draft: str | None, skip_none: bool, p
     """The trace of one task (see the module's docstring), written to ``path`` as soon as it is recorded
     and again with mode none's verdict (a long check interrupted keeps the trace)."""
     message, original, max_tokens = (chat_task(task) if task.startswith("chat-") else
-                                     (PROSE_TASKS[task], None, PROSE_MAX_TOKENS) if task in PROSE_TASKS else tasks()[task])
+                                     (PROSE_TASKS[task], None, PROSE_MAX_TOKENS) if task in PROSE_TASKS else
+                                     HELD_OUT_TASKS[task] if task in HELD_OUT_TASKS else tasks()[task])
     prompt = [int(t) for t in engine.chat_tokens([{"role": "user", "content": message}])]
     prediction = [int(t) for t in engine.tokenize(original, special=False)] if original else []
     # an edit: fast in mode lookup with the prediction, then checked against mode none; a chat answer (no
@@ -107,6 +124,8 @@ def record(engine, task: str, target: str, draft: str | None, skip_none: bool, p
           f"({end}, eog {eog}) in {secs:.0f} s; answer is the file: {is_file}", flush=True)
     out = {"task": task, "target": target, "draft": draft, "n_ctx": engine.n_ctx, "max_tokens": max_tokens,
            "mode": mode, "draft_max": DRAFT_MAX if prediction else None, "end_reason": end, "eog": eog, "answer_is_file": is_file}
+    if task in HELD_OUT_TASKS:
+        out["held_out"] = True
     ids = {"prompt": prompt, "prediction": prediction, "answer": answer}
     path.write_text(dump(out | ids))
     if not skip_none and mode != "none":
@@ -140,20 +159,23 @@ def dump(trace: dict) -> str:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", default=None, help=f"default: {','.join(EDIT_TASKS)} ({','.join(TINY_TASKS)} with --tiny); "
-                                                 f"also chat-0 .. chat-{len(CHAT_TASKS) - 1}, {','.join(PROSE_TASKS)}")
+                                                 f"also chat-0 .. chat-{len(CHAT_TASKS) - 1}, {','.join(PROSE_TASKS)}, "
+                                                 f"{','.join(HELD_OUT_TASKS)}")
     p.add_argument("--tiny", action="store_true", help="SmolLM2-135M as the target, no draft model")
+    p.add_argument("--target", default=None, help="another catalog model as the target (no draft model), e.g. "
+                                                  "qwen2.5-coder-0.5b for the held-out tasks")
     p.add_argument("--skip-none", action="store_true", help="do not check against mode none")
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
     names = [t for t in (args.tasks or ",".join(TINY_TASKS if args.tiny else EDIT_TASKS)).split(",") if t]
     catalog = load_catalog()
     pair = catalog.default
-    target_ref = "smollm2-135m" if args.tiny else pair.target
+    target_ref = "smollm2-135m" if args.tiny else args.target or pair.target
     settings = Settings(target=ModelSettings(model=target_ref, n_ctx=N_CTX), draft=ModelSettings(model=pair.draft),
                         drafting=DraftParams(mode="lookup"))
     engine = load_engine(settings, calibrate=False)
     target = Path(engine.target.path).name
-    draft = None if args.tiny else catalog.models[pair.draft].hf_file
+    draft = None if args.tiny or target_ref != pair.target else catalog.models[pair.draft].hf_file
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     try:

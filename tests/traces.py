@@ -9,6 +9,7 @@ by its bare name (``from traces import load_trace``) as the other helpers.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
@@ -82,3 +83,25 @@ def recorded_curves() -> list[tuple[str, str, ModelCosts]]:
         m = _CURVE_NAME.match(p.name)
         out.append((m["cpu"], m["model"], load_curve(p)))
     return out
+
+
+#: the ways a policy's curve can be off from the one a replay charges (:func:`off_curve`)
+OFF_KINDS = ("scale", "slope")
+
+
+def off_curve(costs: ModelCosts, kind: str, factor: float) -> ModelCosts:
+    """``costs`` off by ``factor``, for a policy that believes a wrong curve while a replay charges the true one.
+
+    ``scale``: every T(b) times ``factor`` (the machine slower or faster than calibrated throughout);
+    ``slope``: T(1) kept, the cost of the tokens beyond the first times ``factor``,
+    T(1) + factor (T(b) - T(1)) (drafting looks cheaper or dearer than it is). Every context's curve
+    alike; the measured points are dropped (made again from the curves).
+    """
+    if kind not in OFF_KINDS:
+        raise ValueError(f"kind {kind!r}: one of {', '.join(OFF_KINDS)}")
+
+    def off(curve: list[float]) -> list[float]:
+        return [t * factor for t in curve] if kind == "scale" else [curve[0] + factor * (t - curve[0]) for t in curve]
+
+    return dataclasses.replace(costs, seconds=off(costs.seconds), curves=[off(c) for c in costs.curves],
+                               point_seconds=[])

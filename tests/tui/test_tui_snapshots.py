@@ -1,5 +1,7 @@
 """Snapshots at a fixed terminal size, driven by the real engine over scripted fake models
-(tui_fakes: every token kind, fixed timings on a fake clock)."""
+(tui_fakes: every token kind, fixed timings on a fake clock). Mode auto's rounds are scripted too
+(:data:`AUTO_ROUNDS`): a snapshot shows the TUI, not the policy's current tuning (its tests are
+tests/unit/core/test_policy*.py and the replays in tests/unit/bench)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,13 @@ PINNED = Settings(target=ModelSettings(model="qwen2.5-coder-1.5b", n_threads=4),
                   draft=ModelSettings(model="qwen2.5-coder-0.5b", n_threads=4), drafting=DraftParams(mode="draft"))
 #: mode auto: the adaptive policy chooses every round and says why in the panel
 AUTO = Settings(drafting=DraftParams(mode="auto", draft_p_min=DRAFT_P_MIN))
+#: the rounds of the mode-auto snapshot (drafter, draft length, the reason the panel shows), scripted so that
+#: tuning the policy cannot change the snapshot: what the policy chose on this fake at commit 141d7af
+AUTO_ROUNDS = (
+    *[("draft", 2, "g=2 draft")] * 3, ("lookup", 10, "g=10 lookup"), *[("draft", 2, "g=2 draft")] * 3,
+    *[("draft", 3, "g=3 draft")] * 4, *[("draft", 2, "g=2 draft")] * 4, ("lookup", 4, "g=4 lookup"),
+    *[("draft", 2, "g=2 draft")] * 3, ("draft", 2, "g=2 draft: est 2.66 tok/pass, 1.73x"),
+)
 
 
 async def _quiet(pilot):
@@ -108,7 +117,8 @@ def test_stats_panel_80_columns(snap_compare):
     """issue 8: at the narrowest supported width every label is whole, the policy's reason (mode
     auto) is on its own line, catch-up and prefill are shown beside the decode rate (issue 23:
     at 80 columns the panel is folded away; F10 shows it)."""
-    assert _snap(snap_compare, _chat(AUTO, catchup_seconds=0.61), (80, 34), send=ASK, keys=("f10",))
+    assert _snap(snap_compare, _chat(AUTO, catchup_seconds=0.61, rounds=AUTO_ROUNDS), (80, 34), send=ASK,
+                 keys=("f10",))
 
 
 def test_stats_panel_150_columns(snap_compare):

@@ -32,6 +32,8 @@ from localspec.backend.calibration import ModelCosts
 from localspec.config import AUTO_DRAFT_MAX
 from localspec.core.costmodel import EngineCosts
 from localspec.core.engine import SpeculativeEngine
+from localspec.core.events import DrafterId, RoundStats
+from localspec.core.policy import Choice, RoundState
 from localspec.errors import DecodeAborted
 
 REPLY = ("Here is a function that reverses a string:\n\n```python\ndef reverse(s: str) -> str:\n"
@@ -199,19 +201,44 @@ def model_costs(pass_seconds: float, n: int) -> ModelCosts:
     return ModelCosts(seconds=[pass_seconds + TOKEN_SECONDS * b for b in range(n)])
 
 
+class ScriptedPolicy:
+    """A draft policy that plays back ``rounds`` (one :class:`Choice` a round; the last repeats), cut to the
+    round's limit: the rounds of a snapshot then follow the test's script, not the product's policy
+    (mode ``auto``'s choices change whenever it is tuned). Wants every free drafter's proposal, as mode
+    ``auto`` does, so a scripted ``lookup`` round drafts what prompt lookup found."""
+
+    free_drafters = (DrafterId.PREDICTION, DrafterId.LOOKUP)
+
+    def __init__(self, rounds) -> None:
+        if not rounds:
+            raise ValueError("a scripted policy needs at least one round")
+        self.rounds = [Choice(DrafterId(d), g, why) for d, g, why in rounds]
+        self.played = 0
+
+    def choose(self, state: RoundState) -> Choice:
+        c = self.rounds[min(self.played, len(self.rounds) - 1)]
+        self.played += 1
+        return Choice(c.drafter, min(c.draft_len, state.limit), c.reason)
+
+    def observe(self, rs: RoundStats) -> None:
+        """Nothing to learn: the rounds are scripted."""
+
+
 class FakeEngine(SpeculativeEngine):
     """The real engine over a scripted target and (``has_draft``) draft model on a :class:`FakeClock`.
 
     Beyond the engine it only records: ``calls`` (every :meth:`generate`, with the chat
     messages last tokenized), ``last_messages``, ``last_prompt``, ``closed``; and gives the tests their knobs: ``reply``,
     ``round_delay`` (real seconds each target pass waits), ``started`` (set when a slowed pass
-    starts). Its costs (``cost_model``, mode ``auto``) are the fake models' true costs.
+    starts). Its costs (``cost_model``, mode ``auto``) are the fake models' true costs. With ``rounds``
+    ((drafter, draft length, reason) per round), every generation follows them (:class:`ScriptedPolicy`)
+    whatever the mode, in place of the mode's policy.
     """
 
     def __init__(self, clock: FakeClock | None = None, reply: str = REPLY, *, replies: dict[str, str] | None = None,
                  has_draft: bool = True, round_delay: float = 0.0, prefill_seconds: float = 0.05,
                  verify_seconds: float = 0.05, draft_seconds: float = 0.01, catchup_seconds: float = 0.1,
-                 n_ctx: int = 4096, draft_max: int = AUTO_DRAFT_MAX) -> None:
+                 n_ctx: int = 4096, draft_max: int = AUTO_DRAFT_MAX, rounds=None) -> None:
         clock = clock or FakeClock()
         self.script = Script(reply, replies)
         self.prefill_seconds, self.verify_seconds = prefill_seconds, verify_seconds
@@ -226,6 +253,7 @@ class FakeEngine(SpeculativeEngine):
                             target=target_costs, draft=draft_costs)
         super().__init__(target, draft, costs=costs, clock=clock)
         self.round_delay = round_delay
+        self.rounds = rounds
         self.calls: list[dict] = []
         self.last_messages: list[dict] | None = None  #: the chat messages last tokenized
         self.last_prompt: list[int] | None = None  #: their prompt token ids
@@ -256,6 +284,8 @@ class FakeEngine(SpeculativeEngine):
                  constraint=None, logprobs=None, memory=None, cache_prompt=True):
         self.calls.append({"prompt": list(prompt), "sampling": sampling, "drafting": drafting,
                            "generation": generation, "messages": self.last_messages})
+        if policy is None and self.rounds is not None:
+            policy = ScriptedPolicy(self.rounds)
         return super().generate(prompt, sampling, drafting, generation, policy, prediction, constraint, logprobs,
                                 memory, cache_prompt)
 

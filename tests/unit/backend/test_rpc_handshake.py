@@ -73,8 +73,8 @@ def test_a_worker_that_is_down_is_named_at_once():
     ep = f"127.0.0.1:{free_port()}"
     t0 = time.monotonic()
     with pytest.raises(WorkerError, match=f"{ep} refused") as e:
-        rpc.check_worker(ep, timeout=5)
-    assert time.monotonic() - t0 < 5
+        rpc.check_worker(ep, timeout=30)
+    assert time.monotonic() - t0 < 5  # at once: far inside the 30 s a silent address would be given
     assert "localspec worker --host 127.0.0.1" in e.value.hint
 
 

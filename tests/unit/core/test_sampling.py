@@ -1,7 +1,13 @@
+import zlib
+
 import numpy as np
 import pytest
 
-from localspec.config import SamplingParams
+from fakes import N_VOCAB, FakeModel
+from localspec.config import DraftParams, SamplingParams
+from localspec.core.acceptance import verify_sampled
+from localspec.core.drafters.model import DraftModelDrafter
+from localspec.core.events import TokenKind
 from localspec.core.sampling import logits_to_probs, sample, softmax
 
 
@@ -48,11 +54,38 @@ def test_top_p_partial_sort_equals_full_sort(n, top_p):
     np.testing.assert_allclose(p, full_sort_top_p(softmax(logits), top_p), atol=1e-12)
 
 
-def test_target_and_draft_shaped_alike():
-    """One function shapes both distributions (cases.md C6)."""
-    params = SamplingParams(temperature=0.7, top_k=3, top_p=0.9)
-    logits = np.array([2.0, 1.5, 1.0, 0.5, 0.0])
-    np.testing.assert_array_equal(logits_to_probs(logits, params), logits_to_probs(logits.copy(), params))
+class _SpreadModel(FakeModel):
+    """A fake whose logits spread over every id: a fixed function of the sequence (its CRC32 seeds them);
+    no end-of-generation token, so a draft runs to its length."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.eog_tokens = frozenset()
+
+    def logits_after(self, seq):
+        rng = np.random.default_rng(zlib.crc32(np.asarray(seq, dtype=np.int64).tobytes()))
+        return (rng.normal(size=N_VOCAB) * 2.0).astype(np.float32)
+
+
+@pytest.mark.parametrize("params", [SamplingParams(temperature=0.7, top_k=8, top_p=0.9),
+                                    SamplingParams(temperature=1.3, min_p=0.05),
+                                    SamplingParams(temperature=0.5, top_p=0.6)], ids=["top-k-p", "min-p", "top-p"])
+def test_target_and_draft_shaped_alike(params):
+    """The draft-model drafter samples from the distribution the target verifies against (cases.md C6): with one
+    model as both, every row the drafter returns equals the target's row shaped by the same ``SamplingParams``,
+    and the ratio test (:func:`verify_sampled`, the target's own shaping) accepts every drafted token whatever
+    the draws."""
+    context, g = [3, 5, 7], 6
+    for seed in range(20):
+        drafter = DraftModelDrafter(_SpreadModel())
+        drafter.begin(params, np.random.default_rng(seed))
+        draft = drafter.draft(context, g, DraftParams(mode="draft"))
+        assert len(draft.tokens) == g and draft.probs.shape == (g, N_VOCAB)
+        target_logits = _SpreadModel().decode([*context, *draft.tokens], "all")[len(context) - 1:]
+        for i in range(g):
+            np.testing.assert_array_equal(draft.probs[i], logits_to_probs(target_logits[i], params), err_msg=f"row {i}")
+        verdict = verify_sampled(draft.tokens, draft.probs, target_logits, params, np.random.default_rng(seed))
+        assert verdict.accepted == g and verdict.kind is TokenKind.BONUS, (seed, verdict)
 
 
 def test_sample_is_seeded_and_follows_distribution():

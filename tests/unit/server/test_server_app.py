@@ -3,6 +3,7 @@ tests/integration/test_server.py): a bug in the engine is a 500 without a traceb
 server keeps serving; errors are OpenAI's error object; hostile input (issue 22) is a 4xx naming what is wrong."""
 
 import asyncio
+import re
 import time
 
 import pytest
@@ -164,6 +165,45 @@ def test_queue_size_0_serves_one_at_a_time_and_queues_none():
         assert e.value.status == 429 and e.value.code == "queue_full"
     finally:
         loop.close()
+
+
+try:  # FastAPI keeps an included router nested in app.routes (0.16x); this walks into it
+    from fastapi.routing import iter_route_contexts
+except ImportError:  # older FastAPI: app.routes holds every route
+    def iter_route_contexts(routes):
+        return routes
+
+
+#: the routes answered without the API key, and why: a liveness probe (a load balancer, a supervisor, the
+#: ``localspec serve`` wrapper's own wait for the server) carries no key and learns nothing but busy/idle; the
+#: OpenAPI document holds the request schemas, which are public (the README's), not the served model or data
+PUBLIC_ROUTES = {"/health", "/openapi.json"}
+
+
+def test_every_route_but_the_public_ones_needs_the_key():
+    """Every route of the app, found by walking ``app.routes`` (so a route added later is covered), answers 401
+    without the key and with a wrong one, before reading its body; with the key it is let through."""
+    app = create_app(SpeculativeEngine(FakeModel(), None), SETTINGS, ServerSettings(api_key="k"))
+    walked = set()
+    with TestClient(app) as c:
+        for route in iter_route_contexts(app.routes):
+            path = re.sub(r"{[^}]*}", "x", route.path)  # a path parameter: any value
+            for method in sorted(route.methods):
+                walked.add(route.path)
+                for headers in ({}, {"Authorization": "Bearer nope"}):
+                    r = c.request(method, path, headers=headers, content=b"{not json")
+                    what = f"{method} {route.path} with {headers or 'no key'}: {r.status_code} {r.text[:200]}"
+                    if route.path in PUBLIC_ROUTES:
+                        assert r.status_code == 200, what
+                    else:
+                        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", what
+                        if method != "HEAD":
+                            assert r.json()["error"]["code"] == "invalid_api_key", what
+                r = c.request(method, path, headers={"Authorization": "Bearer k"},
+                              json={"prompt": "t3", "max_tokens": 1} if method == "POST" else None)
+                assert r.status_code != 401, f"{method} {route.path} with the key: {r.status_code}"
+    assert walked >= {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/infill", "/v1/models",
+                      "/v1/models/{name:path}", "/metrics", *PUBLIC_ROUTES}, walked
 
 
 def test_401s_are_counted_in_the_metrics():

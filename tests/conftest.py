@@ -35,7 +35,7 @@ def tiny_path():
 def tiny_padded_path(tiny_path, tmp_path_factory):
     """A copy of SmolLM2-135M with 128 padding ids after its 49,152 (as Qwen2.5 7B-32B pad the 151,936 ids of
     their 0.5B-3B siblings to 152,064; ``gguf_copies.pad_vocab``) and layer 15's feed-forward output zeroed,
-    so that the plain model's drafts are often rejected (at temperature 1 about two in three). Written once a
+    so that the plain model's drafts are often rejected. Written once a
     session (about 100 MB, a few seconds)."""
     from gguf_copies import pad_vocab
 

@@ -14,7 +14,7 @@ import pytest
 
 from cli_runner import run_cli
 from gguf_copies import rewrite_gguf
-from helpers import assert_first_token_follows_target
+from helpers import assert_first_token_follows_target, assert_greedy_equal, run
 from localspec.config import SamplingParams
 
 pytestmark = pytest.mark.tiny
@@ -64,6 +64,23 @@ def test_padded_vocabulary_first_token_follows_target_c6(engines, tiny_path, tin
     kinds = assert_first_token_follows_target(engine, engine.chat_tokens(ANIMAL),
                                               SamplingParams(temperature=1.0, top_k=8))
     assert kinds["resampled"] >= 10, kinds
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_padding_id_in_the_context_stops_drafting_not_the_generation(engines, tiny_path, tiny_padded_path,
+                                                                       temperature):
+    """A padded target may sample a padding id (its zero row has logit 0: rare, not impossible at
+    temperature > 0); the draft model cannot evaluate it (llama_decode failed with status -1, reported as
+    "raise n_ctx or lower n_batch"). Here one sits in the prompt: draft mode drafts nothing after it and
+    the target generates alone, as in mode none."""
+    engine = engines.get(tiny_padded_path, tiny_path, n_ctx=512, n_batch=512, n_threads=1)
+    prompt = engine.chat_tokens(ANIMAL)
+    prompt = [*prompt[:-4], N_TINY + 48, *prompt[-4:]]
+    plain, _ = run(engine, prompt, "none", 16, temperature=temperature, seed=3)
+    gen, _ = run(engine, prompt, "draft", 16, temperature=temperature, seed=3)
+    assert gen.stats.tokens == 16 and gen.stats.drafted == 0
+    if temperature == 0.0:
+        assert_greedy_equal(engine, prompt, plain.token_ids, gen.token_ids, "draft after a padding id")
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 #: a test that uses one of these fixtures loads that model: it is marked so automatically
-_MODEL_FIXTURES = {"tiny_path": "tiny", "tiny_engine": "tiny", "tiny_engine_ctx512": "tiny", "pair_paths": "pair",
+_MODEL_FIXTURES = {"tiny_path": "tiny", "tiny_padded_path": "tiny", "tiny_engine": "tiny", "tiny_engine_ctx512": "tiny", "pair_paths": "pair",
                    "pair_engine": "pair", "engines": "tiny"}
 #: SmolLM2-135M is about 90 MB; a larger file is a slow model (the pair's are 0.4 and 1.1 GB)
 _TINY_MAX_BYTES = 200_000_000
@@ -29,6 +29,18 @@ def tiny_path():
     from localspec.app.catalog import resolve_model
 
     return resolve_model("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def tiny_padded_path(tiny_path, tmp_path_factory):
+    """A copy of SmolLM2-135M with 128 padding ids after its 49,152 (as Qwen2.5 7B-32B pad the 151,936 ids of
+    their 0.5B-3B siblings to 152,064; ``gguf_copies.pad_vocab``) and layer 15's feed-forward output zeroed,
+    so that the plain model's drafts are often rejected. Written once a
+    session (about 100 MB, a few seconds)."""
+    from gguf_copies import pad_vocab
+
+    return pad_vocab(tiny_path, tmp_path_factory.mktemp("gguf") / "smollm2-padded-49280.gguf", 128,
+                     zero_tensor="blk.15.ffn_down.weight")
 
 
 @pytest.fixture(scope="session")

@@ -48,6 +48,59 @@ def assert_greedy_equal(engine, prompt, reference, got, label=""):
     return first, gap
 
 
+def assert_first_token_follows_target(engine, prompt, params, n_seeds=240) -> dict[str, int]:
+    """cases.md C6: with the engine's real draft and target at temperature > 0, the first sampled token's
+    histogram over ``n_seeds`` seeds (draft mode, one drafted token a run) matches the target's exact
+    distribution after ``prompt`` (chi-square goodness of fit at the 0.999 level, bins expecting fewer than 5
+    pooled).
+
+    Args:
+        engine: a SpeculativeEngine with a draft model; its target's vocabulary may be wider or narrower
+            than the draft's by padding.
+        prompt: token ids.
+        params: the SamplingParams (temperature > 0; a top-k keeps the bins few).
+
+    Returns:
+        How the first token came, over the runs: ``{"accepted": a, "resampled": r}`` (a + r = n_seeds); a
+        test of the residual path asks for ``r > 0``.
+    """
+    from localspec.core.events import TokenEvent, TokenKind
+    from localspec.core.sampling import logits_to_probs
+
+    # the exact target distribution of the first answer token
+    t = engine.target
+    t.sync(prompt)
+    row = t.decode(prompt[t.n_cached:], "last")[0]
+    t.truncate(len(prompt) - 1)
+    target = logits_to_probs(row, params)
+    support = np.flatnonzero(target)
+    counts = {int(k): 0 for k in support}
+    kinds = {"accepted": 0, "resampled": 0}
+    for seed in range(n_seeds):
+        sampling = params.model_copy(update={"seed": seed})
+        gen, events = run(engine, prompt, "draft", 2, draft_max=1, sampling=sampling, check_invariant=False)
+        assert gen.rounds[0].drafted == 1
+        first = gen.token_ids[0]
+        assert first in counts, "sampled a token outside the target's top-k"
+        counts[first] += 1
+        kind = next(e.kind for e in events if isinstance(e, TokenEvent))
+        kinds["resampled" if kind == TokenKind.RESAMPLED else "accepted"] += 1
+    exp = target[support] * n_seeds
+    obs = np.array([counts[int(k)] for k in support])
+    # pool bins with small expectation into one
+    big = exp >= 5
+    o = np.append(obs[big], obs[~big].sum())
+    e = np.append(exp[big], exp[~big].sum())
+    keep = e > 0
+    chi2 = float((((o - e) ** 2)[keep] / e[keep]).sum())
+    dof = max(int(keep.sum()) - 1, 1)
+    # Wilson-Hilferty approximation of the chi-square 0.999 quantile
+    z = 3.09
+    crit = dof * (1 - 2 / (9 * dof) + z * np.sqrt(2 / (9 * dof))) ** 3
+    assert chi2 < crit, (chi2, crit, dict(zip(support.tolist(), obs.tolist())), exp)
+    return kinds
+
+
 #: flash attention off: what a batched verification pass is held to (measured up to 0.12 on an AMD
 #: EPYC Zen 3 without AVX-512, 0.264 on a Zen 4 with AVX-512: the kernels differ by CPU); a row taken
 #: from the wrong position differs by nats, and fails this too. test_logprobs.py and test_server.py hold

@@ -8,13 +8,12 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import PROMPTS, assert_greedy_equal, run
+from helpers import PROMPTS, assert_first_token_follows_target, assert_greedy_equal, run
 from localspec.backend.llama import LlamaModel
 from localspec.config import SamplingParams
 from localspec.core.engine import SpeculativeEngine
 from localspec.errors import TokenizerMismatchError
 from localspec.core.events import EndReason
-from localspec.core.sampling import logits_to_probs
 
 pytestmark = pytest.mark.pair
 
@@ -99,38 +98,8 @@ def test_chat_turn_ends_on_eog_c8(pair_engine, mode):
 def test_sampled_first_token_follows_target_c6(pair_engine):
     """cases.md C6: with the real draft and target at temperature > 0, the first sampled token's
     histogram over many seeds matches the target distribution (chi-square goodness of fit)."""
-    params = SamplingParams(temperature=1.0, top_k=8)
     prompt = pair_engine.chat_tokens([{"role": "user", "content": "Name one random animal. One word only."}])
-    # the exact target distribution of the first answer token
-    t = pair_engine.target
-    t.sync(prompt)
-    n = t.n_cached
-    row = t.decode(prompt[n:], "last")[0]
-    t.truncate(len(prompt) - 1)
-    target = logits_to_probs(row, params)
-    support = np.flatnonzero(target)
-    counts = {int(k): 0 for k in support}
-    N = 240
-    for seed in range(N):
-        sampling = params.model_copy(update={"seed": seed})
-        gen, _ = run(pair_engine, prompt, "draft", 2, draft_max=1, sampling=sampling, check_invariant=False)
-        assert gen.rounds[0].drafted == 1
-        first = gen.token_ids[0]
-        assert first in counts, "sampled a token outside the target's top-k"
-        counts[first] += 1
-    exp = target[support] * N
-    obs = np.array([counts[int(k)] for k in support])
-    # pool bins with small expectation into one
-    big = exp >= 5
-    o = np.append(obs[big], obs[~big].sum())
-    e = np.append(exp[big], exp[~big].sum())
-    keep = e > 0
-    chi2 = float((((o - e) ** 2)[keep] / e[keep]).sum())
-    dof = max(int(keep.sum()) - 1, 1)
-    # Wilson-Hilferty approximation of the chi-square 0.999 quantile
-    z = 3.09
-    crit = dof * (1 - 2 / (9 * dof) + z * np.sqrt(2 / (9 * dof))) ** 3
-    assert chi2 < crit, (chi2, crit, dict(zip(support.tolist(), obs.tolist())), exp)
+    assert_first_token_follows_target(pair_engine, prompt, SamplingParams(temperature=1.0, top_k=8))
 
 
 def test_cli_end_to_end_default_pair(tmp_path):

@@ -80,15 +80,11 @@ GEMMA_STYLE = ("{{ bos_token }}{% for message in messages %}{% if message['role'
 def gemma_style_tiny(tiny_path, tmp_path_factory):
     """A copy of SmolLM2-135M whose chat template is replaced (rewritten with the gguf package)."""
     import gguf
-    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
 
-    out = tmp_path_factory.mktemp("gguf") / "smollm2-gemma-template.gguf"
-    reader = gguf.GGUFReader(str(tiny_path), "r")
-    arch = reader.get_field(gguf.Keys.General.ARCHITECTURE).contents()
-    writer = gguf.GGUFWriter(str(out), arch=arch, endianess=reader.endianess)
-    new = {gguf.Keys.Tokenizer.CHAT_TEMPLATE: MetadataDetails(gguf.GGUFValueType.STRING, GEMMA_STYLE)}
-    copy_with_new_metadata(reader, writer, new, [])
-    return out
+    from gguf_copies import rewrite_gguf
+
+    return rewrite_gguf(tiny_path, tmp_path_factory.mktemp("gguf") / "smollm2-gemma-template.gguf",
+                        {gguf.Keys.Tokenizer.CHAT_TEMPLATE: GEMMA_STYLE})
 
 
 @pytest.mark.tiny

@@ -69,11 +69,21 @@ class DraftModelDrafter:
             common += 1
         return len(context) - common
 
+    def unknown_id(self, context: Sequence[int]) -> bool:
+        """Whether ``context`` holds an id past the draft model's vocabulary: a padding id of a target whose
+        vocabulary is padded past the draft's (Qwen2.5 7B-32B over their 0.5B-3B siblings), which the target
+        may sample (a zero padding row has logit 0: about 5e-5 a token at temperature 1 on a SmolLM2 copy).
+        The draft model cannot evaluate it, so it drafts nothing after it. Only the ids its cache lacks are
+        looked at (those it holds were evaluated)."""
+        n = self.pending(context)
+        return n > 0 and max(context[len(context) - n:]) >= self.model.n_vocab
+
     def catchup_tokens(self, context: Sequence[int]) -> int:
         """Tokens :meth:`draft` would evaluate as catch-up before drafting after ``context``
-        (:meth:`catch_up`: the missing ones but the newest, when more than the steady gap)."""
+        (:meth:`catch_up`: the missing ones but the newest, when more than the steady gap; 0 where it
+        drafts nothing, :meth:`unknown_id`)."""
         n = self.pending(context)
-        return n - 1 if n > STEADY_GAP else 0
+        return n - 1 if n > STEADY_GAP and not self.unknown_id(context) else 0
 
     def catch_up(self, context: Sequence[int]) -> tuple[int, float]:
         """Bring the draft cache up to ``context[:-1]`` when it lacks more than the steady gap.
@@ -97,7 +107,8 @@ class DraftModelDrafter:
         Catches up first (:meth:`catch_up`, recorded in :attr:`last_catchup`). Stops
         early when the draft's top-1 probability (temperature-1 softmax of its
         logits) falls below ``drafting.draft_p_min``, at an end-of-generation token, or
-        at the draft model's context limit.
+        at the draft model's context limit. Proposes nothing after an id the draft model
+        lacks (:meth:`unknown_id`): the target decodes alone from there.
 
         Returns:
             Draft with ``probs`` of shape (g, n_vocab) float64 when sampling, else None.
@@ -106,7 +117,7 @@ class DraftModelDrafter:
         self.last_catchup = (0, 0.0)
         room = model.n_ctx - len(context)  # positions left after context
         draft_len = min(draft_len, room)
-        if draft_len <= 0 or not context:
+        if draft_len <= 0 or not context or self.unknown_id(context):
             return Draft((), None, self.name)
         self.last_catchup = self.catch_up(context)
         n = model.sync(context)

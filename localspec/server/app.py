@@ -227,7 +227,8 @@ async def infill(body: InfillBody, request: Request) -> Response:
     s = served(request)
     check_fim_model(s.engine, s.target_id, "input_suffix")
     return await generate(request, body.request(), lambda started: InfillShape(
-        s.target_id, started.prompt_tokens, discard=body.n_predict == 0, response_fields=body.response_fields))
+        s.target_id, started.prompt_tokens, discard=body.n_predict == 0, response_fields=body.response_fields,
+        context_limit=started.context_limit))
 
 
 @api.get("/v1/models")

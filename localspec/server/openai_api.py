@@ -26,7 +26,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable, ClassVar, Literal, Sequence
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo,
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo,
                       WithJsonSchema, WrapValidator, field_validator, model_validator)
 
 from pydantic_core import PydanticCustomError
@@ -174,12 +174,6 @@ def _tools_array(value: Any) -> Any:
     if not isinstance(value, list):
         raise user_error("tools must be an array of function tools")
     return value
-
-
-def _nonempty_prompt(prompt: str) -> str:
-    if not prompt:
-        raise user_error("the prompt is empty")
-    return prompt
 
 
 @dataclass
@@ -652,10 +646,11 @@ class CompletionBody(SamplingFields):
     absent_as_null: ClassVar[tuple[str, ...]] = ("prompt",)
     prompt: Annotated[str, BeforeValidator(lambda p: p[0] if isinstance(p, list) and len(p) == 1 else p),
                       _said("prompt must be a string (or a list of one string)"),
-                      AfterValidator(_nonempty_prompt),
                       WithJsonSchema({"anyOf": [{"type": "string", "minLength": 1},
                                                 {"type": "array", "items": {"type": "string", "minLength": 1},
-                                                 "minItems": 1, "maxItems": 1}]})]
+                                                 "minItems": 1, "maxItems": 1}],
+                                      "description": "the text to continue; with a suffix, the text before the "
+                                                     "cursor, which may be empty (the start of a file)"})]
     prediction: Prediction | None = None
     logprobs: int | None = Field(None, ge=0, le=COMPLETION_LOGPROBS_MAX,
                                  description="return each output token's log-probability and this many "
@@ -668,6 +663,15 @@ class CompletionBody(SamplingFields):
     @classmethod
     def _integral_logprobs(cls, v: Any) -> Any:
         return integral_number(v)
+
+    @model_validator(mode="after")
+    def _prompt_or_suffix(self) -> "CompletionBody":
+        """An empty prompt is refused unless a suffix makes it fill-in-the-middle at the start of a file
+        (llama.cpp's ``/infill`` takes an empty prefix too, its PR #4833)."""
+        if not self.prompt and not self.suffix:
+            raise user_error("the prompt is empty (an empty prompt is served only with a suffix: fill in the "
+                             "middle at the start of a file)", at="prompt")
+        return self
 
     def request(self, kind: Literal["chat", "completion"] = "completion") -> "GenerationRequest":
         """The checked request (:class:`GenerationRequest`); max_tokens 16 when absent (OpenAI's default);

@@ -25,7 +25,11 @@ request (``/infill``, or ``/v1/completions`` with ``suffix``).
   predicted_n, predicted_ms, predicted_per_token_ms, predicted_per_second, draft_n,
   draft_n_accepted}}`` plus localspec's ``speculation``; with ``response_fields`` only those
   (a ``"timings/prompt_n"`` path is returned under that key, as llama.cpp does). ``tokens_predicted``
-  and ``predicted_n`` count an end-of-generation token sampled, as llama.cpp's ``n_decoded`` does.
+  and ``predicted_n`` count an end-of-generation token sampled, as llama.cpp's ``n_decoded`` does; with a
+  stop word (``stop_type`` "word", ``stopping_word`` the string), the tokens that start before it; ``draft_n``
+  and ``draft_n_accepted`` only the draft tokens of positions in the answer (:func:`answer_draft_counts`).
+  ``truncated``: the answer ran to the end of the context window (``n_predict`` -1 or past the room the
+  prompt leaves; llama-server with its default of no context shift says the same, ``stop_type`` "limit").
 - stream (``stream: true``): server-sent events ``data: {content, tokens, stop: false, id_slot,
   tokens_predicted, tokens_evaluated}`` per round, then the final object above with ``stop: true``
   and empty ``content``; no ``[DONE]`` (llama.cpp sends none on this endpoint).

@@ -121,6 +121,8 @@ class Generation:
     Attributes:
         token_ids: generated token ids (prompt excluded; end-of-generation token excluded).
         text: the generated text (equals the events' texts joined).
+        stop_word: the stop string the output ended before (end reason ``stop``; the first of the
+            generation's stop strings found there), else None.
         stats: :class:`GenerationStats`, complete once iteration ends.
         rounds: the :class:`RoundStats` of every round.
     """
@@ -147,6 +149,7 @@ class Generation:
         #: False: the prompt neither comes from the kept prompt prefixes nor joins them (``cache_prompt: false``)
         self.cache_prompt = cache_prompt
         self.token_ids: list[int] = []
+        self.stop_word: str | None = None
         #: prompt + generated tokens committed so far (live during iteration; some may
         #: not be yielded yet while text is held back at a possible stop string)
         self.committed: list[int] = list(prompt)
@@ -418,6 +421,7 @@ class Generation:
         for p in pending[: stats.tokens]:
             stats.kinds[p.kind.value] = stats.kinds.get(p.kind.value, 0) + 1
         stats.end_reason = end
+        self.stop_word = assembler.stop_word if end is EndReason.STOP else None
         stats.elapsed_seconds = eng.clock() - self._t_start
 
 

@@ -29,6 +29,7 @@ class TextAssembler:
         self.text = ""
         self.token_ends: list[int] = []  # len(text) after each pushed token
         self.stop_at: int | None = None  # index in text where the first stop string starts
+        self.stop_word: str | None = None  #: the stop string found at ``stop_at`` (the first given, of several there)
         self.finished = False
         self.dangling = b""  #: the incomplete character's bytes dropped by :meth:`finish`
 
@@ -39,9 +40,10 @@ class TextAssembler:
         self.token_ends.append(len(self.text))
         if self.stop and self.stop_at is None and len(self.text) > before:
             lo = max(0, before - self._max_stop + 1)
-            hits = [i for s in self.stop if (i := self.text.find(s, lo)) >= 0]
+            hits = [(i, s) for s in self.stop if (i := self.text.find(s, lo)) >= 0]
             if hits:
-                self.stop_at = min(hits)
+                self.stop_at = min(i for i, _ in hits)
+                self.stop_word = next(s for i, s in hits if i == self.stop_at)
 
     def finish(self) -> None:
         """End the text. Bytes of a character the generation never completed (max_tokens

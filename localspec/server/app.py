@@ -53,7 +53,7 @@ from localspec.server.infill import InfillBody, InfillShape, check_fim_model
 from localspec.server.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from localspec.server.openai_api import (ERROR_RESPONSES, FINISH_REASONS, MAX_JSON_DEPTH, ApiError, ChatCompletionBody, CompletionBody,
                                          GenerationRequest, ResponseShape, api_error, check_json, speculation, usage)
-from localspec.server.responses import ResponsesBody, ResponsesShape, generation_request
+from localspec.server.responses import ResponsesBody, ResponsesShape
 from localspec.server.worker import EngineWorker, Failed, Finished, Job, Started, Tokens, drafting_for, sampling_for
 
 log = logging.getLogger("localspec.server")
@@ -217,8 +217,13 @@ async def completions(body: CompletionBody, request: Request) -> Response:
 
 @generation.post("/v1/responses")
 async def responses(body: ResponsesBody, request: Request) -> Response:
-    """OpenAI's Responses API (:mod:`.responses`): converted to a chat request, its answer reshaped."""
-    return await generate(request, generation_request(body), responses=ResponsesShape(served(request).target_id, body))
+    """OpenAI's Responses API (:mod:`.responses`): converted to a chat request, its answer reshaped; its
+    errors name the Responses fields (:meth:`ResponsesShape.renamed`)."""
+    shape = ResponsesShape(served(request).target_id, body)
+    try:
+        return await generate(request, shape.request(), responses=shape)
+    except ApiError as e:
+        raise shape.renamed(e) from None
 
 
 @generation.post("/infill")
@@ -227,7 +232,8 @@ async def infill(body: InfillBody, request: Request) -> Response:
     s = served(request)
     check_fim_model(s.engine, s.target_id, "input_suffix")
     return await generate(request, body.request(), lambda started: InfillShape(
-        s.target_id, started.prompt_tokens, discard=body.n_predict == 0, response_fields=body.response_fields))
+        s.target_id, started.prompt_tokens, discard=body.n_predict == 0, response_fields=body.response_fields,
+        context_limit=started.context_limit))
 
 
 @api.get("/v1/models")

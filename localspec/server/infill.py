@@ -25,7 +25,11 @@ request (``/infill``, or ``/v1/completions`` with ``suffix``).
   predicted_n, predicted_ms, predicted_per_token_ms, predicted_per_second, draft_n,
   draft_n_accepted}}`` plus localspec's ``speculation``; with ``response_fields`` only those
   (a ``"timings/prompt_n"`` path is returned under that key, as llama.cpp does). ``tokens_predicted``
-  and ``predicted_n`` count an end-of-generation token sampled, as llama.cpp's ``n_decoded`` does.
+  and ``predicted_n`` count an end-of-generation token sampled, as llama.cpp's ``n_decoded`` does; with a
+  stop word (``stop_type`` "word", ``stopping_word`` the string), the tokens that start before it; ``draft_n``
+  and ``draft_n_accepted`` only the draft tokens of positions in the answer (:func:`answer_draft_counts`).
+  ``truncated``: the answer ran to the end of the context window (``n_predict`` -1 or past the room the
+  prompt leaves; llama-server with its default of no context shift says the same, ``stop_type`` "limit").
 - stream (``stream: true``): server-sent events ``data: {content, tokens, stop: false, id_slot,
   tokens_predicted, tokens_evaluated}`` per round, then the final object above with ``stop: true``
   and empty ``content``; no ``[DONE]`` (llama.cpp sends none on this endpoint).
@@ -175,6 +179,32 @@ STOP_TYPES = {"eog": "eos", "stop": "word", "max_tokens": "limit", "context": "l
               "indent": "limit", "time_limit": "limit"}
 
 
+def answer_draft_counts(rounds, n_answer: int) -> tuple[int, int]:
+    """``timings``' ``(draft_n, draft_n_accepted)``: the rounds' drafted and accepted tokens, counted
+    only for positions of the answer's first ``n_answer`` tokens (``tokens_predicted``).
+
+    A round drafts positions ``start .. start + drafted - 1`` and commits ``accepted + 1`` tokens (its
+    accepted draft, then the target's own token). Where the answer ends at or before that own token
+    (a stop string, ``n_predict`` or an end-of-generation token inside an accepted draft), the draft
+    tokens past the answer's end were cut, not given: only the ``n_answer - start`` in it count (all
+    accepted). Other rounds count whole (drafts rejected are drafted tokens too). So
+    ``draft_n_accepted <= tokens_predicted``, and a 0-token answer counts no draft.
+
+    Args:
+        rounds: the generation's :class:`~localspec.core.events.RoundStats`, in order.
+        n_answer: tokens in the answer (an end-of-generation token counted, as ``tokens_predicted``).
+    """
+    drafted = accepted = start = 0
+    for r in rounds:
+        if start + r.accepted < n_answer:
+            drafted, accepted = drafted + r.drafted, accepted + r.accepted
+        else:
+            kept = max(0, n_answer - start)
+            drafted, accepted = drafted + kept, accepted + kept
+        start += r.committed
+    return drafted, accepted
+
+
 def pick_fields(obj: dict, paths: list[str]) -> dict:
     """llama.cpp's ``response_fields``: ``{path: value}`` for each ``a/b`` path present in ``obj``."""
     out = {}
@@ -197,6 +227,8 @@ class InfillShape:
     model: str
     prompt_tokens: int
     discard: bool = False  #: n_predict 0: the prompt was cached, the one token generated is not sent
+    #: the output could run to the end of the context window (:attr:`~localspec.server.worker.Started.context_limit`)
+    context_limit: bool = False
     response_fields: list[str] | None = None
     done_event: ClassVar[bool] = False  #: no ``data: [DONE]`` at the end of a stream
     kind: ClassVar[str] = "infill"
@@ -220,12 +252,13 @@ class InfillShape:
                    "prompt_per_second": prompt_n / prompt_ms * 1000 if prompt_ms else 0.0,
                    "predicted_n": n_gen, "predicted_ms": predicted_ms,
                    "predicted_per_token_ms": predicted_ms / n_gen if n_gen else 0.0,
-                   "predicted_per_second": n_gen / predicted_ms * 1000 if predicted_ms else 0.0,
-                   "draft_n": st.drafted, "draft_n_accepted": st.accepted}
+                   "predicted_per_second": n_gen / predicted_ms * 1000 if predicted_ms else 0.0}
+        timings["draft_n"], timings["draft_n_accepted"] = answer_draft_counts(self._generation.rounds, n_gen)
         obj = {"index": 0, "content": "" if self.discard else content, "tokens": [], "id_slot": 0, "stop": True,
                "model": self.model, "tokens_predicted": n_gen, "tokens_evaluated": st.prompt_tokens,
-               "prompt": "", "has_new_line": "\n" in content, "truncated": False,
-               "stop_type": STOP_TYPES.get(reason, "none"), "stopping_word": "",
+               "prompt": "", "has_new_line": "\n" in content,
+               "truncated": self.context_limit and reason in ("max_tokens", "context"),
+               "stop_type": STOP_TYPES.get(reason, "none"), "stopping_word": self._generation.stop_word or "",
                "tokens_cached": st.cached_prompt_tokens, "timings": timings,
                "speculation": extra.get("speculation")}
         return pick_fields(obj, self.response_fields) if self.response_fields else obj

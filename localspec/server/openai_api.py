@@ -26,7 +26,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable, ClassVar, Literal, Sequence
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo,
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo,
                       WithJsonSchema, WrapValidator, field_validator, model_validator)
 
 from pydantic_core import PydanticCustomError
@@ -174,12 +174,6 @@ def _tools_array(value: Any) -> Any:
     if not isinstance(value, list):
         raise user_error("tools must be an array of function tools")
     return value
-
-
-def _nonempty_prompt(prompt: str) -> str:
-    if not prompt:
-        raise user_error("the prompt is empty")
-    return prompt
 
 
 @dataclass
@@ -652,10 +646,11 @@ class CompletionBody(SamplingFields):
     absent_as_null: ClassVar[tuple[str, ...]] = ("prompt",)
     prompt: Annotated[str, BeforeValidator(lambda p: p[0] if isinstance(p, list) and len(p) == 1 else p),
                       _said("prompt must be a string (or a list of one string)"),
-                      AfterValidator(_nonempty_prompt),
                       WithJsonSchema({"anyOf": [{"type": "string", "minLength": 1},
                                                 {"type": "array", "items": {"type": "string", "minLength": 1},
-                                                 "minItems": 1, "maxItems": 1}]})]
+                                                 "minItems": 1, "maxItems": 1}],
+                                      "description": "the text to continue; with a suffix, the text before the "
+                                                     "cursor, which may be empty (the start of a file)"})]
     prediction: Prediction | None = None
     logprobs: int | None = Field(None, ge=0, le=COMPLETION_LOGPROBS_MAX,
                                  description="return each output token's log-probability and this many "
@@ -668,6 +663,15 @@ class CompletionBody(SamplingFields):
     @classmethod
     def _integral_logprobs(cls, v: Any) -> Any:
         return integral_number(v)
+
+    @model_validator(mode="after")
+    def _prompt_or_suffix(self) -> "CompletionBody":
+        """An empty prompt is refused unless a suffix makes it fill-in-the-middle at the start of a file
+        (llama.cpp's ``/infill`` takes an empty prefix too, its PR #4833)."""
+        if not self.prompt and not self.suffix:
+            raise user_error("the prompt is empty (an empty prompt is served only with a suffix: fill in the "
+                             "middle at the start of a file)", at="prompt")
+        return self
 
     def request(self, kind: Literal["chat", "completion"] = "completion") -> "GenerationRequest":
         """The checked request (:class:`GenerationRequest`); max_tokens 16 when absent (OpenAI's default);
@@ -789,6 +793,8 @@ class TokenLogprob:
         logprob: natural log of its probability under the target's raw distribution (float, >= LOGPROB_FLOOR).
         top: the most probable tokens there, ``(token, bytes, logprob)`` by descending logprob.
         released: characters of output text this token released (its stream text), for ``text_offset``.
+        id: the token's id in the target's vocabulary (-1: not known).
+        top_ids: the ids of ``top``, in its order.
     """
 
     token: str
@@ -796,6 +802,8 @@ class TokenLogprob:
     logprob: float
     top: list[tuple[str, list[int], float]]
     released: int
+    id: int = -1
+    top_ids: tuple[int, ...] = ()
 
 
 def token_logprobs(tokens: Sequence[TokenEvent], token_bytes: Callable[[int], bytes]) -> list[TokenLogprob]:
@@ -809,8 +817,48 @@ def token_logprobs(tokens: Sequence[TokenEvent], token_bytes: Callable[[int], by
     out = []
     for t in tokens:
         text, raw, lp = piece(t.token_id, t.logprob if t.logprob is not None else LOGPROB_FLOOR)
-        out.append(TokenLogprob(text, raw, lp, [piece(i, v) for i, v in t.top_logprobs or ()], len(t.text)))
+        top = t.top_logprobs or ()
+        out.append(TokenLogprob(text, raw, lp, [piece(i, v) for i, v in top], len(t.text), t.token_id,
+                                tuple(i for i, _ in top)))
     return out
+
+
+def completion_token_key(raw: Sequence[int]) -> str:
+    """A token as completions' ``tokens`` and ``top_logprobs`` keys write it: its text when its bytes
+    are valid UTF-8 on their own; else ``"bytes:"`` and each byte as ``\\xNN`` (two lower-case hex
+    digits): ``"bytes:\\xf0\\x9f"`` for the first half of an emoji.
+
+    OpenAI's own convention for the legacy completions (its tokens that are partial UTF-8 read
+    ``bytes:\\xNN``): a client sees the true bytes (joining a token's bytes with the next ones' gives
+    the character), and the keys of one position stay distinct where the text of partial tokens is
+    the same replacement character "\ufffd" (which made them collide and the last one win).
+    Chat's ``logprobs`` carry the bytes in their own ``bytes`` field instead (OpenAI's shape)."""
+    b = bytes(raw)
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError:
+        return "bytes:" + "".join(f"\\x{x:02x}" for x in b)
+
+
+def completion_top(e: TokenLogprob) -> dict[str, float]:
+    """A completion token's ``top_logprobs`` object ``{key: logprob}``, most probable first: the k
+    alternatives asked for (``logprobs: k``), plus the chosen token when it is not among them (OpenAI:
+    "the API will always return the logprob of the sampled token, so there may be up to logprobs+1
+    elements"; k = 0 gives ``{}``). Keys are :func:`completion_token_key`; two different tokens with the
+    same bytes (a byte-fallback token and its character) cannot share a key: the chosen token keeps
+    its key (the one in ``tokens``), another gets vLLM's ``"token_id:N"``. The chosen token's value is
+    its ``token_logprobs`` entry."""
+    entries = list(zip(e.top_ids, e.top))
+    if not entries:
+        return {}
+    if e.id not in e.top_ids:
+        entries.append((e.id, (e.token, e.bytes, e.logprob)))
+    out: dict[str, float] = {}
+    # the chosen token first, so that it keeps the key written in ``tokens``
+    for tid, (_, raw, v) in sorted(entries, key=lambda x: x[0] != e.id):
+        key = completion_token_key(raw)
+        out[f"token_id:{tid}" if key in out else key] = v
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 @dataclass
@@ -835,7 +883,8 @@ class ResponseShape:
     def logprobs(self, entries: Sequence[TokenLogprob] | None) -> dict | None:
         """A choice's ``logprobs`` object (None: not asked for). Chat: ``{"content": [{token, logprob,
         bytes, top_logprobs: [{token, logprob, bytes}]}], "refusal": None}``; completions: ``{tokens,
-        token_logprobs, top_logprobs: [{token: logprob}], text_offset}`` (offsets in characters of the
+        token_logprobs, top_logprobs: [{token: logprob}], text_offset}`` (tokens and keys written by
+        :func:`completion_token_key`, alternatives by :func:`completion_top`; offsets in characters of the
         completion's text, continuing across a stream's chunks)."""
         if entries is None:
             return None
@@ -847,8 +896,9 @@ class ResponseShape:
         for e in entries:
             offsets.append(self.text_offset)
             self.text_offset += e.released
-        return {"tokens": [e.token for e in entries], "token_logprobs": [e.logprob for e in entries],
-                "top_logprobs": [{t: v for t, _, v in e.top} for e in entries], "text_offset": offsets}
+        return {"tokens": [completion_token_key(e.bytes) for e in entries],
+                "token_logprobs": [e.logprob for e in entries], "top_logprobs": [completion_top(e) for e in entries],
+                "text_offset": offsets}
 
     def complete(self, text: str, finish_reason: str, extra: dict,
                  logprobs: Sequence[TokenLogprob] | None = None) -> dict:

@@ -166,8 +166,10 @@ def _string_field(item: dict, key: str, param: str) -> str:
     return value
 
 
-def _call_message(messages: list[dict], item: dict, param: str, origins: list[str]) -> None:
-    """A function_call item joins the assistant message before it (or starts one)."""
+def _call_message(messages: list[dict], item: dict, param: str, origins: list[str],
+                  calls: dict[str, str] | None = None) -> None:
+    """A function_call item joins the assistant message before it (or starts one); ``calls`` gets the
+    chat path of the call (``messages[k].tool_calls[j]``) -> ``param``."""
     call = {"id": _string_field(item, "call_id", param), "type": "function",
             "function": {"name": _string_field(item, "name", param),
                          "arguments": _string_field(item, "arguments", param)}}
@@ -177,6 +179,8 @@ def _call_message(messages: list[dict], item: dict, param: str, origins: list[st
     else:
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         origins.append(param)
+    if calls is not None:
+        calls[f"messages[{len(messages) - 1}].tool_calls[{len(messages[-1]['tool_calls']) - 1}]"] = param
 
 
 def _output_message(messages: list[dict], item: dict, param: str) -> dict:
@@ -191,11 +195,13 @@ def _output_message(messages: list[dict], item: dict, param: str) -> dict:
     return {"role": "tool", "tool_call_id": call_id, "name": calls[call_id], "content": text}
 
 
-def input_messages(value: Any, instructions: Any = None, origins: list[str] | None = None) -> list[dict]:
+def input_messages(value: Any, instructions: Any = None, origins: list[str] | None = None,
+                   calls: dict[str, str] | None = None) -> list[dict]:
     """``instructions`` and ``input`` as chat messages (``{"role", "content"}``, assistant messages
     with ``tool_calls``, ``role: tool`` messages with ``tool_call_id`` and ``name``). ``origins``, when
     given, gets for each message the Responses field it came from (``instructions``, ``input``,
-    ``input[3]``), so a chat check's error can name it.
+    ``input[3]``), so a chat check's error can name it; ``calls``, when given, the item of each call
+    (``{"messages[2].tool_calls[1]": "input[4]"}``).
 
     Raises:
         ApiError: 400 naming the item or part at fault (``input[2].content[0].type``).
@@ -223,7 +229,7 @@ def input_messages(value: Any, instructions: Any = None, origins: list[str] | No
             messages.append({"role": role, "content": _text_of(item.get("content"), f"{param}.content")})
             origins.append(param)
         elif kind == "function_call":
-            _call_message(messages, item, param, origins)
+            _call_message(messages, item, param, origins, calls)
         elif kind == "function_call_output":
             messages.append(_output_message(messages, item, param))
             origins.append(param)
@@ -292,7 +298,7 @@ def _check_refused(body: ResponsesBody) -> None:
         raise _bad("reasoning", 'reasoning must be an object such as {"effort": "low"}')
 
 
-def chat_body(body: ResponsesBody, origins: list[str] | None = None) -> dict:
+def chat_body(body: ResponsesBody, origins: list[str] | None = None, calls: dict[str, str] | None = None) -> dict:
     """The ``/v1/chat/completions`` body of a Responses request (see the module docstring).
 
     Raises:
@@ -304,7 +310,7 @@ def chat_body(body: ResponsesBody, origins: list[str] | None = None) -> dict:
         max_tokens = int(max_tokens)
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
         raise _bad("max_output_tokens", "max_output_tokens must be an integer >= 1")
-    chat = {"messages": input_messages(body.input, body.instructions, origins), "tools": chat_tools(body.tools),
+    chat = {"messages": input_messages(body.input, body.instructions, origins, calls), "tools": chat_tools(body.tools),
             "tool_choice": chat_tool_choice(body.tool_choice), "parallel_tool_calls": body.parallel_tool_calls,
             "temperature": body.temperature, "top_p": body.top_p, "max_tokens": max_tokens, "stream": body.stream,
             "response_format": response_format(body.text), "speculation": body.speculation,
@@ -312,10 +318,15 @@ def chat_body(body: ResponsesBody, origins: list[str] | None = None) -> dict:
     return {k: v for k, v in chat.items() if v is not None}
 
 
-def _renamed(e: ApiError, origins: list[str]) -> ApiError:
+def _renamed(e: ApiError, origins: list[str], calls: dict[str, str] | None = None) -> ApiError:
     """A chat check's error, naming the Responses field (``max_tokens`` -> ``max_output_tokens``;
+    ``messages[k].tool_calls[j]`` -> the function_call item of that call, ``calls[...]``;
     ``messages[k]`` -> the field message k came from, ``origins[k]``)."""
     param, message = e.param or "", e.message
+    m = re.match(r"messages\[(\d+)\]\.tool_calls\[\d+\]", param)
+    if m and m[0] in (calls or {}):
+        ours = calls[m[0]]
+        param, message = ours + param[m.end():], message.replace(m[0], ours)
     m = re.match(r"messages\[(\d+)\]", param)
     if m and int(m[1]) < len(origins):
         ours = origins[int(m[1])]
@@ -330,20 +341,24 @@ def _renamed(e: ApiError, origins: list[str]) -> ApiError:
     return ApiError(e.status, message, param or None, e.code, e.headers)
 
 
-def generation_request(body: ResponsesBody) -> GenerationRequest:
+def generation_request(body: ResponsesBody, origins: list[str] | None = None,
+                       calls: dict[str, str] | None = None) -> GenerationRequest:
     """The checked chat request of a Responses body (``include_usage`` on: the last event has the usage).
+    ``origins``, when given, gets the Responses field of each chat message (:func:`input_messages`), for
+    :func:`_renamed` of the errors raised later (:meth:`ResponsesShape.renamed`); ``calls`` the item of each call.
 
     Raises:
         ApiError: 400 naming the Responses field at fault.
     """
-    origins: list[str] = []
-    chat = chat_body(body, origins)
+    origins = origins if origins is not None else []
+    calls = calls if calls is not None else {}
+    chat = chat_body(body, origins, calls)
     try:
         req = ChatCompletionBody.model_validate(chat).request("chat")
     except ValidationError as e:
-        raise _renamed(api_error(e), origins) from None
+        raise _renamed(api_error(e), origins, calls) from None
     except ApiError as e:
-        raise _renamed(e, origins) from None
+        raise _renamed(e, origins, calls) from None
     req.include_usage = True
     return req
 
@@ -388,6 +403,19 @@ class ResponsesShape:
         self.output: list[dict] = []
         self.sequence_number = 0
         self.open: dict | None = None  #: the streamed item not yet done (the last of ``output``)
+        #: the Responses field each chat message came from (:func:`generation_request` fills it)
+        self.origins: list[str] = []
+        self.calls: dict[str, str] = {}  #: the function_call item of each chat call
+
+    def request(self) -> GenerationRequest:
+        """The checked chat request of the body (:func:`generation_request`), its messages' origins kept."""
+        return generation_request(self.body, self.origins, self.calls)
+
+    def renamed(self, e: ApiError) -> ApiError:
+        """An error of the chat request run for this one (the worker's context overflow, a tool's
+        special-token text, ...), naming the Responses fields (``input``, ``max_output_tokens``,
+        ``text.format``, ``tools[i]``): every error of a Responses request goes through it."""
+        return _renamed(e, self.origins, self.calls)
 
     def response(self, status: str, usage: dict | None = None, extra: dict | None = None) -> dict:
         """The ``response`` object with the output so far (``status``: in_progress, completed, incomplete)."""
@@ -504,6 +532,7 @@ class ResponsesShape:
         final: dict = {}
         async for chunk in chunks:
             if isinstance(chunk, ApiError):
+                chunk = self.renamed(chunk)
                 yield self._event("error", code=chunk.code, message=chunk.message, param=chunk.param)
                 return
             if chunk == "[DONE]":

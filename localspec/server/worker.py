@@ -54,7 +54,12 @@ def worker_unavailable(e: WorkerError) -> ApiError:
 
 @dataclass
 class Started:
+    """The prompt is checked: its length, and whether the output may run to the end of the context
+    window (``context_limit``: the request asked for more tokens than the window has room for, or for
+    no limit; its answer is cut there, as llama-server's is, and /infill says ``truncated``)."""
+
     prompt_tokens: int
+    context_limit: bool = False
 
 
 @dataclass
@@ -517,7 +522,7 @@ class EngineWorker:
                                             min_indent=req.min_indent, newline_time_limit=req.newline_time_limit),
                            prediction=prediction, constraint=constraint, logprobs=req.logprobs,
                            memory=self.memory if req.memory else None, cache_prompt=req.cache_prompt)
-        job.post(Started(len(prompt)))
+        job.post(Started(len(prompt), max_tokens >= context_room(eng.n_ctx, len(prompt))))
         pending: list[TokenEvent] = []
         job.running(gen)
         try:

@@ -240,6 +240,42 @@ def test_completion_logprobs_with_the_openai_client(client):
     assert e.value.body["param"] == "logprobs"
 
 
+EMOJI_PROMPT = "Emoji list: 🎉 🎈 🎂 🎁"
+
+
+def key_bytes(key: str) -> bytes:
+    """A completions token key's bytes: ``bytes:\\xNN...`` (a token that is not UTF-8 on its own) or its text."""
+    if key.startswith("bytes:"):
+        return bytes(int(h, 16) for h in re.findall(r"\\x([0-9a-f]{2})", key))
+    return key.encode()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_completion_logprobs_of_byte_tokens(client, stream):
+    """Issue 43, fault 2: SmolLM2 writes emoji as byte tokens, which all print as "\ufffd": as keys of
+    ``top_logprobs`` they collided (4, 1, 1, 4, 1, 1 alternatives; a top value of -8.52 for a token whose
+    own logprob was -0.0038). Each position now has its k = 5 alternatives under distinct keys, the
+    chosen token among them with its own logprob, and the keys' bytes rebuild the text."""
+    kw = dict(model="tiny", prompt=EMOJI_PROMPT, max_tokens=16, temperature=0, logprobs=5)
+    if stream:
+        chunks = [c for c in client.completions.create(stream=True, **kw) if c.choices and c.choices[0].logprobs]
+        text = "".join(c.choices[0].text for c in chunks)
+        tokens = [t for c in chunks for t in c.choices[0].logprobs.tokens]
+        values = [v for c in chunks for v in c.choices[0].logprobs.token_logprobs]
+        tops = [d for c in chunks for d in c.choices[0].logprobs.top_logprobs]
+    else:
+        r = client.completions.create(**kw)
+        lp, text = r.choices[0].logprobs, r.choices[0].text
+        tokens, values, tops = lp.tokens, lp.token_logprobs, lp.top_logprobs
+    assert len(tokens) == len(values) == len(tops) == 16
+    for tok, value, top in zip(tokens, values, tops):
+        assert len(top) == 5 + (tok not in list(top)[:5]), (tok, top)  # k, and the chosen one if not among them
+        assert top[tok] == value, (tok, value, top)
+        assert list(top.values()) == sorted(top.values(), reverse=True)
+    assert any(t.startswith("bytes:\\x") for t in tokens), tokens  # the case this test is about
+    assert b"".join(key_bytes(t) for t in tokens).decode("utf-8", errors="ignore") == text
+
+
 def test_ignored_fields_are_accepted(client):
     r = chat(client, max_tokens=4, user="u1", metadata={"a": "b"}, presence_penalty=0, logit_bias={},
              extra_body={"top_k": 0})

@@ -50,9 +50,9 @@ LLAMA_SERVER_PROMPTS = {
 }
 
 
-def serve(model, tmp, name: str) -> ServerProcess:
+def serve(model, tmp, name: str, n_ctx: int = 4096) -> ServerProcess:
     argv = [sys.executable, "-m", "localspec.cli", "serve", "--target", str(model), "--mode", "lookup",
-            "--port", "{port}", "--n-ctx", "4096", "--n-threads", "2", "--log-level", "warning"]
+            "--port", "{port}", "--n-ctx", str(n_ctx), "--n-threads", "2", "--log-level", "warning"]
     return ServerProcess(argv, tmp / f"{name}.log", env={"LOCALSPEC_CACHE": str(tmp / "cache")}, timeout=180)
 
 
@@ -63,10 +63,15 @@ def coder_path():
 
 
 @pytest.fixture(scope="module")
-def coder(tmp_path_factory):
+def fim_dir(tmp_path_factory):
+    """The servers' folder: their logs, and the cache they share (the repacking check is made once)."""
+    return tmp_path_factory.mktemp("fim")
+
+
+@pytest.fixture(scope="module")
+def coder(fim_dir):
     """A server on the Qwen2.5-Coder 0.5B; yields its base URL."""
-    tmp = tmp_path_factory.mktemp("fim")
-    with serve(coder_path(), tmp, "coder") as proc:
+    with serve(coder_path(), fim_dir, "coder") as proc:
         yield proc.base_url
 
 
@@ -203,3 +208,105 @@ def test_a_cut_llama_server_fills_is_not_answered_empty(coder):
                                             "n_predict": req["n_predict"], "temperature": 0}, timeout=120).json()
     assert r["content"].strip() and r["tokens_predicted"] > 1, r
     assert r["content"].startswith("                       stuff = re.sub(r'"), r["content"]
+
+
+#: the cursor at the start of a file (issue 43, fault 3): nothing before it
+START_SUFFIX = "\nprint(total)\n"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_cursor_at_the_start_of_a_file(coder, stream):
+    """Issue 43, fault 3: ``/v1/completions`` with ``prompt: ""`` and a suffix answered 400 "the prompt
+    is empty" (llama.cpp fixed the same in its PR #4833); it is fill in the middle with an empty prefix,
+    as ``/infill`` with ``input_prefix: ""``, and both give the same greedy text. Without a suffix an
+    empty prompt stays a 400."""
+    client = openai.OpenAI(base_url=coder + "/v1", api_key="none", max_retries=0, timeout=120)
+    kw = dict(model="coder", prompt="", suffix=START_SUFFIX, max_tokens=8, temperature=0,
+              extra_body={"speculation": {"memory": False}})
+    if stream:
+        text = "".join(c.choices[0].text for c in client.completions.create(stream=True, **kw) if c.choices)
+        infill = "".join(c["content"] for c in infill_stream(coder, {
+            "input_prefix": "", "input_suffix": START_SUFFIX, "n_predict": 8, "temperature": 0,
+            "speculation": {"memory": False}}))
+    else:
+        r = client.completions.create(**kw)
+        assert r.usage.completion_tokens == 8, r
+        text = r.choices[0].text
+        infill = httpx.post(coder + "/infill", json={"input_prefix": "", "input_suffix": START_SUFFIX, "n_predict": 8,
+                                                     "temperature": 0, "speculation": {"memory": False}},
+                            timeout=120).json()["content"]
+    assert text.strip() and text == infill
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="coder", prompt="", max_tokens=8, stream=stream)
+    assert e.value.body["param"] == "prompt" and "suffix" in e.value.body["message"]
+
+
+#: a list the 0.5B goes on writing, which prompt lookup drafts from the lines above in long accepted runs
+LIST_PREFIX = ("NAMES = [\n    'alpha', 'beta', 'gamma', 'delta', 'epsilon', 'zeta',\n"
+               "    'alpha', 'beta', 'gamma', 'delta', 'epsilon', 'zeta',\n    ")
+
+
+@pytest.mark.parametrize("stop", ["'gamma'", "'alpha'"])
+def test_infill_with_a_stop_word(coder, stop):
+    """Issue 43, fault 4 (llama.cpp PR #10720's fields): an answer ended by a stop word says so
+    (``stop_type`` "word", ``stopping_word`` the string), counts the tokens it holds (``tokens_predicted``,
+    ``predicted_n``: those the stream sent), and its ``timings`` count no draft token the stop cut:
+    the stop falls inside a run that prompt lookup drafted and the target accepted whole (before,
+    ``'alpha'``, at the start of that run, gave an empty answer with 7-8 drafted and accepted)."""
+    body = {"input_prefix": LIST_PREFIX, "input_suffix": "\n]\n", "n_predict": 24, "temperature": 0,
+            "speculation": {"memory": False}}
+    whole = httpx.post(coder + "/infill", json=body, timeout=120).json()["content"]
+    assert stop in whole, whole
+    r = httpx.post(coder + "/infill", json={**body, "stop": [stop, "never"]}, timeout=120).json()
+    assert r["content"] == whole[:whole.index(stop)], (r["content"], whole)
+    assert r["stop_type"] == "word" and r["stopping_word"] == stop and r["truncated"] is False
+    t = r["timings"]
+    assert r["tokens_predicted"] == t["predicted_n"]
+    assert r["speculation"]["accepted"] > t["draft_n_accepted"]  # the round drafted and accepted past the stop
+    assert t["draft_n_accepted"] <= r["tokens_predicted"] and t["draft_n_accepted"] <= t["draft_n"]
+    chunks = infill_stream(coder, {**body, "stop": [stop, "never"]})
+    assert sum(len(c["tokens"]) for c in chunks[:-1]) == r["tokens_predicted"]
+    assert "".join(c["content"] for c in chunks) == r["content"]
+    final = chunks[-1]
+    assert (final["stop_type"], final["stopping_word"], final["tokens_predicted"], final["timings"]["draft_n"],
+            final["timings"]["draft_n_accepted"]) == (r["stop_type"], r["stopping_word"], r["tokens_predicted"],
+                                                      t["draft_n"], t["draft_n_accepted"])
+    if stop == "'alpha'":  # the answer's first token holds the stop: nothing of the run counts
+        assert (r["content"], r["tokens_predicted"], t["draft_n"], t["draft_n_accepted"]) == ("", 0, 0, 0), r
+
+
+def test_infill_n_predict_past_the_context(coder, fim_dir):
+    """Issue 43, fault 9: an ``n_predict`` larger than the room the prompt leaves in the context window
+    (or -1, no limit) is not an error and was cut silently (``stop_type`` "limit" as for ``n_predict``
+    itself). As llama-server does (context shift off, its default: ``truncated``, ``STOP_TYPE_LIMIT``),
+    the answer runs to the end of the window and says ``truncated: true``; one ended by ``n_predict``
+    inside the window is not truncated. A 256-token window, the prompt filling all but about 12."""
+    from localspec.backend.llama import LlamaModel
+    from localspec.core.engine import SpeculativeEngine
+    from localspec.server.infill import InfillBody, fim_prompt_tokens
+
+    n_ctx = 256
+    vocab = LlamaModel(coder_path(), vocab_only=True)
+    vocab.n_ctx = n_ctx
+    engine = SpeculativeEngine(vocab)
+
+    def body(k: int) -> dict:  # a list of numbers the 0.5B goes on counting, at least 12 tokens more
+        return {"input_prefix": "NUMBERS = [\n" + "".join(f"    {i},\n" for i in range(1, k)) + "    ",
+                "input_suffix": "\n]\n", "temperature": 0}
+
+    def prompt_len(k: int) -> int:
+        return len(fim_prompt_tokens(engine, InfillBody.model_validate(body(k)).request()))
+
+    k = next(k for k in range(1, 200) if prompt_len(k + 1) > n_ctx - 12)
+    with serve(coder_path(), fim_dir, "small", n_ctx=n_ctx) as proc:
+        assert httpx.get(proc.base_url + "/v1/models").json()["data"][0]["n_ctx"] == n_ctx
+        for n_predict in (1000, -1):
+            r = httpx.post(proc.base_url + "/infill", json={**body(k), "n_predict": n_predict}, timeout=300).json()
+            assert r["tokens_evaluated"] == prompt_len(k), r
+            assert (r["stop_type"], r["truncated"]) == ("limit", True), r
+            assert r["tokens_evaluated"] + r["tokens_predicted"] == n_ctx, r
+            final = infill_stream(proc.base_url, {**body(k), "n_predict": n_predict})[-1]
+            assert (final["stop_type"], final["truncated"], final["tokens_predicted"]) == (
+                "limit", True, r["tokens_predicted"])
+        r = httpx.post(proc.base_url + "/infill", json={**body(k), "n_predict": 4}, timeout=300).json()
+        assert (r["stop_type"], r["truncated"], r["tokens_predicted"]) == ("limit", False, 4), r

@@ -54,3 +54,34 @@ def test_what_is_not_served_is_a_400(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.responses.create(model="tiny", input="hi", tools=[{"type": "web_search"}])
     assert e.value.body["param"] == "tools[0].type"
+
+
+#: a history with a call, sent without tools: SmolLM2's template cannot render calls (a 400 raised once the
+#: request reaches the server's model, after the request's own checks)
+HISTORY_WITH_A_CALL = [{"role": "user", "content": "What is the weather?"},
+                       {"type": "function_call", "call_id": "c1", "name": "weather", "arguments": "{}"},
+                       {"type": "function_call_output", "call_id": "c1", "output": "sunny"}]
+
+
+@pytest.mark.parametrize("case, kw, param", [
+    ("context overflow", {"input": "word " * 1500}, "input"),
+    ("context overflow, streamed", {"input": "word " * 1500, "stream": True}, "input"),
+    ("history the template cannot render", {"input": HISTORY_WITH_A_CALL}, "input"),
+    ("max_output_tokens", {"input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
+    ("text.format", {"input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": 5}}},
+     "text.format.schema"),
+    ("tools[i]", {"input": "hi", "tools": [{"type": "function", "name": "bad name"}]}, "tools[0].name"),
+])
+def test_errors_name_the_responses_fields(client, case, kw, param):
+    """Issue 43, fault 5: every error of a /v1/responses request names the Responses API's fields (Codex
+    CLI keys on them), not the chat request's it runs as (``messages``, ``max_tokens``,
+    ``response_format``, ``tools[i].function``); before, a context overflow (raised by the worker) and a
+    history the model cannot render (raised by the route) said ``messages``."""
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.create(model="tiny", **kw)
+    err = e.value.body
+    assert err["param"] == param, (case, err)
+    for chat_name in ("messages", "max_tokens", "response_format", "function."):
+        assert chat_name not in err["message"], (case, err)
+    if case.startswith("context overflow"):
+        assert err["code"] == "context_length_exceeded" and "your input resulted in" in err["message"], err

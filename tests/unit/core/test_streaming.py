@@ -124,3 +124,14 @@ def test_indent_limit_examples():
     assert ours(["x\n", "  ", "  ", "y\n", "  z"], 4) == (4, "x\n    y\n  ")  # the whitespace stays
     assert ours(["a\nb\nc"], 0) == (None, "a\nb\nc")  # 0: off
     assert ours(["first line is never checked\n    ok"], 4) == (None, "first line is never checked\n    ok")
+
+
+def test_the_stop_word_found_is_known():
+    """The stop string found (issue 43: /infill's ``stopping_word``): the earliest; of two there, the first given."""
+    from localspec.core.streaming import TextAssembler
+
+    a = TextAssembler(["cd", "bc", "b"])
+    for piece in (b"a", b"bcd", b"e"):
+        a.push(piece)
+    assert (a.stop_at, a.stop_word) == (1, "bc")
+    assert TextAssembler(["x"]).stop_word is None

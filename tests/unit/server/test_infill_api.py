@@ -191,3 +191,21 @@ def test_end_of_generation_is_stop_type_eos():
     # llama.cpp counts the end-of-generation token among the predicted ones (its n_decoded)
     n_text = len(body["content"].split())  # the fake writes one word per token
     assert body["tokens_predicted"] == body["timings"]["predicted_n"] == n_text + 1
+
+
+def test_answer_draft_counts_leave_out_what_was_cut():
+    """/infill's timings count draft tokens only for positions in the answer (issue 43): a round whose
+    accepted draft runs past the answer's end (a stop word, n_predict, an end-of-generation token)
+    counts up to there; a round rejected inside the answer counts whole."""
+    from localspec.core.events import DrafterId, RoundStats
+    from localspec.server.infill import answer_draft_counts
+
+    def rnd(drafted, accepted, committed):
+        return RoundStats(0, DrafterId.LOOKUP, (), (), drafted, accepted, committed, 0.0, 0.0)
+
+    rounds = [rnd(0, 0, 1), rnd(5, 1, 2), rnd(8, 8, 9)]  # 12 tokens without a cut
+    assert answer_draft_counts(rounds, 12) == (13, 9)
+    assert answer_draft_counts(rounds[:2] + [rnd(8, 8, 2)], 5) == (7, 3)  # a stop after 2 of the last round's 8
+    assert answer_draft_counts(rounds[:2] + [rnd(8, 8, 0)], 2) == (1, 1)  # the stop began in the round before
+    assert answer_draft_counts([rnd(8, 8, 0)], 0) == (0, 0)  # an empty answer
+    assert answer_draft_counts([rnd(5, 2, 2)], 3) == (5, 2)  # the resampled token was end-of-generation (counted)

@@ -92,3 +92,20 @@ def test_no_op_values_are_accepted(client):
     r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 2,
                                                   "logprobs": False, "top_logprobs": 0})
     assert r.status_code == 200 and r.json()["choices"][0]["logprobs"] is None
+
+
+def test_completion_keys_are_distinct_and_true():
+    """Completions' keys (issue 43): a partial UTF-8 token is ``bytes:\\xNN``; two tokens with the same bytes
+    keep distinct keys (the chosen one its own, the other ``token_id:N``); the chosen token is added when it
+    is not among the k most probable, with its own logprob."""
+    from localspec.server.openai_api import TokenLogprob, completion_token_key, completion_top
+
+    assert completion_token_key(list("🎉".encode())[:2]) == "bytes:\\xf0\\x9f"
+    assert completion_token_key(list(b"ab")) == "ab"
+    emoji = [list(b"\xf0\x9f"), list(b"\xf0\x9f\x8e"), list(b"A")]
+    e = TokenLogprob("A", [65], -2.0, [("\ufffd", emoji[0], -0.5), ("\ufffd", emoji[1], -1.0), ("A", [65], -1.5)],
+                     1, id=7, top_ids=(3, 4, 5))
+    assert completion_top(e) == {"bytes:\\xf0\\x9f": -0.5, "bytes:\\xf0\\x9f\\x8e": -1.0, "token_id:5": -1.5, "A": -2.0}
+    e = TokenLogprob("A", [65], -1.5, [("\ufffd", emoji[0], -0.5), ("A", [65], -1.5)], 1, id=5, top_ids=(3, 5))
+    assert completion_top(e) == {"bytes:\\xf0\\x9f": -0.5, "A": -1.5}
+    assert completion_top(TokenLogprob("A", [65], -1.5, [], 1, id=5)) == {}

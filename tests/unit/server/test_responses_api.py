@@ -17,7 +17,7 @@ from localspec.config import DraftParams, ModelSettings, Settings
 from localspec.core.engine import SpeculativeEngine
 from localspec.server import create_app
 from localspec.server.openai_api import ApiError
-from localspec.server.responses import ResponsesBody, ResponsesShape, generation_request, input_messages
+from localspec.server.responses import ResponsesBody, ResponsesShape, _renamed, generation_request, input_messages
 
 SETTINGS = Settings(target=ModelSettings(model="fake.gguf"), drafting=DraftParams(mode="lookup"))
 CALL_START, CALL_END = 30, 31
@@ -318,3 +318,15 @@ def test_a_chat_checks_message_index_is_mapped_back_to_the_responses_field():
     assert origins == ["instructions", "input[0]", "input[1]", "input[2]", "input[3]"]
     e = _renamed(ApiError(400, "messages[4].content: bad", "messages[4].content", "invalid_value"), origins)
     assert (e.param, e.message) == ("input[3].content", "input[3].content: bad")
+
+
+def test_a_call_is_named_by_its_own_item():
+    """Calls joined to one assistant message keep their own items (issue 43): a check of the chat
+    request's ``messages[k].tool_calls[j]`` names the function_call item it came from."""
+    origins, calls = [], {}
+    input_messages([{"role": "user", "content": "a"}, {"role": "assistant", "content": "x"}, {"type": "reasoning"},
+                    {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+                    {"type": "function_call", "call_id": "c2", "name": "f", "arguments": "{}"}], None, origins, calls)
+    e = _renamed(ApiError(400, "messages[1].tool_calls[1] holds special-token text", "messages[1].tool_calls[1]"),
+                 origins, calls)
+    assert (e.param, e.message) == ("input[4]", "input[4] holds special-token text")

@@ -319,8 +319,9 @@ def _add_worker_parser(sub) -> None:
                        description="A llama.cpp RPC worker (ggml's rpc-server, from localspec's own llama.cpp, so "
                        "the protocol versions match). It has NO authentication and runs whatever it is sent: "
                        "make it reachable only from trusted machines.")
-    w.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only; "
-                   "a LAN address or 0.0.0.0 lets other machines in: trusted networks only)")
+    w.add_argument("--host", default="127.0.0.1", help="IPv4 address or host name to listen on (default 127.0.0.1: "
+                   "this machine only; a LAN address or 0.0.0.0 lets other machines in: trusted networks only). A "
+                   "name is resolved to its IPv4 address; IPv6 is refused (llama.cpp's RPC server listens on IPv4 only)")
     w.add_argument("--port", type=int, default=RPC_DEFAULT_PORT, help=f"TCP port (default {RPC_DEFAULT_PORT})")
     w.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default all cores)")
     w.add_argument("--cache", default=None, metavar="DIR",
@@ -335,8 +336,9 @@ def cmd_worker(ns: argparse.Namespace) -> int:
     from localspec.backend import rpc
     from localspec.config import parse_endpoint
 
+    host = rpc.listen_address(ns.host)  # ggml's server binds only an IPv4 literal
     try:
-        host, port = parse_endpoint(f"{ns.host}:{ns.port}")
+        host, port = parse_endpoint(f"{host}:{ns.port}")
     except ValueError as e:
         raise ConfigError(str(e), "use --host NAME_OR_IPV4 --port 1..65535") from None
     threads = ns.threads or os.cpu_count() or 1
@@ -349,8 +351,9 @@ def cmd_worker(ns: argparse.Namespace) -> int:
     except OSError as e:
         raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror or e}",
                           "pick another --port, or stop the program that uses it") from None
-    exposed = host not in ("127.0.0.1", "localhost")
-    print(f"localspec worker on {host}:{port}, {threads} threads, RPC protocol "
+    exposed = not host.startswith("127.")
+    named = f" ({ns.host.strip()})" if ns.host.strip() != host else ""
+    print(f"localspec worker on {host}:{port}{named}, {threads} threads, RPC protocol "
           f"{rpc.RPC_PROTOCOL[0]}.{rpc.RPC_PROTOCOL[1]}; connect with --rpc {host}:{port}", file=sys.stderr)
     print(("WARNING: reachable from other machines. " if exposed else "") + "A worker has no authentication and runs "
           "whatever it is sent: only trusted machines may reach it. Ctrl-C stops it.", file=sys.stderr, flush=True)

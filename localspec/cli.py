@@ -17,7 +17,7 @@ from localspec.config import AUTO_DRAFT_MAX
 from localspec.errors import ConfigError, LocalspecError
 from localspec.app.prompt_input import read_prompt_input
 from localspec.app.flags import (add_generation_arguments, add_model_arguments, add_option, add_server_arguments,
-                                  server_settings_from_args, settings_from_args)
+                                  command_settings, server_settings_from_args)
 from localspec.tui.kinds import LOOKS
 
 #: terminal colour of each colour role of localspec.tui.kinds (the TUI takes its theme's)
@@ -149,7 +149,7 @@ def cmd_generate(ns: argparse.Namespace) -> int:
     from localspec.core.events import TokenEvent
     from localspec.app.loader import load_engine
 
-    settings = settings_from_args(ns)
+    settings = command_settings(ns, "generate")
     asked = read_prompt_input(ns.prompt, raw=ns.raw, system=ns.system, messages_file=ns.messages, file=ns.file,
                               prediction_file=ns.prediction)
     err = Console(stderr=True, no_color=ns.no_color)
@@ -206,7 +206,7 @@ def cmd_generate(ns: argparse.Namespace) -> int:
 def cmd_serve(ns: argparse.Namespace) -> int:
     from localspec.app.loader import load_engine
 
-    settings = settings_from_args(ns, command="serve")
+    settings = command_settings(ns, "serve")
     server = server_settings_from_args(ns, api_key_env=os.environ.get("LOCALSPEC_API_KEY"))
     try:
         from localspec.server import serve
@@ -371,7 +371,7 @@ def cmd_calibrate(ns: argparse.Namespace) -> int:
 
     if ns.repeats < 1 or ns.long_context < 1:
         raise ConfigError("--repeats and --long-context must be >= 1")
-    settings = settings_from_args(ns, command="calibrate")
+    settings = command_settings(ns, "calibrate")
     draft_max = settings.drafting.cap
     from rich.console import Console
 
@@ -442,9 +442,9 @@ def _run_tui(ns: argparse.Namespace) -> int:
         from localspec.tui.app import run_app
     except ImportError as e:
         raise LocalspecError(f"the terminal UI is not available: {e}", "use localspec generate") from e
-    from localspec.app.settings_file import load_settings
+    from localspec.config import Settings
 
-    settings = settings_from_args(ns, base=load_settings())
+    settings = command_settings(ns, ns.command or "chat", tuple(Settings.model_fields))  # the UI: every section
     edit_file = getattr(ns, "file", None)
     if edit_file is not None:  # a missing or binary file fails here, with error:/hint:, not in the UI
         from localspec.app.fileio import read_text_file

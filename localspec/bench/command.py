@@ -12,7 +12,7 @@ from pathlib import Path
 from localspec.config import AUTO_DRAFT_MAX, FIXED_DRAFT_MAX
 from localspec.errors import ConfigError
 from localspec.backend.load import load_average
-from localspec.app.flags import add_model_arguments, add_option, settings_from_args
+from localspec.app.flags import add_model_arguments, add_option, command_settings
 from localspec.bench.report import format_table, plot
 from localspec.bench.runner import build_modes, run_bench
 from localspec.bench.suite import BUILTIN_TASKS, QUICK_TASKS, Task, load_user_prompts
@@ -64,10 +64,11 @@ def cli_bench(argv: list[str]) -> int:
             args.tasks = ",".join(QUICK_TASKS)
     if args.repeats < 1 or args.max_tokens < 1:
         raise ConfigError("--repeats and --max-tokens must be >= 1")
-    if args.n_ctx is None:
-        args.n_ctx = 2048
     args.mode = "draft" if not args.no_draft else "lookup"
-    settings = settings_from_args(args, command="bench")
+    settings = command_settings(args, "bench")
+    if args.n_ctx is None and settings.target.n_ctx is None:  # neither the flag nor the settings file: 2,048
+        settings = settings.model_copy(update={s: getattr(settings, s).model_copy(update={"n_ctx": 2048})
+                                               for s in ("target", "draft")})
 
     tasks: list[Task] = []
     if not args.only_prompts:

@@ -222,6 +222,15 @@ def cmd_serve(ns: argparse.Namespace) -> int:
                          steps=_step_printer(sys.stderr))
     try:
         print_notices(engine, Console(stderr=True))
+        if server.prompt_cache_mb is None:  # the default follows the memory left once the models are in
+            from localspec.backend.context import available_memory
+            from localspec.config import PROMPT_CACHE_MB, with_prompt_cache_default
+
+            available = available_memory()
+            server = with_prompt_cache_default(server, available)
+            print(f"prompt cache {server.prompt_cache_mb:g} MiB: min({PROMPT_CACHE_MB} MiB, a quarter of the "
+                  f"{available / 2**30:.1f} GiB available after loading); --prompt-cache-mb N sets it",
+                  file=sys.stderr, flush=True)
         serve(engine, settings, server)
     finally:
         engine.close()

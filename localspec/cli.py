@@ -16,6 +16,7 @@ from localspec.backend.calibration import LONG_CONTEXT
 from localspec.config import AUTO_DRAFT_MAX
 from localspec.errors import ConfigError, LocalspecError
 from localspec.app.prompt_input import read_prompt_input
+from localspec.app.settings_file import load_settings
 from localspec.app.flags import (add_generation_arguments, add_model_arguments, add_option, add_server_arguments,
                                   command_settings, server_settings_from_args)
 from localspec.tui.kinds import LOOKS
@@ -149,7 +150,7 @@ def cmd_generate(ns: argparse.Namespace) -> int:
     from localspec.core.events import TokenEvent
     from localspec.app.loader import load_engine
 
-    settings = command_settings(ns, "generate")
+    settings = command_settings(ns, "generate", load_settings())
     asked = read_prompt_input(ns.prompt, raw=ns.raw, system=ns.system, messages_file=ns.messages, file=ns.file,
                               prediction_file=ns.prediction)
     err = Console(stderr=True, no_color=ns.no_color)
@@ -206,7 +207,7 @@ def cmd_generate(ns: argparse.Namespace) -> int:
 def cmd_serve(ns: argparse.Namespace) -> int:
     from localspec.app.loader import load_engine
 
-    settings = command_settings(ns, "serve")
+    settings = command_settings(ns, "serve", load_settings())
     server = server_settings_from_args(ns, api_key_env=os.environ.get("LOCALSPEC_API_KEY"))
     try:
         from localspec.server import serve
@@ -224,7 +225,8 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         print_notices(engine, Console(stderr=True))
         if server.prompt_cache_mb is None:  # the default follows the memory left once the models are in
             from localspec.backend.context import available_memory
-            from localspec.config import PROMPT_CACHE_MB, with_prompt_cache_default
+            from localspec.backend.context import with_prompt_cache_default
+            from localspec.config import PROMPT_CACHE_MB
 
             available = available_memory()
             server = with_prompt_cache_default(server, available)
@@ -380,7 +382,7 @@ def cmd_calibrate(ns: argparse.Namespace) -> int:
 
     if ns.repeats < 1 or ns.long_context < 1:
         raise ConfigError("--repeats and --long-context must be >= 1")
-    settings = command_settings(ns, "calibrate")
+    settings = command_settings(ns, "calibrate", load_settings())
     draft_max = settings.drafting.cap
     from rich.console import Console
 
@@ -453,7 +455,8 @@ def _run_tui(ns: argparse.Namespace) -> int:
         raise LocalspecError(f"the terminal UI is not available: {e}", "use localspec generate") from e
     from localspec.config import Settings
 
-    settings = command_settings(ns, ns.command or "chat", tuple(Settings.model_fields))  # the UI: every section
+    # the UI: every section of the settings file
+    settings = command_settings(ns, ns.command or "chat", load_settings(), tuple(Settings.model_fields))
     edit_file = getattr(ns, "file", None)
     if edit_file is not None:  # a missing or binary file fails here, with error:/hint:, not in the UI
         from localspec.app.fileio import read_text_file

@@ -342,29 +342,6 @@ PROMPT_CACHE_MB = 2048
 PROMPT_CACHE_SHARE = 0.25
 
 
-def default_prompt_cache_mb(available_bytes: int) -> float:
-    """The prompt cache's default budget, MiB: ``min(PROMPT_CACHE_MB, PROMPT_CACHE_SHARE x available)`` in
-    whole MiB, where ``available_bytes`` is the memory available once the models are loaded (Linux's
-    ``MemAvailable``); :data:`PROMPT_CACHE_MB` where it is unknown (0 or less). 2,048 MiB from 8 GiB
-    available up; 512 MiB with 2 GiB; 0 (no cache) under 4 MiB."""
-    if available_bytes <= 0:
-        return float(PROMPT_CACHE_MB)
-    return float(min(PROMPT_CACHE_MB, int(available_bytes * PROMPT_CACHE_SHARE) >> 20))
-
-
-def with_prompt_cache_default(server: "ServerSettings", available_bytes: int | None = None) -> "ServerSettings":
-    """``server`` with ``prompt_cache_mb`` set: as given, or where it is None (the default) from the memory
-    available now (:func:`default_prompt_cache_mb`; ``available_bytes`` None: measured,
-    :func:`localspec.backend.context.available_memory`). Call it once the models are loaded."""
-    if server.prompt_cache_mb is not None:
-        return server
-    if available_bytes is None:
-        from localspec.backend.context import available_memory
-
-        available_bytes = available_memory()
-    return server.model_copy(update={"prompt_cache_mb": default_prompt_cache_mb(available_bytes)})
-
-
 class ServerSettings(_Strict):
     """How ``localspec serve`` listens, queues and limits requests; its flags are built from these
     declarations (:mod:`localspec.app.flags`) and :func:`localspec.server.create_app` takes one."""

@@ -232,8 +232,9 @@ def settings_from_args(ns: argparse.Namespace, base: Settings | None = None, com
 MODEL_SECTIONS = ("target", "draft")
 
 
-def command_settings(ns: argparse.Namespace, command: str, sections: tuple[str, ...] = MODEL_SECTIONS) -> Settings:
-    """The settings a command runs with: the settings file's ``sections``
+def command_settings(ns: argparse.Namespace, command: str, saved: Settings,
+                     sections: tuple[str, ...] = MODEL_SECTIONS) -> Settings:
+    """The settings a command runs with: ``sections`` of the settings file's ``saved`` settings
     (:func:`localspec.app.settings_file.load_settings`; the models, their windows, ``rpc`` and ``rpc_timeout``),
     the defaults for the rest, and the command line's flags over both (:func:`settings_from_args`). Flags
     hold for this run only: nothing here writes the file.
@@ -241,9 +242,6 @@ def command_settings(ns: argparse.Namespace, command: str, sections: tuple[str, 
     Raises:
         ConfigError: an invalid flag, named (an invalid value in the file falls back to its default, reported).
     """
-    from localspec.app.settings_file import load_settings
-
-    saved = load_settings()
     base = Settings().model_copy(update={s: getattr(saved, s) for s in sections})
     return settings_from_args(ns, base=base, command=command)
 

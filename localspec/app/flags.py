@@ -228,6 +228,24 @@ def settings_from_args(ns: argparse.Namespace, base: Settings | None = None, com
     return settings
 
 
+#: the settings file's sections every command that loads models reads (the UI reads every section)
+MODEL_SECTIONS = ("target", "draft")
+
+
+def command_settings(ns: argparse.Namespace, command: str, saved: Settings,
+                     sections: tuple[str, ...] = MODEL_SECTIONS) -> Settings:
+    """The settings a command runs with: ``sections`` of the settings file's ``saved`` settings
+    (:func:`localspec.app.settings_file.load_settings`; the models, their windows, ``rpc`` and ``rpc_timeout``),
+    the defaults for the rest, and the command line's flags over both (:func:`settings_from_args`). Flags
+    hold for this run only: nothing here writes the file.
+
+    Raises:
+        ConfigError: an invalid flag, named (an invalid value in the file falls back to its default, reported).
+    """
+    base = Settings().model_copy(update={s: getattr(saved, s) for s in sections})
+    return settings_from_args(ns, base=base, command=command)
+
+
 def paired_draft(target: str, draft: str) -> str:
     """The draft model for a ``--target`` given without ``--draft``: the draft of the catalog pair whose
     target it is (``--target smollm2-135m`` drafts with smollm2-135m, not the default pair's Qwen draft,

@@ -6,6 +6,10 @@ that is not JSON is renamed aside to ``settings.json.corrupt-<timestamp>``, repo
 through ``report``, and defaults are used; in a JSON file every valid value is kept
 (unknown keys are reported and left in the file, invalid values fall back one by one).
 Only values that differ from the defaults are written, so new defaults reach old users.
+
+What goes in: what the user set in the UI's settings screen (:func:`remember_changes`), nothing else.
+Command-line flags hold for one run: every command that loads models reads the file's ``target`` and
+``draft`` sections under its flags (:func:`localspec.app.flags.command_settings`) and never writes them back.
 """
 
 from __future__ import annotations
@@ -180,3 +184,39 @@ def save_settings(settings: Settings, path: str | os.PathLike | None = None) -> 
     p = expand_path(path) if path is not None else config_path()
     return atomic_write_text(p, settings_to_json(settings, _unknown_keys(p)))
 
+
+
+def changed_values(old: Settings, new: Settings) -> dict[str, dict]:
+    """The fields that differ between ``old`` and ``new``, by section: ``{"drafting": {"draft_max": 5}}``."""
+    out: dict[str, dict] = {}
+    for section in Settings.model_fields:
+        a, b = getattr(old, section), getattr(new, section)
+        diff = {k: getattr(b, k) for k in type(b).model_fields if getattr(a, k) != getattr(b, k)}
+        if diff:
+            out[section] = diff
+    return out
+
+
+def remember_changes(old: Settings, new: Settings, path: str | os.PathLike | None = None) -> Path | None:
+    """Write the user's change from ``old`` to ``new`` (the UI's settings before and after its settings
+    screen) over what the settings file holds now, and nothing else: a value the command line set for
+    this run (``--rpc HOST:PORT``) that the user left alone stays out of the file.
+
+    A section whose changed values do not validate against the file's others (``draft_min`` above the
+    file's ``draft_max``) is written as ``new`` has it. Returns the path written, or None when nothing
+    changed. Raises localspec.app.fileio.FileError.
+    """
+    changes = changed_values(old, new)
+    if not changes:
+        return None
+    saved = load_settings(path, report=lambda message: None)  # its problems were reported when it was read
+    sections = {}
+    for section in Settings.model_fields:
+        current = getattr(saved, section)
+        if section in changes:
+            try:
+                current = type(current).model_validate(current.model_dump() | changes[section])
+            except ValidationError:
+                current = getattr(new, section)
+        sections[section] = current
+    return save_settings(Settings(**sections), path)

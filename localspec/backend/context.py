@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import os
 
+from localspec.config import PROMPT_CACHE_MB, PROMPT_CACHE_SHARE, ServerSettings
+
 #: the smallest default window, tokens: the fixed default before the default followed the model
 MIN_DEFAULT_CONTEXT = 4096
 #: share of the available memory a default context's KV cache and scores may take
@@ -105,3 +107,25 @@ def available_memory() -> int:
         return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
     except (OSError, ValueError, AttributeError):  # pragma: no cover - no sysconf (Windows)
         return 0
+
+
+# -- the server's prompt cache: what is left once the models are loaded ------------------------
+def default_prompt_cache_mb(available_bytes: int) -> float:
+    """The prompt cache's default budget, MiB: ``min(PROMPT_CACHE_MB, PROMPT_CACHE_SHARE x available)`` in
+    whole MiB, where ``available_bytes`` is the memory available once the models are loaded (Linux's
+    ``MemAvailable``); :data:`PROMPT_CACHE_MB` where it is unknown (0 or less). 2,048 MiB from 8 GiB
+    available up; 512 MiB with 2 GiB; 0 (no cache) under 4 MiB."""
+    if available_bytes <= 0:
+        return float(PROMPT_CACHE_MB)
+    return float(min(PROMPT_CACHE_MB, int(available_bytes * PROMPT_CACHE_SHARE) >> 20))
+
+
+def with_prompt_cache_default(server: ServerSettings, available_bytes: int | None = None) -> ServerSettings:
+    """``server`` with ``prompt_cache_mb`` set: as given, or where it is None (the default) from the memory
+    available now (:func:`default_prompt_cache_mb`; ``available_bytes`` None: measured,
+    :func:`available_memory`). Call it once the models are loaded."""
+    if server.prompt_cache_mb is not None:
+        return server
+    if available_bytes is None:
+        available_bytes = available_memory()
+    return server.model_copy(update={"prompt_cache_mb": default_prompt_cache_mb(available_bytes)})

@@ -182,7 +182,11 @@ class IsolatedModel:
         self._proc = None
         self._shm = None
         self._rows = None
-        self._start()
+        try:
+            self._start()
+        except BaseException:  # nothing of a model that did not load is kept: the child, its buffer, the tokenizer
+            self.close()
+            raise
 
     # -- the child ------------------------------------------------------------------------
     def _start(self) -> None:
@@ -205,13 +209,17 @@ class IsolatedModel:
             self._tell_abort(True)
 
     def _set_buffer(self, rows: int) -> None:
+        """Share a new logits buffer of ``rows`` rows with the child and free the old one, also when the
+        child dies meanwhile (the new one is then freed by :meth:`close_child`)."""
         old = self._shm
         self._shm = shared_memory.SharedMemory(create=True, size=rows * self.n_vocab * 4)
         self._rows = np.ndarray((rows, self.n_vocab), dtype=np.float32, buffer=self._shm.buf)
-        self._call("buffer", self._shm.name, rows)
-        if old is not None:
-            old.close()
-            old.unlink()
+        try:
+            self._call("buffer", self._shm.name, rows)
+        finally:
+            if old is not None:
+                old.close()
+                old.unlink()
 
     def allowance(self, tokens: int = 0) -> float:
         """Seconds a call may go without a word from the child: ``timeout * (1 + tokens / 32)``
@@ -409,4 +417,5 @@ class IsolatedModel:
     def close(self) -> None:
         """Stop the child and free the shared memory and the tokenizer. Safe to call twice."""
         self.close_child()
-        self._tok.close()
+        if self.__dict__.get("_tok") is not None:
+            self._tok.close()

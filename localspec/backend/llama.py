@@ -879,8 +879,9 @@ class LlamaModel(NativeResource):
         return self._prefill_copy
 
     def _decode_on_copy(self, tokens: Sequence[int], logits_for, progress) -> np.ndarray:
-        """:meth:`_decode` on the prefill copy, its KV cache then copied here. If this context refuses the
-        copied cache, the copy is dropped and the tokens are read here (the cache was emptied: all again)."""
+        """:meth:`_decode` on the prefill copy, its KV cache then copied here. If the copy gives no state or
+        this context refuses it, the copy is dropped and the tokens are read here: only ``tokens`` where the
+        cache still holds what it held, all of it again where the refusal emptied the cache."""
         pc = self._prefill_copy
         model = pc.model
         held = list(self.cached_tokens)
@@ -897,9 +898,14 @@ class LlamaModel(NativeResource):
         pc.tokens += len(tokens)
         state = model.save_state()
         if state is None or not self.load_state(state):
+            # the cache here still holds ``held`` (no state, or one refused before touching it) or nothing
+            # (llama.cpp refused the state): read here only what it lacks
             self._prefill_copy = None
             model.close()
-            rows = self._decode([*held, *tokens], [len(held) + len(tokens) - 1] if len(rows) else (), progress)
+            if self.cached_tokens != held:
+                self.reset()
+            todo = [*held, *tokens][self.n_cached:]
+            rows = self._decode(todo, [len(todo) - 1] if len(rows) else (), progress)
         return rows
 
     def truncate(self, n: int) -> None:

@@ -233,6 +233,49 @@ def local_devices() -> list[int]:
     return out
 
 
+def listen_address(host: str) -> str:
+    """The IPv4 literal a worker listens on for ``--host host``: an IPv4 literal as given, a host name
+    (``localhost``, a machine's name) resolved to its first IPv4 address.
+
+    ggml's RPC server (``ggml_backend_rpc_start_server``) reads its address with ``inet_addr``: it takes
+    only an IPv4 literal and binds no IPv6 socket; handed a name it fails after localspec has printed
+    its banner. So names are resolved here, and IPv6 is refused before anything starts.
+
+    Raises:
+        ConfigError: an IPv6 address (or a name with no IPv4 address), or a name that does not resolve;
+            the hint says what to pass instead.
+    """
+    import ipaddress
+
+    text = host.strip().strip("[]")
+    if not text:
+        raise ConfigError("--host is empty", "use --host 127.0.0.1 (this machine only) or this machine's IPv4 address")
+    try:
+        addr = ipaddress.ip_address(text)
+    except ValueError:
+        addr = None
+    if isinstance(addr, ipaddress.IPv4Address):
+        return str(addr)
+    ipv6_hint = ("llama.cpp's RPC server listens on IPv4 only: use --host 127.0.0.1 (this machine only), this "
+                 "machine's IPv4 address, or 0.0.0.0 (every IPv4 interface); reach it over IPv6 through a tunnel "
+                 "(ssh -L 50052:127.0.0.1:50052 box)")
+    if addr is not None:
+        raise ConfigError(f"--host {host}: an IPv6 address; a worker cannot listen on IPv6", ipv6_hint)
+    try:
+        infos = socket.getaddrinfo(text, None, socket.AF_INET, socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        try:  # a name with only IPv6 addresses: say so, not "unknown"
+            has_v6 = bool(socket.getaddrinfo(text, None, socket.AF_INET6, socket.SOCK_STREAM))
+        except socket.gaierror:
+            has_v6 = False
+        if has_v6:
+            raise ConfigError(f"--host {host} has only IPv6 addresses; a worker cannot listen on IPv6",
+                              ipv6_hint) from None
+        raise ConfigError(f"--host {host}: cannot resolve the name ({e.strerror or e})",
+                          "use an IPv4 address such as 127.0.0.1, or a name this machine resolves") from None
+    return infos[0][4][0]
+
+
 def serve_worker(host: str, port: int, n_threads: int, cache_dir: str | None = None) -> None:
     """Serve this machine's CPU to RPC clients until the process is stopped (blocks in C).
 

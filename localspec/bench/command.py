@@ -9,10 +9,11 @@ import sys
 import time
 from pathlib import Path
 
-from localspec.config import AUTO_DRAFT_MAX, FIXED_DRAFT_MAX
+from localspec.config import AUTO_DRAFT_MAX, FIXED_DRAFT_MAX, Settings
 from localspec.errors import ConfigError
 from localspec.backend.load import load_average
-from localspec.app.flags import add_model_arguments, add_option, settings_from_args
+from localspec.app.flags import add_model_arguments, add_option, command_settings
+from localspec.app.settings_file import load_settings
 from localspec.bench.report import format_table, plot
 from localspec.bench.runner import build_modes, run_bench
 from localspec.bench.suite import BUILTIN_TASKS, QUICK_TASKS, Task, load_user_prompts
@@ -26,6 +27,16 @@ def _ints(s: str) -> list[int]:
     if any(x < 1 for x in out):
         raise argparse.ArgumentTypeError("lengths must be >= 1")
     return out
+
+
+def bench_settings(args: argparse.Namespace) -> Settings:
+    """The settings file's models under the flags (:func:`~localspec.app.flags.command_settings`), with a
+    window of 2,048 tokens where neither the flag nor the file sets one."""
+    settings = command_settings(args, "bench", load_settings())
+    if args.n_ctx is None and settings.target.n_ctx is None:
+        settings = settings.model_copy(update={s: getattr(settings, s).model_copy(update={"n_ctx": 2048})
+                                               for s in ("target", "draft")})
+    return settings
 
 
 def cli_bench(argv: list[str]) -> int:
@@ -64,10 +75,8 @@ def cli_bench(argv: list[str]) -> int:
             args.tasks = ",".join(QUICK_TASKS)
     if args.repeats < 1 or args.max_tokens < 1:
         raise ConfigError("--repeats and --max-tokens must be >= 1")
-    if args.n_ctx is None:
-        args.n_ctx = 2048
     args.mode = "draft" if not args.no_draft else "lookup"
-    settings = settings_from_args(args, command="bench")
+    settings = bench_settings(args)
 
     tasks: list[Task] = []
     if not args.only_prompts:

@@ -466,11 +466,12 @@ class EngineCosts:
     follows the drafting rounds. ``draft_prefill_token_seconds`` is the draft model's
     calibrated catch-up (batched prefill) cost per token, None without a draft model.
 
-    ``overhead`` is the fixed cost of a round beside its model passes (choosing and proposing,
-    the acceptance bookkeeping, releasing text, the consumer of the events), seconds, learned from
-    every round (:meth:`observe_overhead`); the rates of :func:`round_rate` add it to every round,
-    so where it is a large share of a one-token pass long free drafts pay sooner (issue 31: on a
-    135M model a round's Python costs about as much as the pass).
+    ``overhead`` is the calibrated fixed cost of a round beside its model passes (choosing and
+    proposing, the acceptance bookkeeping, releasing text), seconds: where each generation's policy
+    starts; it learns its own from its rounds (:meth:`localspec.core.policy.AdaptivePolicy.observe_overhead`),
+    so one client's costly requests do not change another's drafting. The rates of :func:`round_rate`
+    add it to every round, so where it is a large share of a one-token pass long free drafts pay sooner
+    (issue 31: on a 135M model a round's Python costs about as much as the pass).
 
     ``target`` and ``draft`` are the measurements (:class:`MeasuredCosts`; made by
     :mod:`localspec.backend.calibration`, which also loads and saves them).
@@ -506,7 +507,6 @@ class EngineCosts:
             b = len(self.verify)
             self.draft_prefill_token_seconds = self.draft_token * self.verify[-1] / (b * self.verify[0])
         self._n_catchup = 0
-        self._n_overhead = 0
         self._refresh()
 
     @property
@@ -576,12 +576,6 @@ class EngineCosts:
             prev = self.draft_prefill_token_seconds if self.draft_prefill_token_seconds is not None else seconds / tokens
             self.draft_prefill_token_seconds = prev + self._w(self._n_catchup) * (seconds / tokens - prev)
 
-    def observe_overhead(self, seconds: float) -> None:
-        """Learn the fixed cost of a round from one round: its wall time minus its model passes, seconds
-        (:attr:`~localspec.core.events.RoundStats.round_seconds`); negative values are ignored."""
-        if seconds >= 0:
-            self._n_overhead += 1
-            self.overhead += self._w(self._n_overhead) * (seconds - self.overhead)
 
 
 class CostSource(Protocol):

@@ -234,14 +234,16 @@ class Generation:
             drafted=len(draft.tokens), accepted=k, committed=max(len(committed) - n_before, 0),
             draft_seconds=draft_seconds, verify_seconds=verify_seconds, draft_len_chosen=choice.draft_len,
             reason=choice.reason, catchup_tokens=catchup_tokens, catchup_seconds=catchup_seconds,
-            round_seconds=eng.clock() - self._t_mark, from_memory=draft.from_memory and bool(draft.tokens))
+            round_seconds=eng.clock() - self._t_mark - self._waited,
+            from_memory=draft.from_memory and bool(draft.tokens))
         policy.observe(rs)
         # the round's invariant: the target's KV cache holds the committed tokens but the newest
         assert target.n_cached == len(committed) - 1, \
             f"target cache holds {target.n_cached} tokens, not the {len(committed) - 1} committed before the newest"
         if eng.debug:
             eng.check_caches(committed)
-        self._t_mark = eng.clock()  # the next round's time starts here (releasing this round's text counts)
+        # the next round's time starts here (releasing this round's text counts, the consumer's time does not)
+        self._t_mark, self._waited = eng.clock(), 0.0
         return rs, end
 
     def _drafters(self) -> dict[DrafterId, Drafter]:
@@ -344,7 +346,9 @@ class Generation:
             if stats.time_to_first_token is None:
                 stats.time_to_first_token = self.engine.clock() - self._t_start
             stats.add_token(p.kind)
+            t = self.engine.clock()
             yield TokenEvent(p.token, piece, p.kind, p.round, p.position, p.logprob, p.top_logprobs)
+            self._waited += self.engine.clock() - t  # the consumer held it: not this round's cost
 
     def _run(self) -> Iterator[Event]:
         """Prefill, then rounds until an end; wraps each round in releasing text and counting statistics."""
@@ -352,6 +356,7 @@ class Generation:
         eng.check_prompt(prompt)
         rng = np.random.default_rng(self.sampling.seed)
         self._t_start = self._t_mark = eng.clock()
+        self._waited = 0.0  # seconds the consumer held the generation since the mark (not the round's cost)
         committed = self.committed = list(prompt)
         assembler = self._assembler = TextAssembler(self.generation.stop)
         self._indent = IndentLimit(self.generation.min_indent) if self.generation.min_indent > 0 else None
@@ -371,7 +376,7 @@ class Generation:
                 stats.prefill_seconds, _, stats.cached_prompt_tokens = eng.prefill(prompt, draft=False,
                                                                                    progress=self.on_prefill,
                                                                                    reuse=self.cache_prompt)
-            self._t_mark = eng.clock()  # where the first round's time starts
+            self._t_mark, self._waited = eng.clock(), 0.0  # where the first round's time starts
             while end is None and not self._cancel:
                 if len(committed) >= eng.n_ctx:  # no position left for a new token
                     end = EndReason.CONTEXT
@@ -384,7 +389,9 @@ class Generation:
                     assembler.finish()
                 yield from self._release(assembler.safe_end(), end is not None)
                 stats.elapsed_seconds = eng.clock() - self._t_start
+                t = eng.clock()
                 yield rs
+                self._waited += eng.clock() - t
             if end is EndReason.CONTEXT:
                 assembler.finish()
                 yield from self._release(assembler.safe_end(), True)

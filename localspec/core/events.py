@@ -104,9 +104,10 @@ class RoundStats:
             up to date before drafting (its prefill: first use, or after rounds it did not
             draft); 0 in the steady state, where it lacks only the newest one or two.
         catchup_seconds: wall time of that catch-up, seconds; not part of ``draft_seconds``.
-        round_seconds: wall time of the whole round, seconds: from the end of the previous round
-            (so releasing its text and the consumer's handling of its events count) to the end of
-            this one; 0.0 when not measured. What is left after the passes (``verify_seconds``,
+        round_seconds: time of the whole round, seconds: from the end of the previous round (so
+            releasing its text counts) to the end of this one, less the time the consumer held the
+            generation between two of its events (a slow client is not the engine's cost); 0.0 when
+            not measured. What is left after the passes (``verify_seconds``,
             a draft model's ``draft_seconds`` and ``catchup_seconds``) is the round's fixed cost
             (:meth:`localspec.core.policy.AdaptivePolicy.observe`).
         from_memory: the draft (prompt lookup's) was copied from the draft memory of earlier

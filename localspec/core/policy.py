@@ -239,6 +239,11 @@ class AdaptivePolicy:
         self.catchup_horizon = catchup_horizon
         self.draft_catchup = 0  #: tokens the draft model must catch up before drafting (this round's)
         self.generated = 0  #: output tokens committed before this round
+        #: this generation's fixed cost of a round beside its model passes, seconds (:meth:`observe_overhead`):
+        #: learned from its own rounds, starting from the engine's calibrated value; never shared with
+        #: another generation (a client asking for 20 top logprobs pays its own bookkeeping)
+        self.overhead = costs.overhead
+        self._n_overhead = 0
 
     @staticmethod
     def new_lookup_acceptance(draft_max: int, prior: float = 0.5, weight: float = 0.3) -> MatchAcceptance:
@@ -256,7 +261,7 @@ class AdaptivePolicy:
         if not self.has_draft:
             return False
         c = self.costs
-        g, best, rate0 = best_draft_length([1.0] * g_max, c.verify, c.draft_token or 0.0, g_max, c.overhead)
+        g, best, rate0 = best_draft_length([1.0] * g_max, c.verify, c.draft_token or 0.0, g_max, self.overhead)
         return g > 0 and best > rate0 * (1.0 + self.margin)
 
     def choose(self, state: RoundState) -> Choice:
@@ -287,12 +292,12 @@ class AdaptivePolicy:
             match = min(match, caps.get(name) or match)
             if g_cap > 0 and match:
                 acc = self.free_values(name)
-                g, r, r0 = best_draft_length(acc, c.verify, 0.0, min(g_cap, match), c.overhead)
+                g, r, r0 = best_draft_length(acc, c.verify, 0.0, min(g_cap, match), self.overhead)
                 rate0 = r0
                 options.append((r, name, g, expected_tokens(acc[:g])))
                 notes.append(f"{name} {r / r0:.2f}x")
         if g_cap > 0 and self.draft_can_pay(g_cap):
-            g, r, r0 = best_draft_length(self.draft_est.values, c.verify, c.draft_token or 0.0, g_cap, c.overhead)
+            g, r, r0 = best_draft_length(self.draft_est.values, c.verify, c.draft_token or 0.0, g_cap, self.overhead)
             rate0 = r0
             n_catch, r = self._with_catchup(r, limit)
             options.append((r, DrafterId.DRAFT, g, expected_tokens(self.draft_est.values[:g])))
@@ -399,6 +404,15 @@ class AdaptivePolicy:
             self._pending[name] = pend
         self.match_length[name] = int(match_length) if proposal else 0
 
+    def observe_overhead(self, seconds: float) -> None:
+        """Learn this generation's fixed cost of a round from one round: its time minus its model passes,
+        seconds (:attr:`~localspec.core.events.RoundStats.round_seconds`); negative values are ignored.
+        The calibrated value serves until the first round; the first rounds are averaged (weight 1/n),
+        later ones weighted exponentially (:attr:`EngineCosts.weight <localspec.core.costmodel.EngineCosts.weight>`)."""
+        if seconds >= 0:
+            self._n_overhead += 1
+            self.overhead += max(self.costs.weight, 1.0 / self._n_overhead) * (seconds - self.overhead)
+
     def observe(self, rs: RoundStats) -> None:
         """Learn from the finished round: the draft model's acceptance (:class:`EWAcceptance`), and the
         verification, drafting and catch-up times (the cost model's corrections, :class:`EngineCosts`).
@@ -416,8 +430,8 @@ class AdaptivePolicy:
         else:
             self.draft_est.relax(self.relax)
         # the round's fixed cost: all of its time but the model passes (a free drafter's proposal,
-        # choosing, the acceptance bookkeeping, releasing text, the consumer)
-        c.observe_overhead(rs.round_seconds - model_seconds if rs.round_seconds > 0 else
-                           (rs.draft_seconds if rs.drafter != DrafterId.DRAFT else -1.0))
+        # choosing, the acceptance bookkeeping, releasing text; not the time the consumer held the events)
+        self.observe_overhead(rs.round_seconds - model_seconds if rs.round_seconds > 0 else
+                              (rs.draft_seconds if rs.drafter != DrafterId.DRAFT else -1.0))
         if rs.catchup_tokens:
             c.observe_catchup(rs.catchup_tokens, rs.catchup_seconds)

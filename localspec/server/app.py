@@ -43,6 +43,7 @@ from fastapi.responses import JSONResponse, Response
 from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from localspec.backend.context import with_prompt_cache_default
 from localspec.config import ServerSettings, Settings
 from localspec.core.drafters import DraftMemory
 from localspec.core.prefix_cache import PrefixCache
@@ -488,7 +489,7 @@ def create_app(engine, settings: Settings, server: ServerSettings | None = None)
             (``prompt_cache_mb``; 0: none), on disk too with ``prompt_cache_disk_mb``
             (:class:`~localspec.backend.prompt_store.PromptStore`, ``$LOCALSPEC_CACHE/prompts``).
     """
-    server = server or ServerSettings()
+    server = with_prompt_cache_default(server or ServerSettings())  # the models are loaded: memory is known
     metrics: ServerMetrics | None = None
     memory = DraftMemory(server.draft_memory_tokens) if server.draft_memory_tokens else None
     if server.prompt_cache_mb > 0:  # several prompt prefixes kept as KV-cache snapshots (the engine restores them)

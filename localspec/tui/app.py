@@ -257,11 +257,11 @@ class LocalspecApp(App):
             return
         old = self.settings
         self.settings = new
-        if self.remember:
-            from localspec.app.settings_file import save_settings
+        if self.remember:  # only what the user changed: a command-line flag holds for this run only
+            from localspec.app.settings_file import remember_changes
 
             try:
-                save_settings(new)
+                remember_changes(old, new)
             except LocalspecError as e:
                 self.notify_error(e.message, e.hint)
         screen = self.screen

@@ -104,3 +104,54 @@ def test_a_child_that_stops_answering_is_a_worker_error_within_its_deadline(pair
         child.restart()
     local.reset()
     np.testing.assert_array_equal(child.decode(ids), local.decode(ids))
+
+
+def _exists(shm_name: str) -> bool:
+    from multiprocessing import shared_memory
+
+    try:
+        seg = shared_memory.SharedMemory(name=shm_name)
+    except FileNotFoundError:
+        return False
+    seg.close()
+    return True
+
+
+def test_a_child_killed_during_a_buffer_swap_leaves_no_shared_memory(tiny_path):
+    """A pass asking for more rows than the buffer holds swaps it for a larger one; the child dies there.
+    The old segment is freed at once, the new one at close (each one is n_vocab x rows x 4 bytes:
+    44 MB for Qwen's 72 rows)."""
+    child = IsolatedModel(tiny_path, n_ctx=256, n_threads=1, huge_pages=False, flash_attn=False)
+    try:
+        old = child._shm.name
+        ids = child.tokenize("def f(x):\n    return x\n" * 12)
+        assert len(ids) > child._rows.shape[0]  # "all" rows need a larger buffer
+        os.kill(child.child_pids[0], signal.SIGKILL)
+        with pytest.raises(WorkerError, match="model process ended"):
+            child.decode(ids, logits_for="all")
+        new = child._shm.name
+        assert new != old and child.lost
+        assert not _exists(old)
+    finally:
+        child.close()
+    assert not _exists(new)
+
+
+def test_a_model_that_does_not_load_closes_its_tokenizer_copy(tiny_path, monkeypatch):
+    """The child fails to load (here: its RPC worker is down); the tokenizer-only copy made here is closed,
+    not left to the garbage collector."""
+    from localspec.backend import llama
+    from localspec.server.process import free_port
+
+    made = []
+
+    class Recording(llama.LlamaModel):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            made.append(self)
+
+    monkeypatch.setattr(llama, "LlamaModel", Recording)
+    with pytest.raises(Exception) as e:  # WorkerError (a worker down), or ConfigError in a build without RPC
+        IsolatedModel(tiny_path, rpc=(f"127.0.0.1:{free_port()}",), n_ctx=256, n_threads=1, huge_pages=False)
+    assert "refused" in str(e.value) or "RPC" in str(e.value)
+    assert len(made) == 1 and made[0]._model is None  # the tokenizer copy, closed

@@ -193,3 +193,85 @@ def test_the_loader_attaches_a_copy_where_asked_and_memory_allows(tiny_path, mon
     finally:
         model.close()
     assert pc.model._model is None  # closed with the model
+
+
+@pytest.mark.parametrize("why", ["no state", "refused, cache kept", "refused, cache emptied"])
+def test_no_state_from_the_copy_reads_only_the_new_tokens_here(models, monkeypatch, why):
+    """The copy read the tokens but its cache does not come back: it gives no state (``save_state`` None),
+    or this model refuses it without touching its cache (another flash-attention setting) or after
+    emptying it (llama.cpp refused it). The model then holds each token once: ``held`` and the new
+    tokens, not ``held`` twice; the logits are a plain model's."""
+    main, copy, ref = models
+    toks = _tokens(main, 200)
+    for m in (main, ref):
+        m.decode(toks[:30], ())
+    if why == "no state":
+        monkeypatch.setattr(copy, "save_state", lambda: None)
+    else:
+        def refuse(state):
+            if why == "refused, cache emptied":
+                main.reset()
+            return False
+
+        monkeypatch.setattr(main, "load_state", refuse)
+    rows = main.decode(toks[30:120], "last")
+    assert main.prefill_copy is None and copy._model is None  # dropped and closed
+    assert main.n_cached == 120 and main.cached_tokens == toks[:120]
+    if why == "refused, cache emptied":  # read here in one pass: so is the reference
+        ref.reset()
+        np.testing.assert_array_equal(rows, ref.decode(toks[:120], "last"))
+    else:
+        np.testing.assert_array_equal(rows, ref.decode(toks[30:120], "last"))
+    _same_next_logits(main, ref, toks[120])
+
+
+@pytest.fixture(scope="module")
+def q4_0_path(tiny_path, tmp_path_factory):
+    """The tiny model requantized to Q4_0, a type llama.cpp repacks on x86 and ARM CPUs (SmolLM2's Q4_1 is
+    not repacked: ``repack=True`` would load the standard layout twice)."""
+    import llama_cpp
+
+    out = tmp_path_factory.mktemp("q4_0") / "smollm2-135m-q4_0.gguf"
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype, params.allow_requantize, params.nthread = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0, True, 2
+    assert llama_cpp.llama_model_quantize(str(tiny_path).encode(), str(out).encode(), params) == 0
+    return out
+
+
+@pytest.mark.parametrize("copy_state", ["kept", "none"])
+def test_a_repacked_model_beside_a_standard_layout_copy(q4_0_path, monkeypatch, copy_state):
+    """The real case: repacked weights (their kernels round differently) read prompts through a copy in
+    llama.cpp's standard layout. The KV cache that comes back is the copy's, byte for byte, and the model
+    goes on from it in its own layout; where the copy gives no state, the model reads only the new tokens."""
+    main = LlamaModel(q4_0_path, n_ctx=CTX, n_batch=256, n_threads=2, huge_pages=False, repack=True)
+    copy, ref = _model(q4_0_path), LlamaModel(q4_0_path, n_ctx=CTX, n_batch=256, n_threads=2, huge_pages=False,
+                                              repack=True)
+    main.attach_prefill_copy(copy, tl_repacked=1.0, tl_standard=0.0, copy_seconds_per_token=0.0, min_tokens=16)
+    try:
+        probe = _tokens(main, 20)
+        layouts_differ = np.abs(ref.decode(probe, "last") - copy.decode(probe, "last")).max() > 0
+        ref.reset()
+        copy.reset()
+        if not layouts_differ:
+            pytest.skip("llama.cpp does not repack Q4_0 on this CPU: both copies share one layout")
+        toks = _tokens(main, 200)
+        main.decode(toks[:40], ())  # read by the copy
+        assert main.prefill_copy.tokens == 40 and main.cached_tokens == toks[:40]
+        state = main.save_state()
+        assert bytes(state.data)[: state.nbytes] == bytes(copy.save_state().data)[: state.nbytes]
+        assert ref.load_state(state)  # the reference: the same cache, then the repacked layout
+        if copy_state == "none":
+            monkeypatch.setattr(copy, "save_state", lambda: None)
+        rows = main.decode(toks[40:130], "last")
+        assert main.n_cached == 130 and main.cached_tokens == toks[:130]
+        assert (main.prefill_copy is None) == (copy_state == "none")
+        if copy_state == "none":  # read here, in this layout, on top of the 40 it held
+            np.testing.assert_array_equal(rows, ref.decode(toks[40:130], "last"))
+            _same_next_logits(main, ref, toks[130])
+        else:
+            assert main.prefill_copy.tokens == 130
+            expected = ref.decode(toks[40:130], "last")  # computed in the other layout: close, same choice
+            assert rows.argmax() == expected.argmax() and np.abs(rows - expected).max() < 2.0
+    finally:
+        main.close()
+        ref.close()

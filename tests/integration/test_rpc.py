@@ -38,8 +38,8 @@ def _require_rpc() -> None:
     pytest.skip("llama-cpp-python without the RPC backend (" + rpc.REBUILD_HINT + ")")
 
 
-def start_worker(port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([CLI, "worker", "--port", str(port), "--threads", "1"], stdout=subprocess.PIPE,
+def start_worker(port: int, *extra: str) -> subprocess.Popen:
+    proc = subprocess.Popen([CLI, "worker", "--port", str(port), "--threads", "1", *extra], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -132,6 +132,31 @@ def test_worker_refuses_a_busy_port_and_says_it_is_unauthenticated(workers):
         proc.kill()
         proc.wait()
     assert "no authentication" in first and "only trusted machines" in first
+
+
+def test_a_worker_on_localhost_listens_on_its_ipv4_address():
+    """ggml's server takes only an IPv4 literal: ``--host localhost`` is resolved first (it used to print its
+    banner and stop), and the banner names the address it listens on."""
+    _require_rpc()
+    port = free_port()
+    proc = start_worker(port, "--host", "localhost")
+    try:
+        time.sleep(0.5)
+        assert proc.poll() is None  # still serving after a client came and went
+        assert rpc.check_worker(f"127.0.0.1:{port}", timeout=5)[:2] == rpc.RPC_PROTOCOL
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        _, err = proc.communicate()
+    assert f"localspec worker on 127.0.0.1:{port} (localhost)" in err, err
+
+
+def test_a_worker_on_an_ipv6_address_is_refused_with_a_hint():
+    _require_rpc()
+    r = subprocess.run([CLI, "worker", "--host", "::1", "--port", str(free_port())], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and "IPv6" in r.stderr and "hint:" in r.stderr and "IPv4 only" in r.stderr, r.stderr
+    assert "localspec worker on" not in r.stderr
 
 
 @contextlib.contextmanager

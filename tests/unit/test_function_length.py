@@ -19,7 +19,7 @@ ALLOWED = {
         75, "one native resource set up in order (model, context, batch, sampler), each step checked and "
             "undone on failure; split, the partial states would leak into other methods"),
     "localspec/bench/command.py:cli_bench": (
-        96, "the bench command's whole flow (settings, repack, calibration, runs, report, files), "
+        94, "the bench command's whole flow (settings, repack, calibration, runs, report, files), "
             "each step a few lines of progress output"),
     "localspec/bench/report.py:summarise": (86, "one flat mapping from the run's records to the report's fields"),
     "localspec/bench/report.py:format_table": (81, "one table, column by column"),

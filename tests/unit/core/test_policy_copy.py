@@ -79,10 +79,10 @@ def test_a_rounds_fixed_cost_makes_free_drafts_pay_on_a_linear_curve():
     pol = AdaptivePolicy(costs_for(list(linear)), 64, has_draft=False)
     for _ in range(5):
         tell(pol, "none", 0, 0, 0.0, T1, round_seconds=T1)
-    assert pol.costs.overhead == 0.0 and _exact_prediction_round(pol).draft_len == 0
+    assert pol.overhead == 0.0 and _exact_prediction_round(pol).draft_len == 0
     for _ in range(5):
         tell(pol, "none", 0, 0, 0.0, T1, round_seconds=3 * T1)
-    assert 0.5 * T1 < pol.costs.overhead <= 2 * T1  # learned from the rounds' time beside their passes
+    assert 0.5 * T1 < pol.overhead <= 2 * T1  # learned from the rounds' time beside their passes
     assert _exact_prediction_round(pol).draft_len > 0
 
     body = text(300, seed=3)

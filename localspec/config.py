@@ -368,7 +368,7 @@ class ServerSettings(_Strict):
                                     "take (the least recently used evicted; about 40 KiB a token for the default "
                                     "pair, target and draft); 0 = off (only the live cache is reused)")
     prompt_cache_disk_mb: float | None = option(None, ge=0, le=1 << 24, unit="MiB",
-                                                default_text="min(4096, 10% of the free space there)",
+                                                default_text="min(4096, a tenth of the free space there)",
                                                 help="also keep the prompt-prefix snapshots on disk, under "
                                                 "$LOCALSPEC_CACHE/prompts (default ~/.cache/localspec/prompts, "
                                                 "private to the user), so a restarted server does not read an "

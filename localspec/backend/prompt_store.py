@@ -195,7 +195,6 @@ class PromptStore:
         open_folder(self.folder)
         self._lock = threading.RLock()
         self._entries: dict[str, StoredKvState] = {}  # digest -> snapshot of this engine's keys
-        self._nbytes = 0
         self._warned = False
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="localspec-prompt-store")
         self._pending: list[Future] = []
@@ -204,8 +203,9 @@ class PromptStore:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of every file the store owns in the folder, as last counted (at start, each write, each eviction)."""
-        return self._nbytes
+        """Bytes of every file the store owns in the folder now (counted: another server, or a user, may have
+        added or removed some)."""
+        return sum(_size(p) for files in self._owned().values() for kind in files.values() for p in kind)
 
     def _digest(self, role: str, tokens: Sequence[int], scope: str = DEFAULT_SCOPE) -> str:
         h = hashlib.sha256(json.dumps(self.keys[role], sort_keys=True).encode() + b"\0" + role.encode() + b"\0"
@@ -304,32 +304,24 @@ class PromptStore:
         with self._lock:
             self._entries[digest] = StoredKvState(data, tuple(snapshot.tokens), snapshot.nbytes,
                                                   self.keys[role].get("flash_attn"), checksum, role, scope)
-            self._nbytes += size
 
     def _evict(self, reserve: int = 0) -> None:
         """Count every file the store owns and delete the least recently used snapshots (of any key) until they
-        and ``reserve`` more bytes fit in ``max_bytes``."""
+        and ``reserve`` more bytes fit in ``max_bytes``. Age: the data file's mtime (touched on use), else the
+        metadata's; unfinished writes (``.tmp``) are counted, not deleted (another server may be writing them)."""
         with self._lock:
             sizes, ages, total = {}, {}, 0
             for digest, files in self._owned().items():
-                n = 0
-                for p in files["kv"] + files["json"] + files["tmp"]:
-                    try:
-                        st = p.stat()
-                    except OSError:
-                        continue
-                    n += st.st_size
-                    if p in files["kv"] or (not files["kv"] and p in files["json"]):
-                        ages[digest] = st.st_mtime
-                total += n
+                total += sum(_size(p) for p in files["tmp"])
                 if files["kv"] or files["json"]:
-                    sizes[digest] = n
-            for digest in sorted(sizes, key=lambda d: ages.get(d, 0.0)):
+                    sizes[digest] = sum(_size(p) for p in files["kv"] + files["json"])
+                    ages[digest] = _mtime((files["kv"] or files["json"])[0])
+                    total += sizes[digest]
+            for digest in sorted(sizes, key=ages.__getitem__):
                 if total + reserve <= self.max_bytes:
                     break
                 self._forget(digest)
                 total -= sizes[digest]
-            self._nbytes = total
 
     def _forget(self, digest: str) -> None:
         """Delete a snapshot: the data first (no longer committed), then its metadata."""
@@ -398,6 +390,20 @@ def _fsync_folder(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _unlink(path: Path) -> None:

@@ -214,3 +214,37 @@ def test_the_key_is_what_changes_the_cells(tmp_path, monkeypatch):
         moved.write_bytes(bytes(raw))
     assert store_key(SimpleNamespace(**{**vars(model), "path": str(moved)})) == key
     assert store_key(SimpleNamespace(**{**vars(model), "flash_attn": True})) != key
+
+
+def test_the_default_budget_is_4_gib_or_a_tenth_of_the_free_space(tmp_path, monkeypatch):
+    from localspec.backend import prompt_store
+
+    usage = SimpleNamespace(total=1 << 40, used=0, free=100 << 30)
+    monkeypatch.setattr(prompt_store.shutil, "disk_usage", lambda path: usage)
+    assert prompt_store.default_disk_bytes(tmp_path / "not" / "made" / "yet") == 4 << 30
+    usage.free = 10 << 30
+    assert prompt_store.default_disk_bytes(tmp_path) == 1 << 30
+    assert prompt_store.disk_budget(tmp_path / "prompts", None) == 1 << 30 and (tmp_path / "prompts").is_dir()
+    assert prompt_store.disk_budget(tmp_path / "off", 0) == 0 and not (tmp_path / "off").exists()
+    assert prompt_store.disk_budget(tmp_path / "p2", 1.5) == 3 << 19
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OSError):  # serve warns and runs without the disk tier
+        prompt_store.disk_budget(tmp_path / "file" / "prompts", None)
+
+
+def test_the_store_counts_what_the_folder_holds(tmp_path):
+    store = stored(tmp_path)
+    store.save("target", Snap(range(100)))
+    store.flush()
+    (tmp_path / f"{'e' * 32}.kv.x.tmp").write_bytes(b"x" * 10)  # another server's write under way
+    assert store.nbytes == held(tmp_path) > 400
+    shutil.rmtree(tmp_path)
+    assert store.nbytes == 0
+
+
+def test_serve_help_names_the_disk_budget_and_its_default():
+    from localspec.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    text = " ".join(sub.choices["serve"].format_help().split())
+    assert "--prompt-cache-disk-mb X" in text and "default min(4096, a tenth of the free space there)" in text

@@ -289,7 +289,7 @@ class PromptStore:
             return
         self._evict(reserve=size)
         try:
-            open_folder(self.folder)  # again: someone may have removed it
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # again: someone may have removed it
             _write_file(meta, about)
             _write_file(data, cells)  # the commit point
             _fsync_folder(self.folder)

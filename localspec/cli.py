@@ -218,6 +218,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
                           "checkout") from e
     from rich.console import Console
 
+    server = _checked_prompt_store(server)  # said before the models load
     # the probe, the loads and (mode auto, first run) the calibration, each said in the log as it happens
     engine = load_engine(settings, progress=_progress_printer(sys.stderr), stage=_stage_printer(sys.stderr),
                          steps=_step_printer(sys.stderr))
@@ -237,6 +238,28 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     finally:
         engine.close()
     return 0
+
+
+def _checked_prompt_store(server):
+    """``serve``'s disk tier of the prompt cache, settled before the models load: its folder and budget said in
+    the log, or, where the folder cannot be made or written, one warning and the server's settings without it."""
+    from localspec.backend.calibration import cache_root
+    from localspec.backend.prompt_store import FOLDER_NAME, disk_budget
+
+    if server.prompt_cache_mb == 0 or server.prompt_cache_disk_mb == 0:  # None: the default, set after loading (> 0)
+        return server
+    folder = cache_root() / FOLDER_NAME
+    try:
+        budget = disk_budget(folder, server.prompt_cache_disk_mb)
+    except OSError as e:
+        print(f"warning: prompt snapshots are not kept on disk: {folder} cannot be made or written "
+              f"({e.strerror or e}); serving without them (set LOCALSPEC_CACHE to a writable folder, or "
+              "--prompt-cache-disk-mb 0 to turn them off)", file=sys.stderr, flush=True)
+        return server.model_copy(update={"prompt_cache_disk_mb": 0.0})
+    if budget > 0:
+        print(f"prompt snapshots on disk: {folder}, at most {budget / (1 << 20):,.0f} MiB (--prompt-cache-disk-mb; "
+              "0 = off)", file=sys.stderr, flush=True)
+    return server.model_copy(update={"prompt_cache_disk_mb": budget / (1 << 20)})
 
 
 def cmd_models(ns: argparse.Namespace) -> int:

@@ -373,12 +373,14 @@ class ServerSettings(_Strict):
                                            "reused)",
                                            default_text=f"min({PROMPT_CACHE_MB}, a quarter of the memory available "
                                            "once the models are loaded)")
-    prompt_cache_disk_mb: float = option(0.0, ge=0, le=1 << 24, unit="MiB",
-                                         help="also keep the prompt-prefix snapshots on disk, under "
-                                         "$LOCALSPEC_CACHE/prompts (default ~/.cache/localspec/prompts), so a "
-                                         "restarted server does not read an agent's prompt again: most MiB they "
-                                         "take there (the least recently used deleted); 0 = off (default); needs "
-                                         "--prompt-cache-mb above 0")
+    prompt_cache_disk_mb: float | None = option(None, ge=0, le=1 << 24, unit="MiB",
+                                                default_text="min(4096, a tenth of the free space there)",
+                                                help="also keep the prompt-prefix snapshots on disk, under "
+                                                "$LOCALSPEC_CACHE/prompts (default ~/.cache/localspec/prompts, "
+                                                "private to the user), so a restarted server does not read an "
+                                                "agent's prompt again: most MiB every file there takes (the least "
+                                                "recently used deleted, whatever model or version wrote it); "
+                                                "0 = off; needs --prompt-cache-mb above 0")
     stream_keepalive: float = option(10.0, ge=0, le=3600, unit="seconds",
                                      help="a streamed answer that has nothing to send for this long (its prompt is "
                                      "being read) sends a chunk without content, so that clients' idle timeouts "

@@ -48,7 +48,7 @@ from localspec.config import ServerSettings, Settings
 from localspec.core.drafters import DraftMemory
 from localspec.core.prefix_cache import PrefixCache
 from localspec.backend.calibration import cache_root
-from localspec.backend.prompt_store import engine_store
+from localspec.backend.prompt_store import FOLDER_NAME, default_disk_bytes, engine_store
 from localspec.server import tools
 from localspec.server.infill import InfillBody, InfillShape, check_fim_model
 from localspec.server.metrics import CONTENT_TYPE_LATEST, ServerMetrics
@@ -486,15 +486,18 @@ def create_app(engine, settings: Settings, server: ServerSettings | None = None)
             body limit, shutdown grace, CORS origins, default max_tokens, the draft memory's budget, the
             prompt prefixes' budget); None: the defaults. The app keeps one draft memory for the engine
             (``draft_memory_tokens``) and gives it a :class:`~localspec.core.prefix_cache.PrefixCache`
-            (``prompt_cache_mb``; 0: none), on disk too with ``prompt_cache_disk_mb``
-            (:class:`~localspec.backend.prompt_store.PromptStore`, ``$LOCALSPEC_CACHE/prompts``).
+            (``prompt_cache_mb``; 0: none), on disk too unless ``prompt_cache_disk_mb`` is 0
+            (:class:`~localspec.backend.prompt_store.PromptStore`, ``$LOCALSPEC_CACHE/prompts``; None: the
+            default budget, :func:`~localspec.backend.prompt_store.default_disk_bytes`).
     """
     server = with_prompt_cache_default(server or ServerSettings())  # the models are loaded: memory is known
     metrics: ServerMetrics | None = None
     memory = DraftMemory(server.draft_memory_tokens) if server.draft_memory_tokens else None
     if server.prompt_cache_mb > 0:  # several prompt prefixes kept as KV-cache snapshots (the engine restores them)
-        store = (engine_store(engine, cache_root() / "prompts", int(server.prompt_cache_disk_mb * (1 << 20)))
-                 if server.prompt_cache_disk_mb > 0 else None)
+        folder = cache_root() / FOLDER_NAME
+        disk = (default_disk_bytes(folder) if server.prompt_cache_disk_mb is None
+                else int(server.prompt_cache_disk_mb * (1 << 20)))
+        store = engine_store(engine, folder, disk) if disk > 0 else None  # None (warned): the folder is unusable
         engine.prefix_cache = PrefixCache(int(server.prompt_cache_mb * (1 << 20)), store=store)
     worker = EngineWorker(engine, settings, max_queue=server.queue_size, default_max_tokens=server.default_max_tokens,
                           on_finished=lambda req, gen: metrics.observe(gen), memory=memory)

@@ -117,3 +117,6 @@ class _PrefixCacheCollector:
                                   value=c.stats.evicted)
         yield CounterMetricFamily("localspec_prompt_cache_store_reads", "snapshots found on disk "
                                   "(--prompt-cache-disk-mb), not in memory", value=c.stats.from_store)
+        yield GaugeMetricFamily("localspec_prompt_cache_disk_bytes", "bytes of every file in the prompt "
+                                "snapshots' folder on disk (--prompt-cache-disk-mb; 0: off)",
+                                value=getattr(c.store, "nbytes", 0))

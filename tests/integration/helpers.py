@@ -108,16 +108,22 @@ def assert_first_token_follows_target(engine, prompt, params, n_seeds=240) -> di
 TOL_FLASH_OFF = 0.5
 
 
-@contextmanager
-def tiny_lookup_server(tiny_path, tmp, key, extra=()):
-    """``localspec serve`` on SmolLM2 in mode lookup (one thread, 1,024 tokens of context) in a child
-    process (``extra``: more flags), and an ``openai`` client for it (no retries)."""
-    import openai
-
+def tiny_lookup_process(tiny_path, tmp, key, extra=()):
+    """``localspec serve`` on SmolLM2 in mode lookup (one thread, 1,024 tokens of context; ``extra``: more
+    flags, a repeated one wins) as a :class:`~localspec.server.process.ServerProcess` (not started), with
+    ``$LOCALSPEC_CACHE`` at ``tmp / "cache"`` and its log at ``tmp / "server.log"``."""
     from localspec.server.process import ServerProcess
 
     argv = [sys.executable, "-m", "localspec.cli", "serve", "--target", str(tiny_path), "--mode", "lookup",
             "--port", "{port}", "--api-key", key, "--n-ctx", "1024", "--n-threads", "1", "--log-level", "warning",
             *extra]
-    with ServerProcess(argv, tmp / "server.log", env={"LOCALSPEC_CACHE": str(tmp / "cache")}, timeout=120) as proc:
+    return ServerProcess(argv, tmp / "server.log", env={"LOCALSPEC_CACHE": str(tmp / "cache")}, timeout=120)
+
+
+@contextmanager
+def tiny_lookup_server(tiny_path, tmp, key, extra=()):
+    """:func:`tiny_lookup_process` started, and an ``openai`` client for it (no retries)."""
+    import openai
+
+    with tiny_lookup_process(tiny_path, tmp, key, extra) as proc:
         yield openai.OpenAI(base_url=proc.base_url + "/v1", api_key=key, max_retries=0, timeout=300)

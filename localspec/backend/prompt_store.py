@@ -11,7 +11,9 @@ cached cells depend on: the model file (path, size, mtime), the machine and llam
 (:func:`~localspec.backend.cache_keys.machine_key`), and the context settings that change the computed
 values (flash attention, n_batch, n_ubatch, n_threads, GPU layers, weight repacking); a snapshot of
 another key is never read. The folder is bounded (``max_bytes``): the least recently used snapshots
-(file modification time, touched on use) are deleted first.
+(file modification time, touched on use) are deleted first. Each snapshot belongs to a scope (an opaque
+string, :func:`localspec.server.scopes.scope_id`; ``""`` with one user), written in its metadata and its
+digest; :meth:`PromptStore.best` reads only the asking scope's.
 """
 
 from __future__ import annotations
@@ -57,8 +59,10 @@ class StoredKvState:
     """A snapshot on disk, read when restored: what :meth:`localspec.backend.llama.LlamaModel.load_state`
     takes (``tokens``, ``nbytes``, ``flash_attn``, ``data``)."""
 
-    def __init__(self, path: Path, tokens: tuple[int, ...], nbytes: int, flash_attn: bool | None) -> None:
+    def __init__(self, path: Path, tokens: tuple[int, ...], nbytes: int, flash_attn: bool | None,
+                 scope: str = "") -> None:
         self.path, self.tokens, self.nbytes, self.flash_attn = path, tokens, nbytes, flash_attn
+        self.scope = scope  #: whose snapshot it is (:mod:`localspec.core.prefix_cache`'s scopes)
 
     @property
     def data(self):
@@ -96,8 +100,10 @@ class PromptStore:
         self._pending: list[Future] = []
         self._scan()
 
-    def _digest(self, role: str, tokens: Sequence[int]) -> str:
+    def _digest(self, role: str, tokens: Sequence[int], scope: str = "") -> str:
         h = hashlib.sha256(json.dumps(self.keys[role], sort_keys=True).encode() + role.encode())
+        if scope:
+            h.update(b"\0scope\0" + scope.encode())
         h.update(np.asarray(tokens, dtype=np.int32).tobytes())
         return h.hexdigest()[:32]
 
@@ -110,7 +116,7 @@ class PromptStore:
                 if self.keys.get(role) != d["key"] or data.stat().st_size != int(d["nbytes"]):
                     continue
                 self._entries[meta.stem] = StoredKvState(data, tuple(int(t) for t in d["tokens"]), int(d["nbytes"]),
-                                                         d["key"].get("flash_attn"))
+                                                         d["key"].get("flash_attn"), str(d.get("scope", "")))
                 self._roles[meta.stem] = role
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # a foreign or damaged file: not ours to read
@@ -119,27 +125,28 @@ class PromptStore:
         with self._lock:
             return len(self._entries)
 
-    def save(self, role: str, snapshot) -> None:
-        """Write ``snapshot`` (a :class:`~localspec.backend.llama.KvState` of ``role``'s model) in the background;
-        one already stored is only marked used."""
+    def save(self, role: str, snapshot, scope: str = "") -> None:
+        """Write ``snapshot`` (a :class:`~localspec.backend.llama.KvState` of ``role``'s model, of ``scope``) in the
+        background; one already stored is only marked used."""
         if role not in self.keys:
             return
-        digest = self._digest(role, snapshot.tokens)
+        digest = self._digest(role, snapshot.tokens, scope)
         with self._lock:
             known = self._entries.get(digest)
         if known is not None:
             os.utime(known.path)
             return
         self._pending = [f for f in self._pending if not f.done()] + [self._writer.submit(self._write, role, snapshot,
-                                                                                            digest)]
+                                                                                            digest, scope)]
 
-    def _write(self, role: str, snapshot, digest: str) -> None:
+    def _write(self, role: str, snapshot, digest: str, scope: str = "") -> None:
         data, meta = self.folder / f"{digest}.kv", self.folder / f"{digest}.json"
         try:
             for path, write in ((data, lambda f: f.write(memoryview(snapshot.data).cast("B")[: snapshot.nbytes])),
                                 (meta, lambda f: f.write(json.dumps({
                                     "format": STORE_FORMAT, "key": self.keys[role], "role": role,
-                                    "tokens": list(snapshot.tokens), "nbytes": snapshot.nbytes}).encode()))):
+                                    "tokens": list(snapshot.tokens), "nbytes": snapshot.nbytes,
+                                    "scope": scope}).encode()))):
                 tmp = path.with_suffix(path.suffix + ".tmp")
                 with open(tmp, "wb") as f:
                     write(f)
@@ -149,7 +156,7 @@ class PromptStore:
             return
         with self._lock:
             self._entries[digest] = StoredKvState(data, tuple(snapshot.tokens), snapshot.nbytes,
-                                                  self.keys[role].get("flash_attn"))
+                                                  self.keys[role].get("flash_attn"), scope)
             self._roles[digest] = role
         self._evict()
 
@@ -172,11 +179,12 @@ class PromptStore:
             except OSError:
                 pass
 
-    def best(self, role: str, tokens: Sequence[int], limit: int | None = None) -> tuple[StoredKvState, int] | None:
-        """The stored snapshot of ``role`` sharing the longest prefix with ``tokens`` (at most ``limit``), and
-        that length; None when none shares a token. Its data is read only when it is restored."""
+    def best(self, role: str, tokens: Sequence[int], limit: int | None = None,
+             scope: str = "") -> tuple[StoredKvState, int] | None:
+        """The stored snapshot of ``role`` and ``scope`` sharing the longest prefix with ``tokens`` (at most
+        ``limit``), and that length; None when none shares a token. Its data is read only when it is restored."""
         with self._lock:
-            mine = [s for d, s in self._entries.items() if self._roles.get(d) == role]
+            mine = [s for d, s in self._entries.items() if self._roles.get(d) == role and s.scope == scope]
         found, longest = None, 0
         for s in mine:
             n = _common(s.tokens, tokens, limit)

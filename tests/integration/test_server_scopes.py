@@ -6,7 +6,7 @@ the next word (the right one and wrong ones), on every endpoint, streamed and no
 guess drafted from A's text in the draft memory and reused A's cached prompt: ``speculation.memory``,
 ``speculation.drafters``, the token kinds, ``cached_tokens`` and ``/infill``'s ``draft_n`` told B the next
 word. (SmolLM2 has no fill-in-the-middle tokens: ``/infill``'s figures are checked the same way on the
-fake backend, tests/unit/server/test_scopes_api.py.) Now every text-dependent field B gets back (everything but wall-clock timings and queue figures) is
+fake backend, tests/unit/server/test_scopes.py.) Now every text-dependent field B gets back (everything but wall-clock timings and queue figures) is
 the very value a server on which A never spoke gives to the same requests: the test runs B's probes on two
 servers, a fresh one and one where A spoke first, and compares. Within one scope the memory still works:
 A's own probe with the right word drafts from what A sent.

@@ -562,7 +562,8 @@ def serve(engine, settings: Settings, server: ServerSettings) -> None:
     app = create_app(engine, settings, server)
     print(f"localspec serve: http://{server.host}:{server.port}/v1 (model {model_id(settings.target.model)}, "
           f"mode {settings.drafting.mode}, context {engine.n_ctx:,} tokens"
-          + (f", prompt cache {server.prompt_cache_mb:g} MiB" if server.prompt_cache_mb > 0 else "") + ")",
+          + (f", prompt cache {server.prompt_cache_mb:g} MiB" if server.prompt_cache_mb > 0 else "")
+          + (f", {len(server.api_key)} API keys, a scope each" if len(server.api_key) > 1 else "") + ")",
           file=sys.stderr, flush=True)
     grace = server.shutdown_grace
     config = uvicorn.Config(app, host=server.host, port=server.port, log_level=server.log_level,

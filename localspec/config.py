@@ -348,8 +348,12 @@ class ServerSettings(_Strict):
 
     host: str = option("127.0.0.1", min_length=1, help="address to bind", default_text="127.0.0.1: this machine only")
     port: int = option(8080, ge=0, le=65535, help="TCP port")
-    api_key: str | None = option(None, repr=False, help="require Authorization: Bearer KEY on every request",
-                                 default_text="$LOCALSPEC_API_KEY if set")
+    api_key: tuple[str, ...] = option((), repr=False, help="require Authorization: Bearer KEY on every request; "
+                                      "repeatable or comma-separated (as llama-server): each key is a scope with "
+                                      "its own cached prompts and draft memory, which no other key's requests "
+                                      "reach", default_text="$LOCALSPEC_API_KEY if set")
+    api_key_file: str | None = option(None, help="read API keys from FILE, one a line (blank lines and lines "
+                                      "starting with # skipped), besides --api-key (as llama-server)")
     queue_size: int = option(8, ge=0, le=1 << 16, unit="requests",
                              help="most requests waiting while the engine runs one (0: none wait); beyond, 429")
     max_body_mb: float = option(8.0, gt=0, le=1 << 14, unit="MiB", help="largest request body, MiB; beyond, 413")
@@ -388,6 +392,36 @@ class ServerSettings(_Strict):
     default_max_tokens: int | None = option(None, ge=1, unit="tokens",
                                             help="max_tokens of a chat request that leaves it out (--max-tokens)",
                                             default_text="the room left in the context window")
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _split_keys(cls, keys: Any) -> Any:
+        """``"a,b"``, ``["a", "b,c"]`` -> ``("a", "b", "c")`` (spaces around a key dropped, empty ones skipped)."""
+        if keys is None:
+            return ()
+        if isinstance(keys, str):
+            keys = [keys]
+        if isinstance(keys, (list, tuple)) and all(isinstance(k, str) for k in keys):
+            return tuple(dict.fromkeys(k.strip() for part in keys for k in part.split(",") if k.strip()))
+        return keys
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keys_from_file(cls, data: Any) -> Any:
+        """Add the keys of ``api_key_file`` (one a line) to ``api_key``."""
+        if not isinstance(data, dict) or not data.get("api_key_file"):
+            return data
+        path = data["api_key_file"]
+        try:
+            lines = Path(path).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise user_error(f"cannot read the API key file {path}: {getattr(e, 'strerror', None) or e}",
+                             at="api_key_file") from None
+        keys = [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
+        if not keys:
+            raise user_error(f"the API key file {path} holds no key (one a line)", at="api_key_file")
+        given = data.get("api_key") or ()
+        return {**data, "api_key": ([given] if isinstance(given, str) else list(given)) + keys}
 
     @property
     def max_body(self) -> int:

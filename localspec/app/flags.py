@@ -56,7 +56,8 @@ SECTION_ARGS: dict[str, tuple[type, dict[str, str]]] = {
 
 
 #: ``localspec serve``'s flags: command-line dest -> :class:`~localspec.config.ServerSettings` field
-SERVER_ARGS: dict[str, str] = {"host": "host", "port": "port", "api_key": "api_key", "queue_size": "queue_size",
+SERVER_ARGS: dict[str, str] = {"host": "host", "port": "port", "api_key": "api_key", "api_key_file": "api_key_file",
+                               "queue_size": "queue_size",
                                "max_body_mb": "max_body_mb", "shutdown_grace": "shutdown_grace",
                                "cors_origin": "cors_origins", "log_level": "log_level",
                                "draft_memory_tokens": "draft_memory_tokens", "prompt_cache_mb": "prompt_cache_mb",
@@ -134,7 +135,7 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def server_settings_from_args(ns: argparse.Namespace, api_key_env: str | None = None) -> ServerSettings:
-    """The server's settings from ``localspec serve``'s flags (``api_key_env``: the key when
+    """The server's settings from ``localspec serve``'s flags (``api_key_env``: the keys, comma-separated, when
     ``--api-key`` is not given; ``--max-tokens``: the default max_tokens of a chat request).
 
     Raises:
@@ -142,7 +143,7 @@ def server_settings_from_args(ns: argparse.Namespace, api_key_env: str | None = 
     """
     data = _pick(ns, SERVER_ARGS)
     data["cors_origins"] = tuple(data.get("cors_origins") or ())
-    data["api_key"] = data.get("api_key") or api_key_env or None
+    data["api_key"] = data.get("api_key") or api_key_env or ()
     data["default_max_tokens"] = getattr(ns, "max_tokens", None)
     try:
         return ServerSettings(**data)

@@ -30,7 +30,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, NamedTuple, Protocol, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
@@ -491,6 +491,12 @@ class Engine(Protocol):
 
     def clear_cache(self, keep: bool = False) -> None: ...
 
+    def enter_scope(self, scope: str) -> None: ...
+
+    def set_aside(self) -> list[tuple[Any, Any]]: ...
+
+    def put_back(self, kept: list[tuple[Any, Any]]) -> None: ...
+
     def grammar(self, gbnf: str, root: str = "root", triggers: Sequence[int] = ()) -> Constraint: ...
 
     def close(self) -> None: ...
@@ -539,6 +545,8 @@ class SpeculativeEngine:
         #: kept prompt prefixes (KV-cache snapshots of both models) that :meth:`prefill` restores; None: only
         #: the live caches are reused (the server sets one: ``--prompt-cache-mb``)
         self.prefix_cache: PrefixCache | None = None
+        #: whose tokens the live KV caches hold (:meth:`enter_scope`): an opaque string, ``""`` with one user
+        self.cache_scope = ""
 
     @property
     def cost_model(self) -> EngineCosts | None:
@@ -750,8 +758,8 @@ class SpeculativeEngine:
         limit = len(prompt) - 1
         live = common_prefix(model.cached_tokens, prompt, limit)
         if model.n_cached - live >= cache.min_tokens:
-            cache.put(role, model.save_state())
-        found = cache.best(role, prompt, limit)
+            cache.put(role, model.save_state(), scope=self.cache_scope)
+        found = cache.best(role, prompt, limit, scope=self.cache_scope)
         if found is not None and found[1] - live >= cache.min_tokens:  # a restore copies the whole snapshot
             snapshot, n = found
             try:
@@ -775,10 +783,42 @@ class SpeculativeEngine:
         if keep and cache is not None:
             for role, model in (("target", self.target), ("draft", self.draft_model if self.drafter else None)):
                 if model is not None and hasattr(model, "save_state") and model.n_cached >= cache.min_tokens:
-                    cache.put(role, model.save_state())
+                    cache.put(role, model.save_state(), scope=self.cache_scope)
         self.target.reset()
         if self.drafter is not None:
             self.drafter.reset()
+
+    def enter_scope(self, scope: str) -> None:
+        """Before a generation for ``scope`` (an opaque string: the server's API key and ``cache_salt``,
+        :func:`localspec.server.scopes.scope_id`): when the live KV caches hold another scope's tokens, they
+        are kept among that scope's prompt prefixes (:meth:`clear_cache` with ``keep``) and emptied, so that
+        what the generation reuses (``cached_prompt_tokens``) and the draft model's catch-up depend only on
+        what ``scope`` sent. Not during a generation."""
+        if scope != self.cache_scope:
+            self.clear_cache(keep=True)
+            self.cache_scope = scope
+
+    def set_aside(self) -> list[tuple[Any, Any]]:
+        """Take what both KV caches hold aside and empty them (a ``cache_prompt: false`` generation then starts
+        from empty caches, and leaves no trace in them): the (model, its :meth:`save_state`) pairs that
+        :meth:`put_back` restores. A model without ``save_state`` (a fake) is only emptied. Costs a copy of
+        the caches' cells. Not during a generation."""
+        kept = [(m, m.save_state()) for m in (self.target, self.draft_model if self.drafter else None)
+                if m is not None and hasattr(m, "save_state") and m.n_cached]
+        self.target.reset()
+        if self.drafter is not None:
+            self.drafter.reset()
+        return kept
+
+    def put_back(self, kept: list[tuple[Any, Any]]) -> None:
+        """Empty both KV caches, then restore what :meth:`set_aside` took (a state a model refuses leaves its
+        cache empty)."""
+        self.target.reset()
+        if self.drafter is not None:
+            self.drafter.reset()
+        for model, state in kept:
+            if state is not None and not model.load_state(state):
+                model.reset()
 
     def abort(self) -> None:
         """Stop the decode running now in either model (:meth:`LlamaModel.abort`); thread-safe."""

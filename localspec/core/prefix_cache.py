@@ -12,6 +12,12 @@ were computed, and the output is the same as without it.
 Pure bookkeeping (no llama.cpp): one byte budget over every model's snapshots (``role`` tells the
 target's from the draft model's); a snapshot whose tokens extend another's of the same role
 replaces it (it serves every prompt the shorter one did, at least as far).
+
+Scopes: every snapshot belongs to a scope (an opaque string; the server's is a hash of the API key and
+a request's ``cache_salt``, :func:`localspec.server.scopes.scope_id`; ``""`` when there is one user), and
+:meth:`PrefixCache.best` looks only at the asking scope's, so a prompt's reuse (``cached_tokens``) never
+depends on another scope's prompts. The budget is shared: the least recently used snapshot goes first,
+whatever its scope.
 """
 
 from __future__ import annotations
@@ -30,9 +36,10 @@ class SnapshotStore(Protocol):
     """A second, persistent tier (:class:`localspec.backend.prompt_store.PromptStore`): it is given every
     snapshot the cache keeps, and asked when memory holds no match as long."""
 
-    def save(self, role: str, snapshot: "Snapshot") -> None: ...
+    def save(self, role: str, snapshot: "Snapshot", scope: str = "") -> None: ...
 
-    def best(self, role: str, tokens: Sequence[int], limit: int | None = None) -> tuple["Snapshot", int] | None: ...
+    def best(self, role: str, tokens: Sequence[int], limit: int | None = None,
+             scope: str = "") -> tuple["Snapshot", int] | None: ...
 
     def discard(self, snapshot: "Snapshot") -> None: ...
 
@@ -85,7 +92,8 @@ class PrefixCache:
             raise ValueError("max_bytes must be >= 0 and min_tokens >= 1")
         self.max_bytes = max_bytes
         self.min_tokens = min_tokens
-        self._entries: OrderedDict[int, tuple[str, Snapshot]] = OrderedDict()  # least recently used first
+        #: (role, scope) and snapshot, least recently used first
+        self._entries: OrderedDict[int, tuple[tuple[str, str], Snapshot]] = OrderedDict()
         self._next = 0
         self._nbytes = 0
         self.stats = PrefixCacheStats()
@@ -99,50 +107,52 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def snapshots(self, role: str) -> list[Snapshot]:
-        """The kept snapshots of ``role``, least recently used first."""
-        return [s for r, s in self._entries.values() if r == role]
+    def snapshots(self, role: str, scope: str | None = None) -> list[Snapshot]:
+        """The kept snapshots of ``role`` (of ``scope``; None: of every scope), least recently used first."""
+        return [s for (r, sc), s in self._entries.values() if r == role and scope in (None, sc)]
 
-    def put(self, role: str, snapshot: Snapshot | None) -> bool:
-        """Keep ``snapshot`` as the most recently used; evict the least recently used beyond the limit.
+    def put(self, role: str, snapshot: Snapshot | None, scope: str = "") -> bool:
+        """Keep ``snapshot`` of ``scope`` as the most recently used; evict the least recently used (of any
+        scope) beyond the limit.
 
         Not kept (False): None, shorter than ``min_tokens``, larger than the whole limit, or the prefix
-        of a snapshot of ``role`` already kept (that one is marked used instead). Snapshots of ``role``
-        whose tokens ``snapshot`` extends are dropped.
+        of a snapshot of ``role`` and ``scope`` already kept (that one is marked used instead). Snapshots of
+        ``role`` and ``scope`` whose tokens ``snapshot`` extends are dropped.
         """
         if snapshot is None or len(snapshot.tokens) < self.min_tokens or snapshot.nbytes > self.max_bytes:
             return False
         tokens = snapshot.tokens
         for key, (r, s) in list(self._entries.items()):
-            if r != role:
+            if r != (role, scope):
                 continue
             if len(s.tokens) >= len(tokens) and s.tokens[: len(tokens)] == tokens:
                 self._entries.move_to_end(key)
                 return False
             if s.tokens == tokens[: len(s.tokens)]:
                 self._drop(key)
-        self._entries[self._next] = (role, snapshot)
+        self._entries[self._next] = ((role, scope), snapshot)
         self._next += 1
         self.stats.saved += 1
         if self.store is not None:
-            self.store.save(role, snapshot)
+            self.store.save(role, snapshot, scope=scope)
         self._nbytes += snapshot.nbytes
         while self._nbytes > self.max_bytes:
             self._drop(next(iter(self._entries)))
             self.stats.evicted += 1
         return True
 
-    def best(self, role: str, tokens: Sequence[int], limit: int | None = None) -> tuple[Snapshot, int] | None:
-        """The snapshot of ``role`` sharing the longest prefix with ``tokens`` (at most ``limit`` tokens),
-        marked most recently used, and that length; None when none shares a token. Ties: the most
-        recently used. The store's longest match when it is longer than memory's."""
+    def best(self, role: str, tokens: Sequence[int], limit: int | None = None,
+             scope: str = "") -> tuple[Snapshot, int] | None:
+        """The snapshot of ``role`` and ``scope`` sharing the longest prefix with ``tokens`` (at most ``limit``
+        tokens), marked most recently used, and that length; None when none shares a token. Ties: the most
+        recently used. The store's longest match (of ``scope`` too) when it is longer than memory's."""
         found, found_key, longest = None, None, 0
         for key, (r, s) in reversed(self._entries.items()):
-            if r == role:
+            if r == (role, scope):
                 n = common_prefix(s.tokens, tokens, limit)
                 if n > longest:
                     found, found_key, longest = s, key, n
-        stored = self.store.best(role, tokens, limit) if self.store is not None else None
+        stored = self.store.best(role, tokens, limit, scope=scope) if self.store is not None else None
         if stored is not None and stored[1] > longest:
             self.stats.from_store += 1
             return stored

@@ -8,9 +8,10 @@ request: :mod:`.responses`), ``POST /infill`` (llama.cpp's, :mod:`.infill`),
 ``GET /metrics``, and ``GET /openapi.json`` (the request bodies' schemas). Cross-origin
 requests (CORS, for browser-based clients) get no CORS headers unless origins are allowed
 (``cors_origins`` of :class:`~localspec.config.ServerSettings`); then preflight ``OPTIONS``
-requests are answered. With an API key, every route but ``/health`` and ``/openapi.json`` needs
-``Authorization: Bearer KEY`` (the scheme case-insensitive, RFC 9110 §11.1; the key compared
-in constant time). A request body over ``max_body_mb`` MiB is refused with 413 without being
+requests are answered. With API keys, every route but ``/health`` and ``/openapi.json`` needs
+``Authorization: Bearer KEY`` with one of them (the scheme case-insensitive, RFC 9110 §11.1; every key
+compared, each in constant time); each key, narrowed by a request's ``cache_salt``, is a scope
+(:mod:`.scopes`) whose requests reuse and draft from only what the same scope sent. A request body over ``max_body_mb`` MiB is refused with 413 without being
 kept in memory; one that is not JSON, nests deeper than
 :data:`~localspec.server.openai_api.MAX_JSON_DEPTH` or holds a lone UTF-16 surrogate gets a
 400. No error sends a traceback to the client; a bug is logged and answered with a 500.
@@ -23,7 +24,6 @@ period (else ends it with an error event saying why) and exits 0.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import signal
@@ -45,7 +45,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from localspec.backend.context import with_prompt_cache_default
 from localspec.config import ServerSettings, Settings
-from localspec.core.drafters import DraftMemory
+from localspec.core.drafters import DraftMemories
 from localspec.core.prefix_cache import PrefixCache
 from localspec.backend.calibration import cache_root
 from localspec.backend.prompt_store import FOLDER_NAME, default_disk_bytes, engine_store
@@ -55,6 +55,7 @@ from localspec.server.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from localspec.server.openai_api import (ERROR_RESPONSES, FINISH_REASONS, MAX_JSON_DEPTH, ApiError, ChatCompletionBody, CompletionBody,
                                          GenerationRequest, ResponseShape, api_error, check_json, speculation, usage)
 from localspec.server.responses import ResponsesBody, ResponsesShape
+from localspec.server.scopes import key_scope, matching_key, scope_id
 from localspec.server.worker import EngineWorker, Failed, Finished, Job, Started, Tokens, drafting_for, sampling_for
 
 log = logging.getLogger("localspec.server")
@@ -139,12 +140,15 @@ def served(request: Request) -> Served:
 
 
 async def authorize(request: Request) -> None:
-    """Raises ApiError 401 unless the request carries the server's API key (when it has one)."""
-    api_key = served(request).server.api_key
-    if api_key is None:
+    """Raises ApiError 401 unless the request carries one of the server's API keys (when it has some); sets
+    ``request.state.key_scope``, the key's scope (:func:`~localspec.server.scopes.key_scope`; ``""``: no keys)."""
+    keys = served(request).server.api_key
+    request.state.key_scope = ""
+    if not keys:
         return
-    token = bearer_token(request.headers.get("authorization", ""))
-    if token is None or not hmac.compare_digest(token.encode(), api_key.encode()):
+    key = matching_key(bearer_token(request.headers.get("authorization", "")), keys)
+    request.state.key_scope = key_scope(key)
+    if key is None:
         raise ApiError(401, "missing or wrong API key: send Authorization: Bearer <key>", None, "invalid_api_key",
                        headers={"WWW-Authenticate": "Bearer"})
 
@@ -280,6 +284,7 @@ async def generate(request: Request, req: GenerationRequest, shape_for: Callable
         if s.tool_fmt is None:
             raise tools.unsupported_error(s.target_id, s.template, "tools" if req.tools.tools else "messages")
         req.tools.format = s.tool_fmt
+    req.scope = scope_id(getattr(request.state, "key_scope", ""), req.cache_salt)
     job = Job(req, sampling_for(s.settings, req), asyncio.get_running_loop(),
               drafting=drafting_for(s.settings, req, s.engine.has_draft_model))
     s.worker.submit(job)
@@ -314,7 +319,7 @@ async def next_message(job: Job, request: Request):
 
 def _extra(s: Served, job: Job, gen) -> dict:
     drafting = job.drafting or s.settings.drafting
-    memory = s.worker.memory is not None and job.request.memory
+    memory = s.worker.memory is not None and job.request.memory and job.request.cache_prompt
     return {"speculation": speculation(drafting.mode, gen.stats, gen.rounds, drafting.cap, memory),
             "queue": {"arrival": job.arrival, "served": job.served, "wait_seconds": job.wait_seconds}}
 
@@ -467,7 +472,7 @@ def _openapi(app: FastAPI) -> Callable[[], dict]:
         if app.openapi_schema is None:
             doc = get_openapi(title="localspec", version="1", routes=app.routes,
                               description="OpenAI-compatible API of localspec serve")
-            if app.state.served.server.api_key is not None:
+            if app.state.served.server.api_key:
                 doc.setdefault("components", {})["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
                 doc["security"] = [{"bearer": []}]
             app.openapi_schema = doc
@@ -484,15 +489,15 @@ def create_app(engine, settings: Settings, server: ServerSettings | None = None)
         settings: the models' names, drafting settings and sampling defaults.
         server: the server's settings (:class:`~localspec.config.ServerSettings`: API key, queue size,
             body limit, shutdown grace, CORS origins, default max_tokens, the draft memory's budget, the
-            prompt prefixes' budget); None: the defaults. The app keeps one draft memory for the engine
-            (``draft_memory_tokens``) and gives it a :class:`~localspec.core.prefix_cache.PrefixCache`
+            prompt prefixes' budget); None: the defaults. The app keeps the draft memories of the engine, one
+            per scope (:mod:`localspec.server.scopes`) in one budget (``draft_memory_tokens``), and gives it a :class:`~localspec.core.prefix_cache.PrefixCache`
             (``prompt_cache_mb``; 0: none), on disk too unless ``prompt_cache_disk_mb`` is 0
             (:class:`~localspec.backend.prompt_store.PromptStore`, ``$LOCALSPEC_CACHE/prompts``; None: the
             default budget, :func:`~localspec.backend.prompt_store.default_disk_bytes`).
     """
     server = with_prompt_cache_default(server or ServerSettings())  # the models are loaded: memory is known
     metrics: ServerMetrics | None = None
-    memory = DraftMemory(server.draft_memory_tokens) if server.draft_memory_tokens else None
+    memory = DraftMemories(server.draft_memory_tokens) if server.draft_memory_tokens else None
     if server.prompt_cache_mb > 0:  # several prompt prefixes kept as KV-cache snapshots (the engine restores them)
         folder = cache_root() / FOLDER_NAME
         disk = (default_disk_bytes(folder) if server.prompt_cache_disk_mb is None
@@ -501,7 +506,8 @@ def create_app(engine, settings: Settings, server: ServerSettings | None = None)
         engine.prefix_cache = PrefixCache(int(server.prompt_cache_mb * (1 << 20)), store=store)
     worker = EngineWorker(engine, settings, max_queue=server.queue_size, default_max_tokens=server.default_max_tokens,
                           on_finished=lambda req, gen: metrics.observe(gen), memory=memory)
-    metrics = ServerMetrics(lambda: worker.waiting, lambda: int(worker.busy), getattr(engine, "prefix_cache", None))
+    metrics = ServerMetrics(lambda: worker.waiting, lambda: int(worker.busy), getattr(engine, "prefix_cache", None),
+                            memory)
     template = engine.chat_template()
 
     @asynccontextmanager
@@ -566,7 +572,8 @@ def serve(engine, settings: Settings, server: ServerSettings) -> None:
     app = create_app(engine, settings, server)
     print(f"localspec serve: http://{server.host}:{server.port}/v1 (model {model_id(settings.target.model)}, "
           f"mode {settings.drafting.mode}, context {engine.n_ctx:,} tokens"
-          + (f", prompt cache {server.prompt_cache_mb:g} MiB" if server.prompt_cache_mb > 0 else "") + ")",
+          + (f", prompt cache {server.prompt_cache_mb:g} MiB" if server.prompt_cache_mb > 0 else "")
+          + (f", {len(server.api_key)} API keys, a scope each" if len(server.api_key) > 1 else "") + ")",
           file=sys.stderr, flush=True)
     grace = server.shutdown_grace
     config = uvicorn.Config(app, host=server.host, port=server.port, log_level=server.log_level,

@@ -48,7 +48,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from localspec.app.fim import FimInput, check_fim, fim_prompt
 from localspec.config import SamplingParams, check_stop, request_field, user_error
 from localspec.errors import ConfigError
-from localspec.server.openai_api import ApiError, GenerationRequest, SpeculationFields, TokenLogprob, _said
+from localspec.server.openai_api import (CACHE_SALT_FIELD, ApiError, CacheSalt, GenerationRequest, SpeculationFields,
+                                         TokenLogprob, _said)
 from localspec.server.refused import INFILL, refused_field
 
 
@@ -104,6 +105,7 @@ class InfillBody(BaseModel):
     t_max_predict_ms: int = Field(-1, ge=-1, le=2**63 - 1, description="milliseconds after the first token; then the "
                                                                       "output ends at the next newline (<= 0: off)")
     speculation: SpeculationFields | None = None
+    cache_salt: CacheSalt = CACHE_SALT_FIELD
 
     @model_validator(mode="before")
     @classmethod
@@ -140,7 +142,7 @@ class InfillBody(BaseModel):
                       if (v := getattr(self, k)) is not None},
             speculation=self.speculation.model_dump(exclude_none=True, exclude={"memory"}) if self.speculation else {},
             memory=self.speculation is None or self.speculation.memory is not False,
-            cache_prompt=self.cache_prompt, min_indent=self.n_indent,
+            cache_prompt=self.cache_prompt, cache_salt=self.cache_salt, min_indent=self.n_indent,
             newline_time_limit=self.t_max_predict_ms / 1000 if self.t_max_predict_ms > 0 else None)
         req.fim = FimInput(self.input_prefix, self.input_suffix,
                            tuple((c.filename, c.text) for c in self.input_extra or ()), self.prompt)

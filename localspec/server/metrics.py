@@ -30,10 +30,12 @@ class ServerMetrics:
         running: returns 1 while a request is being generated, else 0.
         prefix_cache: the engine's kept prompt prefixes, or None: their size and restores are reported
             (``localspec_prompt_cache_*``).
+        memory: the draft memories (:class:`~localspec.core.drafters.DraftMemories`), or None: the bytes and
+            tokens they hold over every scope (``localspec_draft_memory_*``; no figure per scope).
     """
 
     def __init__(self, waiting: Callable[[], int], running: Callable[[], int],
-                 prefix_cache: PrefixCache | None = None) -> None:
+                 prefix_cache: PrefixCache | None = None, memory=None) -> None:
         r = self.registry = CollectorRegistry()
         self.requests = Counter("localspec_requests", "HTTP requests to the generation endpoints, by status",
                                 ["endpoint", "status"], registry=r)
@@ -68,6 +70,11 @@ class ServerMetrics:
               registry=r).set_function(running)
         if prefix_cache is not None:
             r.register(_PrefixCacheCollector(prefix_cache))
+        if memory is not None:
+            Gauge("localspec_draft_memory_bytes", "bytes the draft memory holds (every scope's texts and their "
+                  "index, --draft-memory-tokens)", registry=r).set_function(lambda: memory.nbytes)
+            Gauge("localspec_draft_memory_tokens", "tokens the draft memory holds (every scope)",
+                  registry=r).set_function(lambda: memory.tokens)
 
     def observe(self, gen: Generation) -> None:
         """Count one finished (or cancelled) generation."""

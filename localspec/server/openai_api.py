@@ -200,6 +200,10 @@ class GenerationRequest:
             (``speculation.memory``, default true).
         cache_prompt: whether the request reuses a cached prompt prefix and leaves its own in the KV
             cache (llama-server's ``cache_prompt``, default true).
+        cache_salt: vLLM's ``cache_salt`` (a non-empty string), or None: the request reuses only what
+            requests of its API key with the same salt left (:mod:`localspec.server.scopes`).
+        scope: whose caches and draft memory the request reads and feeds (set by the server from the API
+            key and ``cache_salt``: :func:`localspec.server.scopes.scope_id`; ``""``: one user).
         grammar: the GBNF (start rule ``root``) of ``response_format`` json_object / json_schema
             (:func:`localspec.server.structured.response_grammar`), or None.
         min_indent: ``/infill``'s ``n_indent`` (:attr:`localspec.config.GenerationParams.min_indent`).
@@ -221,6 +225,8 @@ class GenerationRequest:
     logprobs: int | None = None
     memory: bool = True
     cache_prompt: bool = True
+    cache_salt: str | None = None
+    scope: str = ""
     fim: Any = None  #: a fill-in-the-middle request's :class:`localspec.app.fim.FimInput` (prompt unused), or None
     grammar: str | None = None
     min_indent: int = 0
@@ -497,6 +503,15 @@ class SpeculationFields(BaseModel):
         return integral_number(v)
 
 
+#: vLLM's ``cache_salt``: a non-empty string (every endpoint takes it: :mod:`localspec.server.scopes`)
+CacheSalt = Annotated[str | None, Field(strict=True, min_length=1),
+                      _said("cache_salt must be a non-empty string (requests reuse cached prompts and draft "
+                            "from memory only with the same salt)")]
+CACHE_SALT_FIELD = Field(None, description="vLLM's field: a request reuses cached prompt prefixes, and drafts from "
+                                           "the memory of earlier requests, only where they came with the same "
+                                           "API key and the same salt (absent: the key's own)")
+
+
 class SamplingFields(BaseModel):
     """What both endpoints share: the body is a JSON object; parameters we cannot honour are refused
     (:data:`localspec.server.refused.REFUSED_FIELDS`); the scalar fields' JSON types are checked
@@ -525,6 +540,7 @@ class SamplingFields(BaseModel):
     response_format: Annotated[Any, WithJsonSchema(RESPONSE_FORMAT_SCHEMA)] = Field(
         None, description='{"type": "text" | "json_object" | "json_schema", "json_schema": {"name", "schema", '
                           '"strict"}}: the answer follows the schema (localspec.server.structured)')
+    cache_salt: CacheSalt = CACHE_SALT_FIELD
 
     @model_validator(mode="before")
     @classmethod
@@ -572,7 +588,8 @@ class SamplingFields(BaseModel):
                       if (v := getattr(self, k)) is not None},
             speculation=self.speculation.model_dump(exclude_none=True, exclude={"memory"}) if self.speculation else {},
             memory=self.speculation is None or self.speculation.memory is not False,
-            cache_prompt=self.cache_prompt is not False, grammar=response_grammar(self.response_format))
+            cache_prompt=self.cache_prompt is not False, cache_salt=self.cache_salt,
+            grammar=response_grammar(self.response_format))
 
 
 class ChatCompletionBody(SamplingFields):

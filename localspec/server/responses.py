@@ -131,6 +131,9 @@ class ResponsesBody(BaseModel):
     cache_prompt: Annotated[Any, WithJsonSchema({"type": ["boolean", "null"]})] = Field(
         None, description="llama-server's field, as in /v1/chat/completions: false, the prompt neither "
                           "reuses a cached prefix nor leaves its own")
+    cache_salt: Annotated[Any, WithJsonSchema({"type": ["string", "null"], "minLength": 1})] = Field(
+        None, description="vLLM's field, as in /v1/chat/completions: reuse cached prompts and the draft memory "
+                          "only of requests with the same API key and salt")
     include: Annotated[Any, WithJsonSchema({"type": ["array", "null"],
                                             "items": {"enum": list(INCLUDE_IGNORED)}})] = Field(
         None, description='only "reasoning.encrypted_content" (ignored)')
@@ -314,7 +317,7 @@ def chat_body(body: ResponsesBody, origins: list[str] | None = None, calls: dict
             "tool_choice": chat_tool_choice(body.tool_choice), "parallel_tool_calls": body.parallel_tool_calls,
             "temperature": body.temperature, "top_p": body.top_p, "max_tokens": max_tokens, "stream": body.stream,
             "response_format": response_format(body.text), "speculation": body.speculation,
-            "cache_prompt": body.cache_prompt}
+            "cache_prompt": body.cache_prompt, "cache_salt": body.cache_salt}
     return {k: v for k, v in chat.items() if v is not None}
 
 

@@ -10,10 +10,13 @@ consistent with what was committed, so the next request runs as from a fresh sta
 reusing the common prefix of the KV cache (an agent resending a growing conversation
 prefills only the new part) or of the prompt prefixes the engine keeps as snapshots
 (``--prompt-cache-mb``: an agent alternating between long prompts reads neither again), unless
-it asks for ``cache_prompt: false`` (it then starts from empty caches, leaves them empty, and
-neither restores nor keeps a snapshot of its prompt). Every request drafts from the draft memory (earlier
-requests' prompts and answers) and is added to it, unless it asks for ``speculation.memory:
-false``. On shutdown (:meth:`EngineWorker.drain`) the waiting jobs are answered 503 and the
+it asks for ``cache_prompt: false`` (it then starts from empty caches, neither restores nor keeps a
+snapshot of its prompt, neither drafts from the draft memory nor feeds it, and the caches get back what
+they held before it). Every other request drafts from the draft memory of its scope (earlier requests'
+prompts and answers) and is added to it, unless it asks for ``speculation.memory: false``. Scopes
+(:mod:`localspec.server.scopes`: an API key, narrowed by ``cache_salt``): a request whose scope is not the
+one the live caches hold puts them aside among that scope's prompt prefixes and starts from its own, so
+nothing a request gets back depends on another scope's text. On shutdown (:meth:`EngineWorker.drain`) the waiting jobs are answered 503 and the
 running one gets a bounded grace period to finish. While no request comes for a while, a calibration that other processes disturbed is measured again once the
 machine is quiet (:meth:`EngineWorker._remeasure_if_disturbed`).
 """
@@ -34,7 +37,7 @@ from pydantic import ValidationError
 
 from localspec.config import (DraftParams, GenerationParams, SamplingParams, Settings, context_room, fits_context,
                               format_validation_error, invalid_values)
-from localspec.core.drafters import DraftMemory
+from localspec.core.drafters import DraftMemories
 from localspec.core.engine import Generation
 from localspec.errors import BackendError, LocalspecError, WorkerError
 from localspec.core.events import RoundStats, TokenEvent
@@ -234,13 +237,13 @@ class EngineWorker:
             the room left in the context window.
         on_finished: called in the worker thread with (request, generation) after each
             generation (metrics).
-        memory: the draft memory (:class:`~localspec.core.drafters.DraftMemory`) every request drafts
-            from and is added to (prompt + answer, by the engine), unless it opts out
-            (``speculation.memory: false``); None: none.
+        memory: the draft memories (:class:`~localspec.core.drafters.DraftMemories`, one per scope) every
+            request drafts from and is added to (prompt + answer, by the engine), its scope's, unless it opts
+            out (``speculation.memory: false``, ``cache_prompt: false``); None: none.
     """
 
     def __init__(self, engine, settings: Settings, max_queue: int = 8, default_max_tokens: int | None = None,
-                 on_finished=None, memory: DraftMemory | None = None) -> None:
+                 on_finished=None, memory: DraftMemories | None = None) -> None:
         self.engine = engine
         self.memory = memory
         self.settings = settings
@@ -429,14 +432,18 @@ class EngineWorker:
     def _serve(self, job: Job) -> tuple[Finished | Failed, Generation | None]:
         """Run ``job``; its last message (not posted yet) and the finished generation (None on failure).
 
-        A request with ``cache_prompt: false`` starts from empty KV caches and leaves them empty: what
-        they held is kept among the engine's prompt prefixes first (when it keeps some), and its own
-        prompt is neither restored from them nor kept.
+        A request with ``cache_prompt: false`` starts from empty KV caches; what they held is set aside
+        and put back after it (:meth:`~localspec.core.engine.SpeculativeEngine.set_aside`), and its own
+        prompt is neither restored from the prompt prefixes nor kept. Any other request first brings the
+        live caches to its scope (:meth:`~localspec.core.engine.SpeculativeEngine.enter_scope`).
         """
+        kept = None
         try:
             self._reload_if_lost()
-            if not job.request.cache_prompt:
-                self.engine.clear_cache(keep=True)
+            if job.request.cache_prompt:
+                self.engine.enter_scope(job.request.scope)
+            else:
+                kept = self.engine.set_aside()
             return self._run(job)
         except ApiError as e:
             return Failed(e), None
@@ -450,8 +457,8 @@ class EngineWorker:
             log.exception("request %d failed", job.arrival)
             return Failed(ApiError(500, "internal server error (see the server log)")), None
         finally:
-            if not job.request.cache_prompt:
-                self.engine.clear_cache()
+            if kept is not None:
+                self.engine.put_back(kept)
 
     def _reload_if_lost(self) -> None:
         """A target whose RPC worker was lost (:attr:`IsolatedModel.lost`) is loaded again before the
@@ -521,7 +528,8 @@ class EngineWorker:
                            GenerationParams(max_tokens=max_tokens, stop=req.stop or self.settings.generation.stop,
                                             min_indent=req.min_indent, newline_time_limit=req.newline_time_limit),
                            prediction=prediction, constraint=constraint, logprobs=req.logprobs,
-                           memory=self.memory if req.memory else None, cache_prompt=req.cache_prompt)
+                           memory=self.memory.scope(req.scope) if self.memory is not None and req.memory
+                           and req.cache_prompt else None, cache_prompt=req.cache_prompt)
         job.post(Started(len(prompt), max_tokens >= context_room(eng.n_ctx, len(prompt))))
         pending: list[TokenEvent] = []
         job.running(gen)

@@ -74,9 +74,9 @@ class Drafter(Protocol):
 
 
 from localspec.core.drafters.lookup import PromptLookupDrafter, find_candidate, find_match, locate_match  # noqa: E402
-from localspec.core.drafters.memory import DraftMemory  # noqa: E402
+from localspec.core.drafters.memory import DraftMemories, DraftMemory  # noqa: E402
 from localspec.core.drafters.model import DraftModelDrafter  # noqa: E402
 from localspec.core.drafters.prediction import PredictionDrafter  # noqa: E402
 
-__all__ = ["Draft", "Drafter", "DraftMemory", "PromptLookupDrafter", "DraftModelDrafter", "PredictionDrafter",
+__all__ = ["Draft", "Drafter", "DraftMemory", "DraftMemories", "PromptLookupDrafter", "DraftModelDrafter", "PredictionDrafter",
            "find_candidate", "find_match", "locate_match"]

@@ -16,13 +16,19 @@ token), so 16 bytes a token in all; an :meth:`add` briefly holds the old and the
 A search looks up the last token's positions in the index (binary search), so a round's cost
 grows with how often that token occurs, not with the memory's size; an :meth:`add` re-sorts
 (O(N log N), once per request).
+
+Scopes (:class:`DraftMemories`): a server with several API keys keeps one memory per scope (an API key,
+narrowed by a request's ``cache_salt``), so that what one scope's drafts copy, and so its statistics,
+never depend on another scope's texts; the scopes share one token budget, the least recently used
+scope giving up its oldest texts first.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Sequence
+from collections import OrderedDict
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -50,10 +56,12 @@ class DraftMemory:
         ValueError: ``max_tokens`` is negative.
     """
 
-    def __init__(self, max_tokens: int) -> None:
+    def __init__(self, max_tokens: int, on_add: Callable[["DraftMemory"], None] | None = None) -> None:
         if max_tokens < 0:
             raise ValueError(f"max_tokens must be >= 0 (got {max_tokens})")
         self.max_tokens = int(max_tokens)
+        #: called after each :meth:`add` that kept a text (a :class:`DraftMemories` balancing its scopes)
+        self._on_add = on_add
         self._texts: deque[np.ndarray] = deque()  # oldest first, each int32 shape (n,)
         self._tokens = 0
         #: (the texts joined, each followed by SEPARATOR; its positions sorted by token, stable; those tokens)
@@ -96,6 +104,18 @@ class DraftMemory:
             while self._tokens > self.max_tokens:
                 self._tokens -= self._texts.popleft().size
             self._index = _index(self._joined())
+        if self._on_add is not None:
+            self._on_add(self)
+
+    def shrink(self, max_tokens: int) -> int:
+        """Evict the oldest whole texts until at most ``max_tokens`` tokens are held; returns the tokens evicted."""
+        with self._lock:
+            before = self._tokens
+            while self._texts and self._tokens > max_tokens:
+                self._tokens -= self._texts.popleft().size
+            if self._tokens != before:
+                self._index = _index(self._joined())
+            return before - self._tokens
 
     def _joined(self) -> np.ndarray:
         out = np.empty(self._tokens + len(self._texts), dtype=np.int32)
@@ -155,6 +175,76 @@ class DraftMemory:
             copied = copied[: ends[0]] if ends.size else copied
             return copied.tolist(), n, n + k
         return [], 0, 0
+
+
+class DraftMemories:
+    """One :class:`DraftMemory` per scope, sharing one budget of ``max_tokens`` tokens.
+
+    A scope is an opaque string (the server's: a hash of an API key and a request's ``cache_salt``,
+    :func:`localspec.server.scopes.scope_id`); a scope's memory holds only the texts added to it, so its
+    drafts never depend on another scope's. When the scopes together hold more than ``max_tokens``,
+    the least recently used scope (the one whose memory was asked for longest ago) gives up its oldest
+    texts first, then the next; the scope just added to goes last. A scope's memory is made on first use
+    and forgotten once it is empty.
+
+    Args:
+        max_tokens: the budget over every scope, tokens (>= 0; 0 keeps nothing).
+
+    Raises:
+        ValueError: ``max_tokens`` is negative.
+    """
+
+    def __init__(self, max_tokens: int) -> None:
+        if max_tokens < 0:
+            raise ValueError(f"max_tokens must be >= 0 (got {max_tokens})")
+        self.max_tokens = int(max_tokens)
+        self._scopes: OrderedDict[str, DraftMemory] = OrderedDict()  # least recently used first
+        self._lock = threading.Lock()
+
+    def scope(self, scope: str) -> DraftMemory:
+        """The memory of ``scope`` (made empty on first use), marked most recently used."""
+        with self._lock:
+            mem = self._scopes.get(scope)
+            if mem is None:
+                mem = self._scopes[scope] = DraftMemory(self.max_tokens, on_add=self._balance)
+            self._scopes.move_to_end(scope)
+            return mem
+
+    def _balance(self, added: DraftMemory) -> None:
+        """After ``added`` grew: evict across scopes, least recently used first, down to the budget."""
+        with self._lock:
+            over = sum(m.tokens for m in self._scopes.values()) - self.max_tokens
+            for key, mem in [*((k, m) for k, m in self._scopes.items() if m is not added),
+                             *((k, m) for k, m in self._scopes.items() if m is added)]:
+                if over <= 0:
+                    break
+                over -= mem.shrink(max(mem.tokens - over, 0))
+            for key in [k for k, m in self._scopes.items() if m.texts == 0 and m is not added]:
+                del self._scopes[key]
+
+    @property
+    def tokens(self) -> int:
+        """Tokens held now over every scope."""
+        return sum(m.tokens for m in list(self._scopes.values()))
+
+    @property
+    def texts(self) -> int:
+        """Sequences held now over every scope."""
+        return sum(m.texts for m in list(self._scopes.values()))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held now over every scope (:attr:`DraftMemory.nbytes` summed): ``/metrics``' gauge."""
+        return sum(m.nbytes for m in list(self._scopes.values()))
+
+    def __len__(self) -> int:
+        """Scopes holding a memory now."""
+        return len(self._scopes)
+
+    def clear(self) -> None:
+        """Forget every scope's texts."""
+        with self._lock:
+            self._scopes.clear()
 
 
 def _index(hay: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

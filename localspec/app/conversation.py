@@ -33,6 +33,8 @@ class Message(BaseModel):
     segments: list[tuple[str, str, int] | tuple[str, str]] | None = None
     stats: dict | None = None
     rounds: list[dict] | None = None
+    #: the models that wrote an answer: {"target": ..., "draft": ...} (None: not recorded)
+    models: dict | None = None
 
 
 class Conversation(BaseModel):

@@ -29,7 +29,7 @@ from localspec.config import DraftParams, Settings
 from localspec.errors import LocalspecError
 from localspec.app.run_order import run_order
 
-from localspec.tui.dialogs import SettingsScreen
+from localspec.tui.dialogs import PathPrompt, SettingsScreen
 from localspec.tui.driver import RaceSide, drive, race, warm_up
 from localspec.tui.messages import (EngineReady, GenerationFailed, GenerationFinished, JobDone, LoadFailed, LoadProgress,
                        LoadStage, Notice, PrefillProgress, RaceFinished, TargetReloading, TokensEmitted)
@@ -93,6 +93,20 @@ class LocalspecApp(App):
         self.last_speedup: float | None = None  # measured by the latest race
         self.last_speedup_mode = ""
         self.last_speedup_note = ""  #: why the latest race gave no speedup figure (empty: none yet, or it did)
+        self._store = None  #: the conversation store, opened on first use (False: it failed to open)
+
+    def conversation_store(self):
+        """The conversation store (:class:`~localspec.app.store.ConversationStore`), opened on first use;
+        None when it cannot be opened (said once, with the reason: chats are then not kept)."""
+        if self._store is None:
+            from localspec.app.store import ConversationStore
+
+            try:
+                self._store = ConversationStore()
+            except LocalspecError as e:
+                self._store = False
+                self.notify_error(e.message + "\nconversations are not kept in this session", e.hint)
+        return self._store or None
 
     # -- lifecycle ------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -133,7 +147,12 @@ class LocalspecApp(App):
         yield SystemCommand("Reload models", "load the target and draft models again", self.load)
         if isinstance(screen, ChatScreen):
             yield SystemCommand("Save conversation", "as JSON or Markdown (Ctrl+S)", screen.action_save)
-            yield SystemCommand("Open conversation", "a saved .json or .md (Ctrl+O)", screen.action_open)
+            yield SystemCommand("Conversations", "the kept chats: search, reopen, rename, delete, export (Ctrl+O)",
+                                screen.action_open)
+            yield SystemCommand("Open conversation file", "a saved .json or .md (Ctrl+O, then f)",
+                                lambda: self.push_screen(PathPrompt("Open conversation (.json or .md)", "",
+                                                                    "Enter opens, Esc cancels"),
+                                                         lambda path: path and screen.open_file(path)))
             yield SystemCommand("New chat", "clear the transcript (Ctrl+N)", screen.action_new_chat)
             yield SystemCommand("Retry", "ask the last question again (F6)", screen.action_retry)
         if isinstance(screen, EditScreen):
@@ -148,7 +167,11 @@ class LocalspecApp(App):
         self.exit()
 
     def close_engines(self, timeout: float = 30.0) -> None:
-        """Stop any generation, wait for the worker to leave the engine, then free the models."""
+        """Stop any generation, wait for the worker to leave the engine, then free the models
+        (and close the conversation store)."""
+        if self._store:
+            self._store.close()
+            self._store = False
         self._restore_switch_interval()
         for g in list(self.current_gens):
             g.cancel()

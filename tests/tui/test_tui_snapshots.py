@@ -164,3 +164,29 @@ def test_race_160x45(snap_compare):
 def test_settings_80x24(snap_compare):
     """The settings dialog on a 24-row screen: the form scrolls, the buttons are on screen."""
     assert _snap(snap_compare, _chat(PINNED), SMALL, keys=("f4",))
+
+
+# -- issue 47: conversations kept, the browser ------------------------------------------------
+def _fixed_times(monkeypatch):
+    """Stored times 2026-01-02 10:00, 10:01, ... in UTC, shown in UTC."""
+    import itertools
+    import time
+
+    import localspec.app.store as store
+
+    minutes = itertools.count()
+    monkeypatch.setattr(store, "_now", lambda: f"2026-01-02T10:{next(minutes):02d}:00+00:00")
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+
+
+def test_conversation_browser_80x24(snap_compare, monkeypatch):
+    """Ctrl+O after two chats: newest first, the one shown marked, the buttons whole at 80 columns."""
+    _fixed_times(monkeypatch)
+
+    async def two_chats(pilot):
+        await submit(pilot, "tell me about [bold]Fibonacci[/bold] numbers")
+        await pilot.press("ctrl+n")
+        await submit(pilot, "reverse a string in python")
+
+    assert _snap(snap_compare, _chat(), SMALL, first=two_chats, keys=("ctrl+o",))

@@ -14,7 +14,9 @@ from localspec.app.chat import ChatSession
 from localspec.app.conversation import Conversation, Message, load_conversation, save_conversation
 from localspec.errors import LocalspecError
 from localspec.app.fileio import expand_path
+from localspec.app.store import title_from
 
+from localspec.tui.browser import ConversationBrowser
 from localspec.tui.dialogs import Confirm, PathPrompt
 from localspec.tui.messages import GenerationFailed, GenerationFinished, Notice
 from localspec.tui.footer import KeyFooter
@@ -29,7 +31,7 @@ class ChatScreen(GenerationScreen):
 
     BINDINGS = [
         Binding("ctrl+s", "save", "Save"),
-        Binding("ctrl+o", "open", "Open"),
+        Binding("ctrl+o", "open", "Open", tooltip="the kept conversations: search, reopen, rename, delete, export"),
         Binding("ctrl+n", "new_chat", "New"),
         # priority: the prompt (a TextArea) binds F6 and F7 to selections
         Binding("f6", "retry", "Retry", priority=True),
@@ -41,7 +43,8 @@ class ChatScreen(GenerationScreen):
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
         self.messages: list[dict] = []  # role, content, and for answers segments/stats/rounds
-        self.saved_count = 0  #: len(messages) when the chat was last saved or opened
+        self.saved_count = 0  #: len(messages) when the chat was last saved, kept or opened
+        self.conv_id: int | None = None  #: the conversation in the store (None: not kept yet)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -76,6 +79,7 @@ class ChatScreen(GenerationScreen):
         session = self._session()
         self.messages.append({"role": "user", "content": text})
         self.answer_scroll().mount(UserMessage(text, classes="user-msg"))
+        self._keep(self.messages[-1])
         self._ask(session, lambda: session.send(text))
 
     def _session(self) -> ChatSession:
@@ -111,7 +115,50 @@ class ChatScreen(GenerationScreen):
     def generation_done(self, msg: GenerationFinished) -> None:
         cur = self.current
         self.messages.append({"role": "assistant", "content": msg.text, "segments": list(cur.stream.pieces),
-                              "stats": msg.stats, "rounds": cur.rounds})
+                              "stats": msg.stats, "rounds": cur.rounds, "models": self._models()})
+        self._keep(self.messages[-1])
+
+    def _models(self) -> dict:
+        """The models that answer now: the target, the draft model (None when none is loaded), the mode."""
+        settings, engine = self.app.settings, self.app.engine
+        has_draft = engine is not None and getattr(engine, "has_draft_model", False)
+        return {"target": settings.target.model, "draft": settings.draft.model if has_draft else None,
+                "mode": settings.drafting.mode}
+
+    def _keep(self, m: dict) -> None:
+        """Write message ``m`` (just added to :attr:`messages`) to the conversation store, in its own
+        transaction; the first one creates the conversation. A store that fails is said once."""
+        store = self.app.conversation_store()
+        if store is None:
+            return
+        try:
+            if self.conv_id is None:
+                self.conv_id = store.create(title_from(m["content"]), self.app.settings.model_dump(mode="json"))
+            store.add_message(self.conv_id, to_message(m))
+            self.saved_count = len(self.messages)
+        except KeyError:  # deleted in the browser meanwhile: keep it again, whole
+            self.conv_id = None
+            self._keep_all()
+        except Exception as e:
+            self.app.notify_error(f"this message was not kept in the conversation store: {e}")
+
+    def _keep_all(self) -> None:
+        store = self.app.conversation_store()
+        if store is None or not self.messages:
+            return
+        self.conv_id = store.create(title_from(self.messages[0]["content"]), self.app.settings.model_dump(mode="json"))
+        for m in self.messages:
+            store.add_message(self.conv_id, to_message(m))
+        self.saved_count = len(self.messages)
+
+    def _forget_after(self, keep: int) -> None:
+        """The store keeps the first ``keep`` messages (a retried turn replaces the rest)."""
+        store = self.app.conversation_store()
+        if store is not None and self.conv_id is not None:
+            try:
+                store.truncate(self.conv_id, keep)
+            except Exception as e:
+                self.app.notify_error(f"the conversation store was not updated: {e}")
 
     def generation_failed(self, msg: GenerationFailed) -> None:
         # keep the question; drop the empty answer so a retry asks again
@@ -125,6 +172,7 @@ class ChatScreen(GenerationScreen):
         session = self._session()
         if self.messages and self.messages[-1]["role"] == "assistant":
             self.messages.pop()
+            self._forget_after(len(self.messages))
             answers = self.query(AssistantMessage)
             if answers:
                 answers.last().remove()
@@ -145,6 +193,7 @@ class ChatScreen(GenerationScreen):
 
     def clear_chat(self) -> None:
         self.saved_count = 0
+        self.conv_id = None
         self.messages.clear()
         self.current = self.inspected = None
         self.answer_scroll().remove_children()
@@ -153,15 +202,8 @@ class ChatScreen(GenerationScreen):
 
     # -- conversations ----------------------------------------------------------------
     def conversation(self) -> Conversation:
-        msgs = []
-        for m in self.messages:
-            if m["role"] == "assistant":
-                msgs.append(Message(role="assistant", content=m["content"],
-                                    segments=[(t, k, r) for t, k, r in m["segments"]],
-                                    stats=m["stats"].as_dict(), rounds=[r.as_dict() for r in m["rounds"]]))
-            else:
-                msgs.append(Message(role=m["role"], content=m["content"]))
-        return Conversation(settings=self.app.settings.model_dump(mode="json"), messages=msgs)
+        return Conversation(settings=self.app.settings.model_dump(mode="json"),
+                            messages=[to_message(m) for m in self.messages])
 
     def action_save(self) -> None:
         if not self.messages:
@@ -182,20 +224,61 @@ class ChatScreen(GenerationScreen):
                                         "Enter saves, Esc cancels; .md saves Markdown, anything else JSON"), done)
 
     def action_open(self) -> None:
+        """Ctrl+O: the conversation browser (without a store: a conversation file's path)."""
         if self.app.busy:
             self.notify("an answer is running; Esc stops it", severity="warning")
             return
+        store = self.app.conversation_store()
+        if store is None:
+            self.app.push_screen(PathPrompt("Open conversation (.json or .md)", "",
+                                            "Enter opens, Esc cancels; a .json or .md file saved by localspec"),
+                                 lambda path: path and self.open_file(path))
+            return
 
-        def done(path: str | None) -> None:
-            if path:
-                try:
-                    self.show_conversation(load_conversation(path))
-                    self.notify(f"opened {expand_path(path).resolve()}")
-                except LocalspecError as e:
-                    self.app.notify_error(e.message, e.hint)
+        def done(choice) -> None:
+            if not choice:
+                return
+            what, arg = choice
+            if what == "file":
+                self.open_file(arg)
+            else:
+                self.open_kept(arg)
 
-        self.app.push_screen(PathPrompt("Open conversation (.json or .md)", "",
-                                        "Enter opens, Esc cancels; a .json or .md file saved by localspec"), done)
+        self.app.push_screen(ConversationBrowser(store, on_delete=self._deleted, current=self.conv_id), done)
+
+    def _deleted(self, conv_id: int) -> None:
+        """The browser deleted ``conv_id``: when it is the one shown, the screen starts a new chat."""
+        if conv_id == self.conv_id:
+            self.clear_chat()
+
+    def open_kept(self, conv_id: int) -> None:
+        """Show the kept conversation ``conv_id``; what is asked next is added to it."""
+        store = self.app.conversation_store()
+        try:
+            conv, info = store.load(conv_id), store.info(conv_id)
+        except KeyError:
+            self.app.notify_error("that conversation is gone (deleted meanwhile)")
+            return
+        self.show_conversation(conv)
+        self.conv_id = conv_id
+        self.notify(f"opened {info.title!r}", timeout=3)
+
+    def open_file(self, path: str) -> None:
+        """Show a conversation file saved by localspec (JSON or Markdown) and keep it in the store."""
+        try:
+            conv = load_conversation(path)
+        except LocalspecError as e:
+            self.app.notify_error(e.message, e.hint)
+            return
+        full = expand_path(path).resolve()
+        self.show_conversation(conv)
+        store = self.app.conversation_store()
+        if store is not None:
+            try:
+                self.conv_id = store.import_conversation(conv, full.stem)
+            except Exception as e:
+                self.app.notify_error(f"the conversation was opened but not kept: {e}")
+        self.notify(f"opened {full}")
 
     def show_conversation(self, conv: Conversation) -> None:
         self.clear_chat()
@@ -210,7 +293,7 @@ class ChatScreen(GenerationScreen):
                 last = AssistantMessage(pieces, stats, rounds, classes="assistant-msg")
                 scroll.mount(last)
                 self.messages.append({"role": "assistant", "content": m.content, "segments": pieces,
-                                      "stats": stats, "rounds": rounds})
+                                      "stats": stats, "rounds": rounds, "models": m.models})
             else:
                 scroll.mount(UserMessage(m.content, classes="user-msg"))
                 self.messages.append({"role": m.role, "content": m.content})
@@ -220,6 +303,14 @@ class ChatScreen(GenerationScreen):
             self.query_one(StatsPanel).show(last.stats, figures_mode=saved_mode_label(conv.settings))
             self.query_one(RoundInspector).set_rounds(last.rounds)
         scroll.scroll_end(animate=False)
+
+
+def to_message(m: dict) -> Message:
+    """A transcript entry of :class:`ChatScreen` as a :class:`Message` of the conversation format."""
+    if m["role"] != "assistant":
+        return Message(role=m["role"], content=m["content"])
+    return Message(role="assistant", content=m["content"], segments=[(t, k, r) for t, k, r in m["segments"]],
+                   stats=m["stats"].as_dict(), rounds=[r.as_dict() for r in m["rounds"]], models=m.get("models"))
 
 
 def saved_mode_label(settings: dict) -> str:

@@ -91,6 +91,15 @@ def from_markdown(text: str) -> Conversation:
     return Conversation(messages=messages)
 
 
+def code_blocks(text: str) -> list[str]:
+    """The fenced code blocks of a Markdown text (an answer), in order, each without its fences
+    (CommonMark's reading, by markdown-it: ``` and ~~~ fences, indented fences, an unclosed fence
+    running to the end)."""
+    from markdown_it import MarkdownIt
+
+    return [tok.content for tok in MarkdownIt("commonmark").parse(text) if tok.type == "fence"]
+
+
 def save_conversation(conv: Conversation, path: str | os.PathLike) -> Path:
     """Write JSON, or Markdown when the name ends in ``.md``/``.markdown``. Raises FileError."""
     p = expand_path(path)

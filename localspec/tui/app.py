@@ -155,6 +155,11 @@ class LocalspecApp(App):
                                                          lambda path: path and screen.open_file(path)))
             yield SystemCommand("New chat", "clear the transcript (Ctrl+N)", screen.action_new_chat)
             yield SystemCommand("Retry", "ask the last question again (F6)", screen.action_retry)
+            yield SystemCommand("Markdown / tokens", "read the answer rendered, or coloured by speculation (Ctrl+T)",
+                                screen.action_toggle_view)
+            yield SystemCommand("Copy code block", "the answer's last code block, to the clipboard (Ctrl+B)",
+                                screen.action_copy_code)
+            yield SystemCommand("Copy answer", "the whole answer, to the clipboard (Ctrl+G)", screen.action_copy_answer)
         if isinstance(screen, EditScreen):
             yield SystemCommand("Open file to edit", "(Ctrl+O)", screen.action_open_file)
             yield SystemCommand("Diff / answer", "switch between the diff and the answer stream (Ctrl+D)",

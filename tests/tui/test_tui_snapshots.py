@@ -190,3 +190,8 @@ def test_conversation_browser_80x24(snap_compare, monkeypatch):
         await submit(pilot, "reverse a string in python")
 
     assert _snap(snap_compare, _chat(), SMALL, first=two_chats, keys=("ctrl+o",))
+
+
+def test_answer_as_markdown_80x24(snap_compare):
+    """Ctrl+T: the answer rendered as Markdown (the code block without its fences, highlighted)."""
+    assert _snap(snap_compare, _chat(), SMALL, send=ASK, keys=("ctrl+t",))

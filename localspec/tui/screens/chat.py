@@ -11,7 +11,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Header
 
 from localspec.app.chat import ChatSession
-from localspec.app.conversation import Conversation, Message, load_conversation, save_conversation
+from localspec.app.conversation import Conversation, Message, code_blocks, load_conversation, save_conversation
 from localspec.errors import LocalspecError
 from localspec.app.fileio import expand_path
 from localspec.app.store import title_from
@@ -26,7 +26,57 @@ from localspec.tui.widgets import Legend, MiniStats, RoundInspector, StatsPanel
 from localspec.tui.screens.base import AssistantMessage, GenerationScreen, LoadBar, UserMessage, new_tag, side_panel
 
 
-class ChatScreen(GenerationScreen):
+class AnswerKeys:
+    """The answer keys of the chat screen: Markdown or tokens (Ctrl+T), copy the last code block
+    (Ctrl+B) or the whole answer (Ctrl+G) to the clipboard (the terminal's, through OSC 52)."""
+
+    def select_answer(self, answer: AssistantMessage) -> None:
+        """A clicked answer: the answer keys act on it, the inspector shows its rounds."""
+        if answer is self.inspected:
+            return
+        for other in self.query(AssistantMessage):
+            if other is not answer:
+                other.stream.selected_round = None
+        self.inspected = answer
+        self.query_one(RoundInspector).set_rounds(answer.rounds)
+
+    def target_answer(self) -> AssistantMessage | None:
+        """The answer last clicked (while it is on screen and finished), else the latest finished one."""
+        if self.inspected is not None and self.inspected.is_attached and self.inspected.finished:
+            return self.inspected
+        done = [a for a in self.query(AssistantMessage) if a.finished]
+        return done[-1] if done else None
+
+    def action_toggle_view(self) -> None:
+        answer = self.target_answer()
+        if answer is None:
+            self.notify("no finished answer yet")
+            return
+        answer.toggle_view()
+        answer.scroll_visible(animate=False)
+
+    def action_copy_code(self) -> None:
+        answer = self.target_answer()
+        if answer is None:
+            self.notify("no finished answer yet")
+            return
+        blocks = code_blocks(answer.stream.text)
+        if not blocks:
+            self.notify("this answer has no code block; Ctrl+G copies all of it")
+            return
+        self.app.copy_to_clipboard(blocks[-1])
+        self.notify(f"copied the last code block ({plural(len(blocks[-1].splitlines()), 'line')})", timeout=3)
+
+    def action_copy_answer(self) -> None:
+        answer = self.target_answer()
+        if answer is None:
+            self.notify("no finished answer yet")
+            return
+        self.app.copy_to_clipboard(answer.stream.text)
+        self.notify(f"copied the answer ({plural(len(answer.stream.text), 'character')})", timeout=3)
+
+
+class ChatScreen(AnswerKeys, GenerationScreen):
     """A transcript, an input box, the coloured answer stream, statistics and the inspector."""
 
     BINDINGS = [
@@ -37,6 +87,13 @@ class ChatScreen(GenerationScreen):
         Binding("f6", "retry", "Retry", priority=True),
         Binding("f7", "prev_round", "Prev round", show=False, priority=True),
         Binding("f8", "next_round", "Next round", show=False, priority=True),
+        # the answer keys act on the answer last clicked, else the latest finished one
+        Binding("ctrl+t", "toggle_view", "Markdown/tokens", show=False, priority=True,
+                tooltip="read the answer as rendered Markdown, or as the speculation-coloured tokens"),
+        Binding("ctrl+b", "copy_code", "Copy code", show=False, priority=True,
+                tooltip="copy the answer's last code block to the clipboard"),
+        Binding("ctrl+g", "copy_answer", "Copy answer", show=False, priority=True,
+                tooltip="copy the whole answer to the clipboard"),
     ]
     PROMPT_ID = "prompt"
 
@@ -114,6 +171,8 @@ class ChatScreen(GenerationScreen):
 
     def generation_done(self, msg: GenerationFinished) -> None:
         cur = self.current
+        if self.app.settings.ui.answer_view == "markdown":
+            cur.show_view("markdown")
         self.messages.append({"role": "assistant", "content": msg.text, "segments": list(cur.stream.pieces),
                               "stats": msg.stats, "rounds": cur.rounds, "models": self._models()})
         self._keep(self.messages[-1])
@@ -292,6 +351,8 @@ class ChatScreen(GenerationScreen):
                 stats = LiveStats.from_dict(m.stats) if m.stats else LiveStats(final=True)
                 last = AssistantMessage(pieces, stats, rounds, classes="assistant-msg")
                 scroll.mount(last)
+                if self.app.settings.ui.answer_view == "markdown":
+                    last.show_view("markdown")
                 self.messages.append({"role": "assistant", "content": m.content, "segments": pieces,
                                       "stats": stats, "rounds": rounds, "models": m.models})
             else:

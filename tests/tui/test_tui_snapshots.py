@@ -195,3 +195,14 @@ def test_conversation_browser_80x24(snap_compare, monkeypatch):
 def test_answer_as_markdown_80x24(snap_compare):
     """Ctrl+T: the answer rendered as Markdown (the code block without its fences, highlighted)."""
     assert _snap(snap_compare, _chat(), SMALL, send=ASK, keys=("ctrl+t",))
+
+
+def test_chat_options_80x24(snap_compare):
+    """F9: the conversation's system prompt and its sampling preset, each preset's parameters said."""
+
+    async def fill(pilot):
+        await pilot.pause()
+        pilot.app.screen.query_one("#options-system").text = "You are a terse [b]Python[/b] reviewer."
+        pilot.app.screen.query_one("#options-preset").value = "balanced"
+
+    assert _snap(snap_compare, _chat(), SMALL, keys=("f9",), then=fill)

@@ -15,8 +15,10 @@ from localspec.app.conversation import Conversation, Message, code_blocks, load_
 from localspec.errors import LocalspecError
 from localspec.app.fileio import expand_path
 from localspec.app.store import title_from
+from localspec.config import preset_sampling
 
 from localspec.tui.browser import ConversationBrowser
+from localspec.tui.chat_options import ChatOptions
 from localspec.tui.dialogs import Confirm, PathPrompt
 from localspec.tui.messages import GenerationFailed, GenerationFinished, Notice
 from localspec.tui.footer import KeyFooter
@@ -94,6 +96,10 @@ class ChatScreen(AnswerKeys, GenerationScreen):
                 tooltip="copy the answer's last code block to the clipboard"),
         Binding("ctrl+g", "copy_answer", "Copy answer", show=False, priority=True,
                 tooltip="copy the whole answer to the clipboard"),
+        Binding("ctrl+r", "edit_last", "Edit last question", show=False, priority=True,
+                tooltip="put the last question in the prompt; sending it replaces the last turn (again: cancel)"),
+        Binding("f9", "chat_options", "System prompt/preset", show=False, priority=True,
+                tooltip="this conversation's system prompt and sampling preset"),
     ]
     PROMPT_ID = "prompt"
 
@@ -102,6 +108,9 @@ class ChatScreen(AnswerKeys, GenerationScreen):
         self.messages: list[dict] = []  # role, content, and for answers segments/stats/rounds
         self.saved_count = 0  #: len(messages) when the chat was last saved, kept or opened
         self.conv_id: int | None = None  #: the conversation in the store (None: not kept yet)
+        self.system_prompt = ""  #: this conversation's system prompt ("" none)
+        self.preset = ""  #: this conversation's sampling preset (config.SAMPLING_PRESETS; "" the settings')
+        self.editing = False  #: the prompt holds the last question, edited: sending replaces the last turn
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -132,6 +141,8 @@ class ChatScreen(AnswerKeys, GenerationScreen):
             return
         if not self.app.can_generate():
             return
+        if self.editing:
+            self._drop_last_turn()
         event.input.value = ""
         session = self._session()
         self.messages.append({"role": "user", "content": text})
@@ -142,8 +153,82 @@ class ChatScreen(AnswerKeys, GenerationScreen):
     def _session(self) -> ChatSession:
         """A :class:`ChatSession` over the transcript as it is now (the transcript stays the
         history this screen shows and saves; the session fits it into the context and answers)."""
-        return ChatSession(self.app.engine, self.app.settings,
+        settings = self.app.settings
+        if self.preset:
+            settings = settings.model_copy(update={"sampling": preset_sampling(self.preset, settings.sampling)})
+        return ChatSession(self.app.engine, settings, system=self.system_prompt or None,
                            messages=[{"role": m["role"], "content": m["content"]} for m in self.messages])
+
+    # -- editing the last question --------------------------------------------------------
+    def action_edit_last(self) -> None:
+        """Ctrl+R: the last question into the prompt, to edit; sending it replaces the last turn
+        (question and answer). Ctrl+R again, or emptying the prompt, cancels."""
+        prompt = self.query_one("#prompt", PromptArea)
+        if self.editing:
+            self._set_editing(False)
+            prompt.value = ""
+            return
+        if self.app.busy:
+            self.notify("an answer is running; Esc stops it", severity="warning")
+            return
+        last = next((m for m in reversed(self.messages) if m["role"] == "user"), None)
+        if last is None:
+            self.notify("nothing to edit: ask something first")
+            return
+        prompt.value = last["content"]
+        prompt.focus()
+        self._set_editing(True)
+
+    def _set_editing(self, on: bool) -> None:
+        self.editing = on
+        prompt = self.query_one("#prompt", PromptArea)
+        prompt.border_title = "editing the last question: Enter asks it in its place, ^R cancels" if on else None
+        prompt.set_class(on, "-editing")
+
+    @on(PromptArea.Changed, "#prompt")
+    def _prompt_changed(self, event: PromptArea.Changed) -> None:
+        if self.editing and not event.text_area.text.strip():
+            self._set_editing(False)
+
+    def _drop_last_turn(self) -> None:
+        """Remove the last question and everything after it, on screen and in the store."""
+        self._set_editing(False)
+        i = max((k for k, m in enumerate(self.messages) if m["role"] == "user"), default=None)
+        users = self.query(UserMessage)
+        if i is None or not users:
+            return
+        scroll = self.answer_scroll()
+        children = list(scroll.children)
+        for w in children[children.index(users.last()):]:
+            w.remove()
+            if w is self.current or w is self.inspected:
+                self.current = self.inspected = None
+        del self.messages[i:]
+        self._forget_after(i)
+
+    # -- the conversation's own settings --------------------------------------------------
+    def action_chat_options(self) -> None:
+        """F9: this conversation's system prompt and sampling preset (kept with it in the store)."""
+
+        def done(result) -> None:
+            if result is None:
+                return
+            self.system_prompt, self.preset = result
+            self._show_options()
+            store = self.app.conversation_store()
+            if store is not None and self.conv_id is not None:
+                try:
+                    store.set_options(self.conv_id, system=self.system_prompt, preset=self.preset)
+                except Exception as e:
+                    self.app.notify_error(f"the conversation store was not updated: {e}")
+
+        self.app.push_screen(ChatOptions(self.system_prompt, self.preset, self.app.settings.sampling), done)
+
+    def _show_options(self) -> None:
+        """The header says the conversation's preset and whether it has a system prompt."""
+        parts = ["chat"] + ([f"preset {self.preset}"] if self.preset else []) + (
+            ["system prompt"] if self.system_prompt else [])
+        self.sub_title = " · ".join(parts)
 
     def _ask(self, session: ChatSession, start) -> None:
         """Stream the answer ``start()`` begins (``session.send`` or ``session.retry``) in the engine worker."""
@@ -192,7 +277,8 @@ class ChatScreen(AnswerKeys, GenerationScreen):
             return
         try:
             if self.conv_id is None:
-                self.conv_id = store.create(title_from(m["content"]), self.app.settings.model_dump(mode="json"))
+                self.conv_id = store.create(title_from(m["content"]), self.app.settings.model_dump(mode="json"),
+                                            system=self.system_prompt, preset=self.preset)
             store.add_message(self.conv_id, to_message(m))
             self.saved_count = len(self.messages)
         except KeyError:  # deleted in the browser meanwhile: keep it again, whole
@@ -205,7 +291,8 @@ class ChatScreen(AnswerKeys, GenerationScreen):
         store = self.app.conversation_store()
         if store is None or not self.messages:
             return
-        self.conv_id = store.create(title_from(self.messages[0]["content"]), self.app.settings.model_dump(mode="json"))
+        self.conv_id = store.create(title_from(self.messages[0]["content"]), self.app.settings.model_dump(mode="json"),
+                                    system=self.system_prompt, preset=self.preset)
         for m in self.messages:
             store.add_message(self.conv_id, to_message(m))
         self.saved_count = len(self.messages)
@@ -253,6 +340,9 @@ class ChatScreen(AnswerKeys, GenerationScreen):
     def clear_chat(self) -> None:
         self.saved_count = 0
         self.conv_id = None
+        self.system_prompt = self.preset = ""
+        self._show_options()
+        self._set_editing(False)
         self.messages.clear()
         self.current = self.inspected = None
         self.answer_scroll().remove_children()
@@ -261,8 +351,9 @@ class ChatScreen(AnswerKeys, GenerationScreen):
 
     # -- conversations ----------------------------------------------------------------
     def conversation(self) -> Conversation:
+        system = [Message(role="system", content=self.system_prompt)] if self.system_prompt else []
         return Conversation(settings=self.app.settings.model_dump(mode="json"),
-                            messages=[to_message(m) for m in self.messages])
+                            messages=system + [to_message(m) for m in self.messages])
 
     def action_save(self) -> None:
         if not self.messages:
@@ -320,6 +411,8 @@ class ChatScreen(AnswerKeys, GenerationScreen):
             return
         self.show_conversation(conv)
         self.conv_id = conv_id
+        self.system_prompt, self.preset = info.system, info.preset
+        self._show_options()
         self.notify(f"opened {info.title!r}", timeout=3)
 
     def open_file(self, path: str) -> None:
@@ -344,7 +437,9 @@ class ChatScreen(AnswerKeys, GenerationScreen):
         scroll = self.answer_scroll()
         last = None
         for m in conv.messages:
-            if m.role == "assistant":
+            if m.role == "system":  # the conversation's system prompt (F9), not a bubble
+                self.system_prompt = m.content
+            elif m.role == "assistant":
                 rounds = [RoundView.from_dict(r) for r in (m.rounds or [])]
                 segs = m.segments if m.segments is not None else [(m.content, "target")]
                 pieces = [(seg[0], seg[1], seg[2] if len(seg) > 2 else -1) for seg in segs]
@@ -360,6 +455,8 @@ class ChatScreen(AnswerKeys, GenerationScreen):
                 self.messages.append({"role": m.role, "content": m.content})
         self.current = last
         self.saved_count = len(self.messages)
+        self._show_options()
+        self.query_one("#prompt", PromptArea).sent = [m["content"] for m in self.messages if m["role"] == "user"]
         if last is not None:
             self.query_one(StatsPanel).show(last.stats, figures_mode=saved_mode_label(conv.settings))
             self.query_one(RoundInspector).set_rounds(last.rounds)

@@ -66,6 +66,8 @@ class LocalspecApp(App):
         Binding("f3", "switch_mode('race')", "Race"),
         Binding("f4", "settings", "Settings"),
         Binding("f5", "cycle_mode", "Mode"),
+        Binding("ctrl+l", "models", "Models", show=False,
+                tooltip="pick the target or draft model among the presets and the GGUF files on this machine"),
     ]
 
     engine_state: reactive[str] = reactive("loading")  # loading | ready | failed
@@ -142,6 +144,8 @@ class LocalspecApp(App):
         yield SystemCommand("Race mode", "target-only vs speculative, side by side (F3)",
                             lambda: self.switch_mode("race"))
         yield SystemCommand("Settings", "mode, draft length, sampling, models (F4)", self.action_settings)
+        yield SystemCommand("Models", "pick the target or draft model: presets and GGUF files here (Ctrl+L)",
+                            self.action_models)
         yield SystemCommand("Cycle drafting mode", "draft -> lookup -> none -> auto (F5)", self.action_cycle_mode)
         yield SystemCommand("Stop the answer", "end the current generation cleanly (Esc)", self.action_stop)
         yield SystemCommand("Reload models", "load the target and draft models again", self.load)
@@ -155,6 +159,9 @@ class LocalspecApp(App):
                                                          lambda path: path and screen.open_file(path)))
             yield SystemCommand("New chat", "clear the transcript (Ctrl+N)", screen.action_new_chat)
             yield SystemCommand("Retry", "ask the last question again (F6)", screen.action_retry)
+            yield SystemCommand("Edit the last question", "and ask it again in place of the last turn (Ctrl+R)",
+                                screen.action_edit_last)
+            yield SystemCommand("System prompt and preset", "this conversation's own (F9)", screen.action_chat_options)
             yield SystemCommand("Markdown / tokens", "read the answer rendered, or coloured by speculation (Ctrl+T)",
                                 screen.action_toggle_view)
             yield SystemCommand("Copy code block", "the answer's last code block, to the clipboard (Ctrl+B)",
@@ -272,6 +279,34 @@ class LocalspecApp(App):
     # -- settings ---------------------------------------------------------------------------
     def action_settings(self) -> None:
         self.push_screen(SettingsScreen(self.settings), self.apply_settings)
+
+    def action_models(self) -> None:
+        """Ctrl+L: the model picker; the model picked is saved like a settings change and the engine
+        reloads (the conversation stays)."""
+        from localspec.tui.model_picker import ModelPicker
+
+        target = getattr(self.engine, "target", None)
+        self.push_screen(ModelPicker(self.settings.target.model, self.settings.draft.model,
+                                     getattr(target, "path", None)), self._picked)
+
+    def _picked(self, choice: tuple[str, str] | None) -> None:
+        if not choice:
+            return
+        role, ref = choice
+        s = self.settings
+        if role == "target":
+            from localspec.app.flags import paired_draft
+
+            draft = paired_draft(ref, s.draft.model)  # a catalog pair's draft comes with its target
+            new = s.model_copy(update={"target": s.target.model_copy(update={"model": ref}),
+                                       "draft": s.draft.model_copy(update={"model": draft})})
+        else:
+            new = s.model_copy(update={"draft": s.draft.model_copy(update={"model": ref})})
+        if new == s:
+            self.notify(f"{ref} is the {role} already", timeout=3)
+            return
+        self.notify(f"{role}: {ref}; loading…", timeout=4)
+        self.apply_settings(new)
 
     def action_cycle_mode(self) -> None:
         cur = self.settings.drafting.mode

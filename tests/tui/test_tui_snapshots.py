@@ -206,3 +206,25 @@ def test_chat_options_80x24(snap_compare):
         pilot.app.screen.query_one("#options-preset").value = "balanced"
 
     assert _snap(snap_compare, _chat(), SMALL, keys=("f9",), then=fill)
+
+
+def test_model_picker_80x24(snap_compare, tmp_path, monkeypatch):
+    """Ctrl+L: the presets (not on this machine) and three GGUF files with size, quantisation,
+    context and whether they pair with the target (T), the draft marked D."""
+    from gguf_headers import write_gguf
+
+    for env, name in (("LOCALSPEC_MODELS_DIR", "weights"), ("LOCALSPEC_CACHE", "cache"), ("HF_HUB_CACHE", "hf")):
+        monkeypatch.setenv(env, str(tmp_path / name))
+    vocab = [f"t{i}" for i in range(12)]
+    target = write_gguf(tmp_path / "weights" / "big-q4_k_m.gguf", tokens=vocab)
+    write_gguf(tmp_path / "weights" / "small-q8_0.gguf", tokens=vocab, file_type=7)
+    write_gguf(tmp_path / "weights" / "other-f16.gguf", tokens=["x"] + vocab[1:], arch="llama", n_ctx=8192, file_type=1)
+    settings = PINNED.model_copy(update={"target": PINNED.target.model_copy(update={"model": str(target)})})
+
+    async def listed(pilot):
+        for _ in range(200):
+            if pilot.app.screen.choices:
+                break
+            await pilot.pause(0.02)
+
+    assert _snap(snap_compare, _chat(settings), SMALL, keys=("ctrl+l",), then=listed)

@@ -289,10 +289,10 @@ class LocalspecApp(App):
         self.push_screen(ModelPicker(self.settings.target.model, self.settings.draft.model,
                                      getattr(target, "path", None)), self._picked)
 
-    def _picked(self, choice: tuple[str, str] | None) -> None:
+    def _picked(self, choice: tuple[str, str, bool | None] | None) -> None:
         if not choice:
             return
-        role, ref = choice
+        role, ref, pairs = choice
         s = self.settings
         if role == "target":
             from localspec.app.flags import paired_draft
@@ -300,6 +300,11 @@ class LocalspecApp(App):
             draft = paired_draft(ref, s.draft.model)  # a catalog pair's draft comes with its target
             new = s.model_copy(update={"target": s.target.model_copy(update={"model": ref}),
                                        "draft": s.draft.model_copy(update={"model": draft})})
+            if draft == s.draft.model and pairs is False and s.drafting.mode in ("draft", "auto"):
+                # the draft model cannot draft for this target: prompt lookup until one of its family is picked
+                new = new.model_copy(update={"drafting": s.drafting.model_copy(update={"mode": "lookup"})})
+                self.notify(f"{s.draft.model} has another tokenizer than {ref}: drafting switched to prompt "
+                            "lookup; Ctrl+L, d picks a draft model of its family", severity="warning", timeout=12)
         else:
             new = s.model_copy(update={"draft": s.draft.model_copy(update={"model": ref})})
         if new == s:

@@ -36,8 +36,9 @@ def _facts(path: Path | None) -> GGUFFacts | None:
         return None
 
 
-class ModelPicker(ModalScreen[tuple[str, str] | None]):
-    """Dismissed with ``("target" | "draft", model reference)`` or None (Esc)."""
+class ModelPicker(ModalScreen[tuple[str, str, bool | None] | None]):
+    """Dismissed with ``("target" | "draft", model reference, pairs)`` or None (Esc); ``pairs``: whether
+    the picked target and the current draft share a tokenizer (None: unknown, or a draft was picked)."""
 
     BINDINGS = [Binding("escape", "close", "Close"), Binding("t", "pick('target')", "Target", show=False),
                 Binding("d", "pick('draft')", "Draft", show=False)]
@@ -53,6 +54,7 @@ class ModelPicker(ModalScreen[tuple[str, str] | None]):
         self.target_ref, self.draft_ref = target_ref, draft_ref
         self.target_path = target_path
         self.choices: list[ModelChoice] = []
+        self.facts: list[GGUFFacts | None] = []  #: per choice
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog picker-dialog models-dialog"):
@@ -88,7 +90,7 @@ class ModelPicker(ModalScreen[tuple[str, str] | None]):
     def _show(self, msg: Facts) -> None:
         table = self.query_one(DataTable)
         table.clear()
-        self.choices = []
+        self.choices, self.facts = [], []
         for c, facts, pairs in msg.rows:
             role = "target" if self.target_ref in (c.ref, str(c.path)) else (
                 "draft" if self.draft_ref in (c.ref, str(c.path)) else "")
@@ -98,6 +100,7 @@ class ModelPicker(ModalScreen[tuple[str, str] | None]):
             table.add_row(Text(name, no_wrap=True), where, human_size(c.size), facts.quant if facts else "",
                           f"{facts.n_ctx_train:,}" if facts and facts.n_ctx_train else "", pair)
             self.choices.append(c)
+            self.facts.append(facts)
         self._detail()
 
     @on(DataTable.RowHighlighted)
@@ -122,8 +125,14 @@ class ModelPicker(ModalScreen[tuple[str, str] | None]):
 
     def action_pick(self, role: str) -> None:
         c = self.selected()
-        if c is not None:
-            self.dismiss((role, c.ref))
+        if c is None:
+            return
+        pairs = None
+        if role == "target":
+            chosen = self.facts[self.choices.index(c)]
+            draft = next((f for d, f in zip(self.choices, self.facts) if self.draft_ref in (d.ref, str(d.path))), None)
+            pairs = pairs_with(chosen, draft)
+        self.dismiss((role, c.ref, pairs))
 
     @on(Button.Pressed)
     def _button(self, event: Button.Pressed) -> None:

@@ -91,3 +91,18 @@ async def test_picking_a_preset_target_brings_its_pair(fake, models):
         await pilot.press("escape")
         await pilot.pause()
         assert app.settings.target.model == "smollm2-135m"
+
+
+async def test_a_target_of_another_tokenizer_switches_to_prompt_lookup(fake, models):
+    """The draft model cannot draft for it: rather than a failed load, prompt lookup, said so."""
+    settings = _settings(models).model_copy(update={"draft": ModelSettings(model=str(models["draft"]))})
+    app = build(fake, engines=(FakeEngine(fake.clock),), settings=settings, remember=False)
+    async with running(app) as pilot:
+        picker = await _picker(pilot)
+        row = next(i for i, c in enumerate(picker.choices) if c.name == "other-f16.gguf")
+        picker.query_one("#models-table").move_cursor(row=row)
+        await pilot.press("t")
+        await idle(pilot)
+        assert app.settings.target.model == str(models["other"]) and app.settings.drafting.mode == "lookup"
+        assert any("another tokenizer" in n.message for n in app._notifications)
+        assert app.engine_state == "ready"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from pydantic import ValidationError
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -15,7 +16,7 @@ from localspec.app.conversation import Conversation, Message, code_blocks, load_
 from localspec.errors import LocalspecError
 from localspec.app.fileio import expand_path
 from localspec.app.store import title_from
-from localspec.config import preset_sampling
+from localspec.config import DraftParams, preset_sampling
 
 from localspec.tui.browser import ConversationBrowser
 from localspec.tui.chat_options import ChatOptions
@@ -477,7 +478,11 @@ def saved_mode_label(settings: dict) -> str:
     mode = d.get("mode")
     if not mode:
         return ""
-    return "none (target only)" if mode == "none" else f"{mode}, draft length {d.get('draft_max', '?')}"
+    try:
+        cap = DraftParams.model_validate(d).cap  # no draft_max: the mode's own
+    except ValidationError:
+        cap = d.get("draft_max") or "?"
+    return "none (target only)" if mode == "none" else f"{mode}, draft length {cap}"
 
 
 # -- code edit ----------------------------------------------------------------------------

@@ -165,6 +165,23 @@ class SamplingParams(_Strict):
         return self.temperature == 0.0
 
 
+#: the sampling presets a conversation may choose (the TUI's conversation settings): name -> parameters.
+#: A preset replaces temperature, top-k, top-p and min-p; the seed stays the settings' own.
+SAMPLING_PRESETS: dict[str, SamplingParams] = {
+    "greedy": SamplingParams(temperature=0.0),
+    "balanced": SamplingParams(temperature=0.7, top_k=40, top_p=0.9, min_p=0.05),
+    "creative": SamplingParams(temperature=1.0, top_p=0.95, min_p=0.02),
+}
+
+
+def preset_sampling(name: str, base: SamplingParams) -> SamplingParams:
+    """``base`` with the filters of the preset ``name`` ("" or unknown: ``base`` itself), its seed kept."""
+    preset = SAMPLING_PRESETS.get(name)
+    if preset is None:
+        return base
+    return preset.model_copy(update={"seed": base.seed})
+
+
 #: the largest ``draft_max`` (and ``draft_min``) a user (or a request) may set, tokens
 DRAFT_MAX_LIMIT = 64
 #: most tokens a round drafts in mode ``auto`` when the user sets no ``draft_max``: the limit. The
@@ -309,6 +326,14 @@ def default_pair(path: Path = CATALOG_PATH) -> tuple[str, str]:
                           "reinstall localspec (the catalog ships with the package)") from e
 
 
+class UISettings(_Strict):
+    """How the terminal UI shows things (no effect on generation)."""
+
+    answer_view: Literal["tokens", "markdown"] = option(
+        "tokens", label="answer view", help="how a finished answer shows: tokens (coloured by speculation) or "
+                                            "markdown (rendered); Ctrl+T switches one answer")
+
+
 class Settings(_Strict):
     """Everything needed to load models and generate: what the CLI and TUI share.
 
@@ -321,6 +346,7 @@ class Settings(_Strict):
     sampling: SamplingParams = SamplingParams()
     drafting: DraftParams = DraftParams()
     generation: GenerationParams = GenerationParams()
+    ui: UISettings = UISettings()
 
 
 #: the draft memory's default budget, tokens: earlier requests' prompts and answers that prompt lookup

@@ -105,15 +105,26 @@ def load_catalog(path: Path = CATALOG_PATH) -> Catalog:
 def weights_dir() -> Path:
     """The local weights folder, where a user puts GGUF files of their own.
 
-    ``$LOCALSPEC_MODELS_DIR`` (``~`` and variables expanded), else the user data folder
-    ``$XDG_DATA_HOME/localspec/models`` (default ``~/.local/share/localspec/models``): never inside
+    ``$LOCALSPEC_MODELS_DIR`` (``~`` and variables expanded), else ``models`` in the user data folder
+    (:func:`data_dir`; default ``~/.local/share/localspec/models``): never inside
     the installed package, which a reinstall replaces. The folder need not exist.
     """
     env = os.environ.get("LOCALSPEC_MODELS_DIR")
     if env:
         return expand_path(env)
+    return data_dir() / "models"
+
+
+def data_dir() -> Path:
+    """The user's localspec data folder: ``$LOCALSPEC_DATA`` (``~`` and variables expanded), else
+    ``$XDG_DATA_HOME/localspec`` (default ``~/.local/share/localspec``). It holds the weights folder
+    (:func:`weights_dir`, unless ``$LOCALSPEC_MODELS_DIR`` moves it) and the conversation store
+    (:mod:`localspec.app.store`). The folder need not exist."""
+    env = os.environ.get("LOCALSPEC_DATA")
+    if env:
+        return expand_path(env)
     data = os.environ.get("XDG_DATA_HOME")
-    return (expand_path(data) if data else Path.home() / ".local" / "share") / "localspec" / "models"
+    return (expand_path(data) if data else Path.home() / ".local" / "share") / "localspec"
 
 
 def checkout_weights_dir() -> Path | None:

@@ -33,6 +33,8 @@ class Message(BaseModel):
     segments: list[tuple[str, str, int] | tuple[str, str]] | None = None
     stats: dict | None = None
     rounds: list[dict] | None = None
+    #: the models that wrote an answer: {"target": ..., "draft": ...} (None: not recorded)
+    models: dict | None = None
 
 
 class Conversation(BaseModel):
@@ -87,6 +89,15 @@ def from_markdown(text: str) -> Conversation:
         i += 1
     flush()
     return Conversation(messages=messages)
+
+
+def code_blocks(text: str) -> list[str]:
+    """The fenced code blocks of a Markdown text (an answer), in order, each without its fences
+    (CommonMark's reading, by markdown-it: ``` and ~~~ fences, indented fences, an unclosed fence
+    running to the end)."""
+    from markdown_it import MarkdownIt
+
+    return [tok.content for tok in MarkdownIt("commonmark").parse(text) if tok.type == "fence"]
 
 
 def save_conversation(conv: Conversation, path: str | os.PathLike) -> Path:

@@ -202,7 +202,7 @@ def settings_from_args(ns: argparse.Namespace, base: Settings | None = None, com
         ConfigError: with one line per invalid setting, each naming its flag.
     """
     base = base or Settings()
-    sections: dict[str, object] = {}
+    sections: dict[str, object] = dict(base)  # sections with no flags (ui) stay the base's
     errors: list[str] = []
     for section, (model, mapping) in SECTION_ARGS.items():
         mapping = {d: f for d, f in mapping.items() if d != "stop"}

@@ -29,7 +29,7 @@ from localspec.config import DraftParams, Settings
 from localspec.errors import LocalspecError
 from localspec.app.run_order import run_order
 
-from localspec.tui.dialogs import SettingsScreen
+from localspec.tui.dialogs import PathPrompt, SettingsScreen
 from localspec.tui.driver import RaceSide, drive, race, warm_up
 from localspec.tui.messages import (EngineReady, GenerationFailed, GenerationFinished, JobDone, LoadFailed, LoadProgress,
                        LoadStage, Notice, PrefillProgress, RaceFinished, TargetReloading, TokensEmitted)
@@ -66,6 +66,8 @@ class LocalspecApp(App):
         Binding("f3", "switch_mode('race')", "Race"),
         Binding("f4", "settings", "Settings"),
         Binding("f5", "cycle_mode", "Mode"),
+        Binding("ctrl+l", "models", "Models", show=False,
+                tooltip="pick the target or draft model among the presets and the GGUF files on this machine"),
     ]
 
     engine_state: reactive[str] = reactive("loading")  # loading | ready | failed
@@ -93,6 +95,20 @@ class LocalspecApp(App):
         self.last_speedup: float | None = None  # measured by the latest race
         self.last_speedup_mode = ""
         self.last_speedup_note = ""  #: why the latest race gave no speedup figure (empty: none yet, or it did)
+        self._store = None  #: the conversation store, opened on first use (False: it failed to open)
+
+    def conversation_store(self):
+        """The conversation store (:class:`~localspec.app.store.ConversationStore`), opened on first use;
+        None when it cannot be opened (said once, with the reason: chats are then not kept)."""
+        if self._store is None:
+            from localspec.app.store import ConversationStore
+
+            try:
+                self._store = ConversationStore()
+            except LocalspecError as e:
+                self._store = False
+                self.notify_error(e.message + "\nconversations are not kept in this session", e.hint)
+        return self._store or None
 
     # -- lifecycle ------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -128,14 +144,29 @@ class LocalspecApp(App):
         yield SystemCommand("Race mode", "target-only vs speculative, side by side (F3)",
                             lambda: self.switch_mode("race"))
         yield SystemCommand("Settings", "mode, draft length, sampling, models (F4)", self.action_settings)
+        yield SystemCommand("Models", "pick the target or draft model: presets and GGUF files here (Ctrl+L)",
+                            self.action_models)
         yield SystemCommand("Cycle drafting mode", "draft -> lookup -> none -> auto (F5)", self.action_cycle_mode)
         yield SystemCommand("Stop the answer", "end the current generation cleanly (Esc)", self.action_stop)
         yield SystemCommand("Reload models", "load the target and draft models again", self.load)
         if isinstance(screen, ChatScreen):
             yield SystemCommand("Save conversation", "as JSON or Markdown (Ctrl+S)", screen.action_save)
-            yield SystemCommand("Open conversation", "a saved .json or .md (Ctrl+O)", screen.action_open)
+            yield SystemCommand("Conversations", "the kept chats: search, reopen, rename, delete, export (Ctrl+O)",
+                                screen.action_open)
+            yield SystemCommand("Open conversation file", "a saved .json or .md (Ctrl+O, then f)",
+                                lambda: self.push_screen(PathPrompt("Open conversation (.json or .md)", "",
+                                                                    "Enter opens, Esc cancels"),
+                                                         lambda path: path and screen.open_file(path)))
             yield SystemCommand("New chat", "clear the transcript (Ctrl+N)", screen.action_new_chat)
             yield SystemCommand("Retry", "ask the last question again (F6)", screen.action_retry)
+            yield SystemCommand("Edit the last question", "and ask it again in place of the last turn (Ctrl+R)",
+                                screen.action_edit_last)
+            yield SystemCommand("System prompt and preset", "this conversation's own (F9)", screen.action_chat_options)
+            yield SystemCommand("Markdown / tokens", "read the answer rendered, or coloured by speculation (Ctrl+T)",
+                                screen.action_toggle_view)
+            yield SystemCommand("Copy code block", "the answer's last code block, to the clipboard (Ctrl+B)",
+                                screen.action_copy_code)
+            yield SystemCommand("Copy answer", "the whole answer, to the clipboard (Ctrl+G)", screen.action_copy_answer)
         if isinstance(screen, EditScreen):
             yield SystemCommand("Open file to edit", "(Ctrl+O)", screen.action_open_file)
             yield SystemCommand("Diff / answer", "switch between the diff and the answer stream (Ctrl+D)",
@@ -148,7 +179,11 @@ class LocalspecApp(App):
         self.exit()
 
     def close_engines(self, timeout: float = 30.0) -> None:
-        """Stop any generation, wait for the worker to leave the engine, then free the models."""
+        """Stop any generation, wait for the worker to leave the engine, then free the models
+        (and close the conversation store)."""
+        if self._store:
+            self._store.close()
+            self._store = False
         self._restore_switch_interval()
         for g in list(self.current_gens):
             g.cancel()
@@ -244,6 +279,39 @@ class LocalspecApp(App):
     # -- settings ---------------------------------------------------------------------------
     def action_settings(self) -> None:
         self.push_screen(SettingsScreen(self.settings), self.apply_settings)
+
+    def action_models(self) -> None:
+        """Ctrl+L: the model picker; the model picked is saved like a settings change and the engine
+        reloads (the conversation stays)."""
+        from localspec.tui.model_picker import ModelPicker
+
+        target = getattr(self.engine, "target", None)
+        self.push_screen(ModelPicker(self.settings.target.model, self.settings.draft.model,
+                                     getattr(target, "path", None)), self._picked)
+
+    def _picked(self, choice: tuple[str, str, bool | None] | None) -> None:
+        if not choice:
+            return
+        role, ref, pairs = choice
+        s = self.settings
+        if role == "target":
+            from localspec.app.flags import paired_draft
+
+            draft = paired_draft(ref, s.draft.model)  # a catalog pair's draft comes with its target
+            new = s.model_copy(update={"target": s.target.model_copy(update={"model": ref}),
+                                       "draft": s.draft.model_copy(update={"model": draft})})
+            if draft == s.draft.model and pairs is False and s.drafting.mode in ("draft", "auto"):
+                # the draft model cannot draft for this target: prompt lookup until one of its family is picked
+                new = new.model_copy(update={"drafting": s.drafting.model_copy(update={"mode": "lookup"})})
+                self.notify(f"{s.draft.model} has another tokenizer than {ref}: drafting switched to prompt "
+                            "lookup; Ctrl+L, d picks a draft model of its family", severity="warning", timeout=12)
+        else:
+            new = s.model_copy(update={"draft": s.draft.model_copy(update={"model": ref})})
+        if new == s:
+            self.notify(f"{ref} is the {role} already", timeout=3)
+            return
+        self.notify(f"{role}: {ref}; loading…", timeout=4)
+        self.apply_settings(new)
 
     def action_cycle_mode(self) -> None:
         cur = self.settings.drafting.mode

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import get_args
+from typing import Literal, get_args, get_origin
 
 from pydantic import ValidationError
 from textual import on
@@ -20,7 +20,7 @@ from localspec.config import ModelSettings, Settings, invalid_values, option_inf
 #: and blank meaning come from the option's declaration (:func:`localspec.config.option`)
 FORM_PATHS = ("drafting.mode", "drafting.draft_max", "drafting.draft_p_min", "sampling.temperature", "sampling.top_k",
               "sampling.top_p", "sampling.seed", "generation.max_tokens", "target.model", "target.n_gpu_layers",
-              "target.n_threads", "draft.model", "draft.n_gpu_layers", "draft.n_threads")
+              "target.n_threads", "draft.model", "draft.n_gpu_layers", "draft.n_threads", "ui.answer_view")
 MODES = [("draft model", "draft"), ("prompt lookup", "lookup"), ("none (target only)", "none"), ("auto", "auto")]
 
 
@@ -31,8 +31,8 @@ def _declaration(path: str) -> tuple[type, str]:
 
 
 def form_field(path: str) -> tuple[str, str]:
-    """(label, kind) of a form field: kind ``mode``, ``model``, ``seed`` (blank allowed), ``int``, ``float``.
-    A model's field is labelled with the model ("target GPU layers")."""
+    """(label, kind) of a form field: kind ``mode``, ``model``, ``seed`` (blank allowed), ``choice`` (one of
+    a Literal's values), ``int``, ``float``. A model's field is labelled with the model ("target GPU layers")."""
     model, name = _declaration(path)
     label = option_info(model, name).get("label", name)
     if model is ModelSettings:
@@ -40,6 +40,8 @@ def form_field(path: str) -> tuple[str, str]:
     kind = model.model_fields[name].annotation
     if name in ("mode", "model", "seed"):
         return label, name
+    if get_origin(kind) is Literal:
+        return label, "choice"
     return label, "int" if int in (kind, *get_args(kind)) else "float"
 
 
@@ -118,6 +120,10 @@ class SettingsScreen(ModalScreen[Settings | None]):
                         yield Label(label, classes="field-label")
                         if kind == "mode":
                             yield Select(MODES, value=value, allow_blank=False, id=field_id(path), compact=True)
+                        elif kind == "choice":
+                            choices = get_args(_declaration(path)[0].model_fields[path.split(".")[1]].annotation)
+                            yield Select([(c, c) for c in choices], value=value, allow_blank=False,
+                                         id=field_id(path), compact=True)
                         else:
                             text = "" if value is None else str(value)
                             sugg = SuggestFromList(presets, case_sensitive=False) if kind == "model" else None

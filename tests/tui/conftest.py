@@ -7,9 +7,10 @@ from tui_fakes import FakeClock, FakeEngine
 
 @pytest.fixture(autouse=True)
 def _isolate(tmp_path, monkeypatch):
-    """Keep the developer's own config out, and stop the cursor blinking (stable snapshots)."""
+    """Keep the developer's own config and conversations out, and stop the cursor blinking (stable snapshots)."""
     monkeypatch.setenv("LOCALSPEC_CONFIG", str(tmp_path / "config" / "settings.json"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("LOCALSPEC_DATA", str(tmp_path / "data"))  # the conversation store
     monkeypatch.setenv("TEXTUAL_ANIMATIONS", "none")
     from textual.widgets import Input, TextArea
 

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from localspec.config import DraftParams, ModelSettings, SamplingParams, Settings
-from localspec.app.conversation import Conversation, Message, from_markdown, load_conversation, save_conversation, to_markdown
+from localspec.app.conversation import Conversation, Message, code_blocks, from_markdown, load_conversation, save_conversation, to_markdown
 from localspec.app.fileio import FileError, atomic_write_text, read_text_file, replace_with_backup
 from localspec.app.settings_file import config_path, load_settings, save_settings
 
@@ -172,3 +172,10 @@ def test_options_without_a_command_open_the_chat(monkeypatch):
     (settings, kw), = opened
     assert settings.target.model == "smollm2-135m" and settings.drafting.mode == "lookup"
     assert kw == {"edit_file": None, "race": False}
+
+
+def test_code_blocks():
+    assert code_blocks("Here:\n\n```python\ndef f():\n    pass\n```\nDone.") == ["def f():\n    pass\n"]
+    assert code_blocks("a\n~~~\nx\n~~~\n\n```py\ny\n```") == ["x\n", "y\n"]
+    assert code_blocks("no code `inline` here") == []
+    assert code_blocks("```\nunclosed\n") == ["unclosed\n"]  # an answer cut short

@@ -148,7 +148,7 @@ async def test_save_and_reopen_conversation(fake, tmp_path):
         await pilot.pause()
         chat = app.screen
         assert chat.messages == []
-        await pilot.press("ctrl+o")
+        await pilot.press("ctrl+o", "f")  # the conversation browser, then "open a file"
         await pilot.pause()
         app.screen.query_one("#path-input").value = str(json_path)
         await pilot.press("enter")
@@ -164,7 +164,7 @@ async def test_save_and_reopen_conversation(fake, tmp_path):
         await submit(pilot, "thanks")
         assert [m["role"] for m in fake.calls[-1]["messages"]] == ["user", "assistant", "user"]
         # Markdown reopens as plain text
-        await pilot.press("ctrl+o")
+        await pilot.press("ctrl+o", "f")
         await pilot.pause()
         app.screen.query_one("#path-input").value = str(md_path)
         await pilot.press("enter")
@@ -238,8 +238,8 @@ async def test_command_palette_lists_actions(fake):
     app = build(fake, remember=False)
     async with running(app):
         titles = [c.title for c in app.get_system_commands(app.screen)]
-        for want in ("Race mode", "Code-edit mode", "Settings", "Save conversation", "Open conversation",
-                     "Stop the answer"):
+        for want in ("Race mode", "Code-edit mode", "Settings", "Save conversation", "Conversations",
+                     "Open conversation file", "Stop the answer"):
             assert want in titles
 
 

@@ -91,7 +91,10 @@ async def test_settings_buttons_are_on_an_80x24_screen(fake):
         assert app.screen.id != "settings" and app.screen.query("#prompt")
 
 
-async def test_ctrl_n_asks_before_clearing_an_unsaved_chat(fake, tmp_path):
+async def test_ctrl_n_asks_before_clearing_an_unsaved_chat(fake, tmp_path, monkeypatch):
+    """Without a conversation store (its folder cannot be made) a chat is kept only when saved."""
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("LOCALSPEC_DATA", str(tmp_path / "file" / "data"))
     app = build(fake, remember=False)
     async with running(app, WIDE) as pilot:
         await submit(pilot, "hi")

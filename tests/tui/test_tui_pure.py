@@ -231,3 +231,13 @@ def test_plural():
     from localspec.tui.stats import plural
 
     assert [plural(n, "token") for n in (0, 1, 2)] == ["0 tokens", "1 token", "2 tokens"]
+
+
+def test_saved_mode_label_names_the_modes_own_draft_length():
+    """A kept conversation's settings have draft_max None: the mode's own length is said, never 'None'."""
+    from localspec.tui.screens.chat import saved_mode_label
+
+    assert saved_mode_label({"drafting": {"mode": "draft", "draft_max": None}}) == "draft, draft length 8"
+    assert saved_mode_label({"drafting": {"mode": "auto", "draft_max": 12}}) == "auto, draft length 12"
+    assert saved_mode_label({"drafting": {"mode": "none"}}) == "none (target only)"
+    assert saved_mode_label({}) == ""

@@ -146,3 +146,35 @@ async def test_panel_shows_the_engines_generation_stats(tiny_available):
     assert f"{plural(gs.tokens, 'token')} in {plural(gs.rounds, 'round')}" in " ".join(text.split())
     # the live figures were the engine's too: counts never run ahead of the final ones
     assert all(s.tokens <= gs.tokens and s.rounds <= gs.rounds and s.drafted <= gs.drafted for s in live)
+
+
+async def test_real_answer_is_kept_and_reads_as_markdown(tiny_available, monkeypatch):
+    """issue 47 with the real model: the answer is in the store with the engine's own statistics
+    (GenerationStats.as_dict) and the models; Ctrl+T renders it, Ctrl+G copies it as generated."""
+    from localspec.tui.app import make_app
+    from localspec.tui.screens import AssistantMessage
+
+    app = make_app(tiny_settings(), remember=False)
+    copied: list[str] = []
+    monkeypatch.setattr(app, "copy_to_clipboard", copied.append)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await idle(pilot, timeout=180.0)
+            box = app.screen.query_one("#prompt")
+            box.value = "Write a Python function that adds two numbers."
+            await box.action_submit()
+            await idle(pilot, timeout=180.0)
+            answer = app.screen.query(AssistantMessage).last()
+            await pilot.press("ctrl+t", "ctrl+g")
+            await pilot.pause()
+            assert answer.view == "markdown" and answer.markdown.source == answer.stream.text
+            assert copied == [answer.stream.text]
+            store = app.conversation_store()
+            (info,) = store.list()
+            user, kept = store.load(info.id).messages
+            assert user.content == "Write a Python function that adds two numbers."
+            assert kept.content == answer.stream.text and kept.stats == answer.stats.as_dict()
+            assert kept.stats["tokens"] == answer.stats.tokens > 0
+            assert kept.models == {"target": "smollm2-135m", "draft": "smollm2-135m", "mode": "draft"}
+    finally:
+        app.close_engines()

@@ -174,3 +174,67 @@ def test_race_160x45(snap_compare):
 def test_settings_80x24(snap_compare):
     """The settings dialog on a 24-row screen: the form scrolls, the buttons are on screen."""
     assert _snap(snap_compare, _chat(PINNED), SMALL, keys=("f4",))
+
+
+# -- issue 47: conversations kept, the browser ------------------------------------------------
+def _fixed_times(monkeypatch):
+    """Stored times 2026-01-02 10:00, 10:01, ... in UTC, shown in UTC."""
+    import itertools
+    import time
+
+    import localspec.app.store as store
+
+    minutes = itertools.count()
+    monkeypatch.setattr(store, "_now", lambda: f"2026-01-02T10:{next(minutes):02d}:00+00:00")
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+
+
+def test_conversation_browser_80x24(snap_compare, monkeypatch):
+    """Ctrl+O after two chats: newest first, the one shown marked, the buttons whole at 80 columns."""
+    _fixed_times(monkeypatch)
+
+    async def two_chats(pilot):
+        await submit(pilot, "tell me about [bold]Fibonacci[/bold] numbers")
+        await pilot.press("ctrl+n")
+        await submit(pilot, "reverse a string in python")
+
+    assert _snap(snap_compare, _chat(), SMALL, first=two_chats, keys=("ctrl+o",))
+
+
+def test_answer_as_markdown_80x24(snap_compare):
+    """Ctrl+T: the answer rendered as Markdown (the code block without its fences, highlighted)."""
+    assert _snap(snap_compare, _chat(), SMALL, send=ASK, keys=("ctrl+t",))
+
+
+def test_chat_options_80x24(snap_compare):
+    """F9: the conversation's system prompt and its sampling preset, each preset's parameters said."""
+
+    async def fill(pilot):
+        await pilot.pause()
+        pilot.app.screen.query_one("#options-system").text = "You are a terse [b]Python[/b] reviewer."
+        pilot.app.screen.query_one("#options-preset").value = "balanced"
+
+    assert _snap(snap_compare, _chat(), SMALL, keys=("f9",), then=fill)
+
+
+def test_model_picker_80x24(snap_compare, tmp_path, monkeypatch):
+    """Ctrl+L: the presets (not on this machine) and three GGUF files with size, quantisation,
+    context and whether they pair with the target (T), the draft marked D."""
+    from gguf_headers import write_gguf
+
+    for env, name in (("LOCALSPEC_MODELS_DIR", "weights"), ("LOCALSPEC_CACHE", "cache"), ("HF_HUB_CACHE", "hf")):
+        monkeypatch.setenv(env, str(tmp_path / name))
+    vocab = [f"t{i}" for i in range(12)]
+    target = write_gguf(tmp_path / "weights" / "big-q4_k_m.gguf", tokens=vocab)
+    write_gguf(tmp_path / "weights" / "small-q8_0.gguf", tokens=vocab, file_type=7)
+    write_gguf(tmp_path / "weights" / "other-f16.gguf", tokens=["x"] + vocab[1:], arch="llama", n_ctx=8192, file_type=1)
+    settings = PINNED.model_copy(update={"target": PINNED.target.model_copy(update={"model": str(target)})})
+
+    async def listed(pilot):
+        for _ in range(200):
+            if pilot.app.screen.choices:
+                break
+            await pilot.pause(0.02)
+
+    assert _snap(snap_compare, _chat(settings), SMALL, keys=("ctrl+l",), then=listed)

@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import ProgressBar, Static
+from textual.widgets import Markdown, ProgressBar, Static
 
 from localspec.tui.messages import GenerationFailed, GenerationFinished, PrefillProgress, TokensEmitted
 from localspec.tui.stats import LiveStats, RoundView
@@ -112,7 +112,14 @@ class UserMessage(Static):
 
 
 class AssistantMessage(Vertical):
-    """An answer: its coloured stream, and once finished its statistics and rounds."""
+    """An answer: its coloured stream, and once finished its statistics and rounds.
+
+    A finished answer can also be read as Markdown (:meth:`show_view`): Textual's Markdown widget,
+    built on first use from the answer's text, shown in place of the token stream. The model's text
+    is only ever Markdown there (Textual markup in it stays literal, links are not opened).
+    """
+
+    VIEWS = ("tokens", "markdown")
 
     def __init__(self, pieces=None, stats: LiveStats | None = None, rounds=None, **kw) -> None:
         super().__init__(**kw)
@@ -120,12 +127,38 @@ class AssistantMessage(Vertical):
         self.stats = stats or LiveStats()
         self.rounds: list[RoundView] = list(rounds or [])
         self.finished = stats is not None
+        self.view = "tokens"
+        self.markdown: Markdown | None = None
 
     def compose(self) -> ComposeResult:
         yield self.stream
 
     def on_mount(self) -> None:
         self.border_title = "Assistant"
+
+    def show_view(self, view: str) -> bool:
+        """Show the answer as ``"tokens"`` (coloured by speculation) or ``"markdown"`` (rendered).
+        Returns False (nothing changes) for Markdown while the answer is still streaming."""
+        if view == "markdown" and not self.finished:
+            return False
+        if view == "markdown" and self.markdown is None:
+            self.markdown = Markdown(self.stream.text, open_links=False, classes="answer-md")
+            self.mount(self.markdown)
+        self.view = view
+        self.stream.display = view == "tokens"
+        if self.markdown is not None:
+            self.markdown.display = view == "markdown"
+        self.border_title = "Assistant · Markdown" if view == "markdown" else "Assistant"
+        return True
+
+    def toggle_view(self) -> bool:
+        return self.show_view("tokens" if self.view == "markdown" else "markdown")
+
+    def on_click(self) -> None:
+        """A click on an answer makes it the one the answer keys act on (and the inspector shows)."""
+        select = getattr(self.screen, "select_answer", None)
+        if select is not None:
+            select(self)
 
 
 def side_panel() -> ComposeResult:

@@ -17,7 +17,7 @@ generated greedily in mode ``lookup`` with the prediction (fast; the greedy answ
 every mode, near-ties aside), then again in mode ``none`` (target only) to check exactly that.
 
 Held-out tasks (:data:`HELD_OUT_TASKS`, ``bisect-rename``, ``glob-rename``): edits of files the policy's
-constants were never tuned on (``scripts/bench_files/bisect.py``, ``glob.py``), meant for another target
+constants were never tuned on (``scripts/held_out_files/bisect.py``, ``glob.py``), meant for another target
 (``--target qwen2.5-coder-0.5b``); their traces say ``held_out: true``.
 
 Output: one JSON per task, ``tests/data/traces/<task>.json`` (``tiny-<task>.json`` for
@@ -69,9 +69,9 @@ PROSE_TASKS = {
     "prose-tcp": "Compare TCP and UDP. When should I use each?",
 }
 PROSE_MAX_TOKENS = 320
-#: edits of files no tuned constant has seen (CPython 3.11.7's bisect.py and glob.py, kept in scripts/bench_files)
-_BISECT = (HERE / "bench_files" / "bisect.py").read_text()
-_GLOB = (HERE / "bench_files" / "glob.py").read_text()
+#: edits of files no tuned constant has seen (CPython 3.11.7's bisect.py and glob.py, kept in scripts/held_out_files, apart from the benchmarks' files)
+_BISECT = (HERE / "held_out_files" / "bisect.py").read_text()
+_GLOB = (HERE / "held_out_files" / "glob.py").read_text()
 HELD_OUT_TASKS = {
     "bisect-rename": ("Rename the parameter `hi` to `high` in every function of this file (signatures, bodies and "
                       "docstrings). Change nothing else. Reply with the complete updated file only, no explanation."

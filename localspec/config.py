@@ -96,6 +96,10 @@ RPC_TIMEOUT_TOKENS = 32
 #: seconds the model's process may go without a word while it starts and loads on RPC workers, at least
 #: (starting Python and llama.cpp; llama.cpp reports progress after each tensor it sends)
 RPC_LOAD_SILENCE = 60.0
+#: seconds a cancelled pass on RPC workers may go on before its model's process is ended (llama.cpp's abort
+#: callback reaches only its CPU backend: a pass waiting on a stalled worker never sees it); the model then
+#: loads again before the next generation, as after ``--rpc-timeout``
+RPC_CANCEL_GRACE = 2.0
 
 
 def parse_endpoint(text: str) -> tuple[str, int]:

@@ -22,6 +22,13 @@ each); while it starts and loads, the child reports after each tensor of weights
 silent ``max(timeout, RPC_LOAD_SILENCE)`` seconds between two reports. When a deadline passes, the
 child is killed and the call raises a WorkerError naming the workers that no longer answer a
 handshake (a stopped worker accepts the connection but stays silent): the model is lost, as above.
+
+A cancel (:meth:`IsolatedModel.abort`, Esc) reaches the child's llama.cpp, whose abort callback only its
+CPU backend asks: a pass waiting on a stalled worker never sees it. So a call that has not answered
+:attr:`IsolatedModel.cancel_grace` seconds (:data:`~localspec.config.RPC_CANCEL_GRACE`) after a cancel
+ends the child as a missed deadline does and raises :class:`~localspec.errors.DecodeAborted` (the
+engine ends the generation as cancelled, the answer so far kept); the model is lost, as above, and
+loads again before the next generation.
 """
 
 from __future__ import annotations
@@ -35,8 +42,8 @@ from typing import Sequence
 
 import numpy as np
 
-from localspec.config import RPC_LOAD_SILENCE, RPC_TIMEOUT, RPC_TIMEOUT_TOKENS
-from localspec.errors import BackendError, LocalspecError, WorkerError
+from localspec.config import RPC_CANCEL_GRACE, RPC_LOAD_SILENCE, RPC_TIMEOUT, RPC_TIMEOUT_TOKENS
+from localspec.errors import BackendError, DecodeAborted, LocalspecError, WorkerError
 from localspec import errors as _errors
 
 #: rows of logits the shared buffer holds at first (a 64-token draft's verification needs 65);
@@ -49,6 +56,8 @@ _MIRRORED = ("n_ctx", "n_batch", "n_ubatch", "n_threads", "n_gpu_layers", "flash
 _LOAD_REPORT_SECONDS = 0.25
 #: seconds each worker gets to answer a handshake when a stall is explained
 _CHECK_SECONDS = 2.0
+#: seconds between two looks at a cancel while a call waits on the child
+_CANCEL_POLL_SECONDS = 0.1
 #: what each command of the child does, in an error
 _DOING = {"buffer": "sharing the logits buffer", "truncate": "rolling the KV cache back",
           "reset": "emptying the KV cache", "sync": "reusing the KV cache", "set_flash_attn": "making a new context"}
@@ -157,6 +166,10 @@ class IsolatedModel:
             :meth:`allowance`).
         kwargs: :class:`~localspec.backend.llama.LlamaModel`'s other arguments (``n_ctx``, ...).
 
+    Attributes:
+        cancel_grace: seconds a call may go unanswered after :meth:`abort` before the child is ended
+            (see the module).
+
     Raises:
         WorkerError: a worker is down, refuses or speaks another protocol (named), the child died
             while loading, or it went silent longer than the load allows (see the module).
@@ -169,6 +182,7 @@ class IsolatedModel:
         self.path = Path(path)
         self.rpc = tuple(rpc)
         self.timeout = float(timeout)
+        self.cancel_grace = RPC_CANCEL_GRACE
         self._kwargs = kwargs
         self._tok = LlamaModel(self.path, vocab_only=True)
         self.n_vocab = self._tok.n_vocab
@@ -179,6 +193,7 @@ class IsolatedModel:
         self.lost = False
         self._lost_message = self._lost_hint = ""
         self._aborting = False
+        self._abort_at: float | None = None  # time.monotonic() of the abort() in force
         self._proc = None
         self._shm = None
         self._rows = None
@@ -227,16 +242,24 @@ class IsolatedModel:
         for a call that decodes nothing."""
         return self.timeout * (1 + tokens / RPC_TIMEOUT_TOKENS)
 
-    def _recv(self, doing: str, seconds: float, next_seconds=None):
+    def _recv(self, doing: str, seconds: float, next_seconds=None, cancellable: bool = False):
         """The child's reply, waiting at most ``seconds`` for each of its messages; an ``("alive",
-        x)`` report restarts the wait (``next_seconds(x)`` seconds, or ``seconds`` again).
+        x)`` report restarts the wait (``next_seconds(x)`` seconds, or ``seconds`` again). ``cancellable``:
+        an :meth:`abort` cuts the wait to :attr:`cancel_grace` seconds (see the module).
 
         Raises:
-            WorkerError: the child died (:meth:`_died`) or went silent (:meth:`_stalled`)."""
+            WorkerError: the child died (:meth:`_died`) or went silent (:meth:`_stalled`).
+            DecodeAborted: cancelled, and the child was ended after :attr:`cancel_grace` seconds without
+                an answer (the model is lost; the message says why, as :meth:`_stalled` does)."""
+        start = time.monotonic()
         while True:
             try:
-                if not self._conn.poll(seconds):
+                waited = self._wait(seconds, start if cancellable else None)
+                if waited == "late":
                     raise self._stalled(doing, seconds)
+                if waited == "cancelled":
+                    lost = self._stalled(doing, self.cancel_grace, cancelled=True)
+                    raise DecodeAborted(lost.message, lost.hint)
                 reply = self._conn.recv()
             except (EOFError, OSError):
                 raise self._died(doing) from None
@@ -244,6 +267,24 @@ class IsolatedModel:
                 return reply
             if next_seconds is not None:
                 seconds = next_seconds(reply[1])
+
+    def _wait(self, seconds: float, call_start: float | None) -> str | None:
+        """Wait for the child's next message: None once it is there, ``"late"`` after ``seconds``;
+        with ``call_start`` (the call's time.monotonic()), ``"cancelled"`` once :attr:`cancel_grace`
+        seconds have passed since both the call's start and the :meth:`abort` in force."""
+        if call_start is None:
+            return None if self._conn.poll(seconds) else "late"
+        deadline = time.monotonic() + seconds
+        while True:
+            abort_at = self._abort_at  # set by abort() from another thread at any time
+            cut = deadline if abort_at is None else min(deadline, max(abort_at, call_start) + self.cancel_grace)
+            if self._conn.poll(max(0.0, min(cut - time.monotonic(), _CANCEL_POLL_SECONDS))):
+                return None
+            now = time.monotonic()
+            if now >= deadline:
+                return "late"
+            if abort_at is not None and now >= cut:
+                return "cancelled"
 
     def _died(self, doing: str) -> WorkerError:
         """The child is gone: mark the model lost and name the worker that is down, if one is."""
@@ -263,9 +304,9 @@ class IsolatedModel:
         self._lost_hint = "start the worker again: the next generation loads the model again once it answers"
         return WorkerError(self._lost_message, self._lost_hint)
 
-    def _stalled(self, doing: str, seconds: float) -> WorkerError:
-        """The child has not answered within ``seconds``: kill it, mark the model lost, and name the
-        workers that no longer answer a handshake (all of them when each does)."""
+    def _stalled(self, doing: str, seconds: float, cancelled: bool = False) -> WorkerError:
+        """The child has not answered within ``seconds`` (``cancelled``: of a cancel): kill it, mark the
+        model lost, and name the workers that no longer answer a handshake (all of them when each does)."""
         from localspec.backend import rpc
 
         self._proc.kill()
@@ -277,20 +318,27 @@ class IsolatedModel:
                 rpc.check_worker(ep, timeout=_CHECK_SECONDS)
             except WorkerError:
                 silent.append(ep)
-        late = f"{doing} had no answer within {seconds:.1f} s"
+        late = (f"{doing} was cancelled and still had no answer {seconds:.1f} s later" if cancelled
+                else f"{doing} had no answer within {seconds:.1f} s")
         if silent:
             who = f"RPC worker {silent[0]}" if len(silent) == 1 else "RPC workers " + ", ".join(silent)
             what = f"{who} stopped answering: {late}"
+        elif self.rpc and cancelled:
+            what = (f"RPC workers {', '.join(self.rpc)}: {late} (each answers a new connection now: a pass on "
+                    "RPC workers does not stop on a cancel, so the model process was ended)")
         elif self.rpc:
             what = (f"RPC workers {', '.join(self.rpc)}: {late} (each answers a new connection now: a stall that "
                     "passed, or a pass slower than --rpc-timeout allows)")
         else:
             what = f"the model process stopped answering: {late}"
         self._lost_message = f"{self.path.name}: {what}"
-        self._lost_hint = (f"resume or restart the worker (stopped with Ctrl+Z or SIGSTOP? hung? the network cut?): "
-                           f"the next generation loads the model again once every worker answers; if passes are "
-                           f"this slow on purpose (a big model over a slow link), raise --rpc-timeout (now "
-                           f"{self.timeout:g} s)")
+        reload = "the next generation loads the model again once every worker answers"
+        if cancelled and not silent:
+            self._lost_hint = reload
+        else:
+            self._lost_hint = (f"resume or restart the worker (stopped with Ctrl+Z or SIGSTOP? hung? the network cut?): "
+                               f"{reload}" + ("" if cancelled else f"; if passes are this slow on purpose (a big model "
+                                              f"over a slow link), raise --rpc-timeout (now {self.timeout:g} s)"))
         return WorkerError(self._lost_message, self._lost_hint)
 
     def _call(self, cmd: str, *args, doing: str | None = None, seconds: float | None = None, next_seconds=None):
@@ -298,14 +346,17 @@ class IsolatedModel:
         error; ``seconds``: the first wait, default :attr:`timeout`): (result, tokens cached).
 
         Raises:
-            WorkerError: the model is lost, or is lost now; as the child's model raises otherwise."""
+            WorkerError: the model is lost, or is lost now.
+            DecodeAborted: cancelled (the model may be lost now: see :meth:`_recv`); as the child's model
+                raises otherwise."""
         if self.lost:
             raise WorkerError(self._lost_message, self._lost_hint)
         try:
             self._conn.send((cmd, args))
         except (BrokenPipeError, OSError):
             raise self._died(cmd) from None
-        reply = self._recv(doing or _DOING.get(cmd, cmd), self.timeout if seconds is None else seconds, next_seconds)
+        reply = self._recv(doing or _DOING.get(cmd, cmd), self.timeout if seconds is None else seconds, next_seconds,
+                           cancellable=True)
         if reply[0] == "error":
             del self.cached_tokens[reply[4]:]
             raise _error_of(*reply[1:4])
@@ -328,7 +379,10 @@ class IsolatedModel:
         (``progress`` is called once, at the end). float32 (k, n_vocab).
 
         Raises:
-            WorkerError: the child died (a worker was lost); as LlamaModel.decode otherwise."""
+            WorkerError: the child died (a worker was lost) or missed its deadline.
+            DecodeAborted: :meth:`abort` was called; when the child did not stop within
+                :attr:`cancel_grace` seconds it was ended and the model is lost (see the module).
+            As LlamaModel.decode otherwise."""
         tokens = [int(t) for t in tokens]
         k = 1 if logits_for == "last" else len(tokens) if logits_for == "all" else len(list(logits_for))
         if k > self._rows.shape[0]:
@@ -346,6 +400,15 @@ class IsolatedModel:
         return self._rows[:n].copy()
 
     def truncate(self, n: int) -> None:
+        """The KV cache to its first ``n`` tokens. A lost model has no cache left to roll back: only the
+        mirror (:attr:`cached_tokens`) shortens, and the next call that needs the cache raises WorkerError
+        (a cancel that ended the child still leaves the generation's end consistent).
+
+        Raises:
+            WorkerError: the child is lost now; as LlamaModel.truncate otherwise."""
+        if self.lost:
+            del self.cached_tokens[n:]
+            return
         _, n_cached = self._call("truncate", n)
         del self.cached_tokens[n_cached:]
 
@@ -374,11 +437,17 @@ class IsolatedModel:
         return len(self.cached_tokens)
 
     def abort(self) -> None:
+        """Stop the call running now (thread-safe): the child's decode stops within a graph node of its
+        CPU backend; a call still unanswered :attr:`cancel_grace` seconds later ends the child (see the
+        module). In force until :meth:`clear_abort`."""
+        if self._abort_at is None:
+            self._abort_at = time.monotonic()
         self._aborting = True
         self._tell_abort(True)
 
     def clear_abort(self) -> None:
         self._aborting = False
+        self._abort_at = None
         self._tell_abort(False)
 
     def _tell_abort(self, on: bool) -> None:

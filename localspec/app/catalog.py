@@ -396,17 +396,20 @@ def _no_gguf_error(repo: str) -> ModelError:
 
 def _progress_bars(progress: ProgressFn):
     """A tqdm class for ``hf_hub_download(tqdm_class=...)`` that prints nothing and reports the bytes
-    written as ``progress("download", done, total)``. A Xet download opens two bars (bytes received,
-    bytes written), a plain HTTP download one: the larger count of the bars is reported."""
+    downloaded as ``progress("download", done, total)`` (bytes; ``total``: the file's size, 0 unknown).
+    A Xet download opens two bars (bytes received, bytes written; the first one's total grows as it
+    goes), a plain HTTP download one: the larger count of the bars is reported, against the file size
+    the bars were opened with, never past it."""
     from tqdm.std import tqdm
 
     counts: dict[int, int] = {}
+    sizes: list[int] = [0]
 
     class _Bar(tqdm):
         def __init__(self, *args, **kwargs):
-            kwargs.pop("name", None)
-            kwargs["disable"] = True
-            self._total = int(kwargs.get("total") or 0)
+            kwargs.pop("name", None)  # huggingface-hub's own tqdm takes it, tqdm does not
+            kwargs["disable"] = True  # no output: only the counts
+            sizes[0] = max(sizes[0], int(kwargs.get("total") or 0))
             self._done = int(kwargs.get("initial") or 0)
             super().__init__(*args, **kwargs)
 
@@ -414,7 +417,8 @@ def _progress_bars(progress: ProgressFn):
             self._done += int(n or 0)
             self.n = self._done
             counts[id(self)] = self._done
-            progress("download", max(counts.values()), self._total)
+            done, total = max(counts.values()), sizes[0]
+            progress("download", min(done, total) if total else done, total)
             return True
 
     return _Bar

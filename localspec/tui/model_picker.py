@@ -1,8 +1,9 @@
 """The model picker (Ctrl+L): the catalog's presets and the GGUF files on this machine (weights folder,
 localspec's cache, the Hugging Face cache) with size, quantisation, training context and whether each
 pairs with the current target (same tokenizer). Enter or ``t`` makes the highlighted model the target,
-``d`` the draft model; the engine reloads and the conversation stays. Nothing is downloaded here (a
-preset not on this machine yet is fetched by the load that follows, with its progress bar).
+``d`` the draft model; the engine reloads and the conversation stays. ``h`` browses a Hugging Face
+repo's GGUF files and fetches one (:mod:`localspec.tui.hub_browser`), which then shows here, highlighted;
+a preset not on this machine yet is fetched by the load that follows, with its progress bar.
 """
 
 from __future__ import annotations
@@ -18,13 +19,9 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Static
 
+from localspec.app.catalog import human_size
 from localspec.app.models_list import GGUFFacts, ModelChoice, gguf_facts, list_models, pairs_with
 from localspec.errors import LocalspecError
-
-
-def human_size(n: int) -> str:
-    """Bytes as ``"98 MB"`` / ``"1.1 GB"`` (decimal units)."""
-    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
 def _facts(path: Path | None) -> GGUFFacts | None:
@@ -41,7 +38,7 @@ class ModelPicker(ModalScreen[tuple[str, str, bool | None] | None]):
     the picked target and the current draft share a tokenizer (None: unknown, or a draft was picked)."""
 
     BINDINGS = [Binding("escape", "close", "Close"), Binding("t", "pick('target')", "Target", show=False),
-                Binding("d", "pick('draft')", "Draft", show=False)]
+                Binding("d", "pick('draft')", "Draft", show=False), Binding("h", "hub", "Hub", show=False)]
 
     class Facts(Message):
         def __init__(self, rows: list[tuple[ModelChoice, GGUFFacts | None, bool | None]]) -> None:
@@ -55,15 +52,17 @@ class ModelPicker(ModalScreen[tuple[str, str, bool | None] | None]):
         self.target_path = target_path
         self.choices: list[ModelChoice] = []
         self.facts: list[GGUFFacts | None] = []  #: per choice
+        self.highlight: Path | None = None  #: a file just fetched: the cursor goes to it once listed
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog picker-dialog models-dialog"):
-            yield Static("Models  (Enter/t: target, d: draft, Esc closes)", classes="dialog-title")
+            yield Static("Models  (Enter/t: target, d: draft, h: Hugging Face, Esc closes)", classes="dialog-title")
             yield DataTable(id="models-table", cursor_type="row", zebra_stripes=True)
             yield Static("reading the models' headers…", id="models-detail", markup=False)
             with Horizontal(classes="browser-buttons"):
                 yield Button("Use as target t", id="models-target", compact=True)
                 yield Button("Use as draft d", id="models-draft", compact=True)
+                yield Button("Hugging Face h", id="models-hub", compact=True)
                 yield Button("Close esc", id="models-close", compact=True)
 
     def on_mount(self) -> None:
@@ -101,6 +100,11 @@ class ModelPicker(ModalScreen[tuple[str, str, bool | None] | None]):
                           f"{facts.n_ctx_train:,}" if facts and facts.n_ctx_train else "", pair)
             self.choices.append(c)
             self.facts.append(facts)
+        if self.highlight is not None:
+            row = next((i for i, c in enumerate(self.choices) if c.path is not None
+                        and c.path.resolve() == self.highlight.resolve()), None)
+            if row is not None:
+                table.move_cursor(row=row)
         self._detail()
 
     @on(DataTable.RowHighlighted)
@@ -139,8 +143,21 @@ class ModelPicker(ModalScreen[tuple[str, str, bool | None] | None]):
         what = (event.button.id or "").removeprefix("models-")
         if what == "close":
             self.action_close()
+        elif what == "hub":
+            self.action_hub()
         else:
             self.action_pick(what)
+
+    def action_hub(self) -> None:
+        from localspec.tui.hub_browser import HubBrowser
+
+        self.app.push_screen(HubBrowser(), self._fetched)
+
+    def _fetched(self, path: Path | None) -> None:
+        """A file fetched from the hub: list the models again, the cursor on it."""
+        if path is not None:
+            self.highlight = path
+            self._read()
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -238,3 +238,37 @@ def test_model_picker_80x24(snap_compare, tmp_path, monkeypatch):
             await pilot.pause(0.02)
 
     assert _snap(snap_compare, _chat(settings), SMALL, keys=("ctrl+l",), then=listed)
+
+
+def test_hub_repo_listing_80x24(snap_compare, tmp_path, monkeypatch):
+    """Ctrl+L, h: a Hugging Face repo's GGUF files with size, quantisation and whether each fits the
+    free space of the hub cache (the hub and the disk faked: tests/tui/test_tui_hub.py)."""
+    import huggingface_hub
+
+    from localspec.app import catalog
+    from test_tui_hub import FakeHub
+
+    for env, name in (("LOCALSPEC_MODELS_DIR", "weights"), ("LOCALSPEC_CACHE", "cache")):
+        monkeypatch.setenv(env, str(tmp_path / name))
+    monkeypatch.setenv("HF_HUB_CACHE", "/models/hf")  # said in the snapshot: not the test's tmp path
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(catalog, "free_space", lambda folder: 2_000_000_000)
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeHub().Api)
+
+    async def listed(pilot):
+        for _ in range(200):
+            if getattr(pilot.app.screen, "choices", None):
+                break
+            await pilot.pause(0.02)
+        await pilot.press("h")
+        await pilot.pause()
+        browser = pilot.app.screen
+        browser.query_one("#hub-repo").value = "someone/Tiny-GGUF"
+        await pilot.press("enter")
+        for _ in range(200):
+            if browser.files:
+                break
+            await pilot.pause(0.02)
+        await pilot.press("down")
+
+    assert _snap(snap_compare, _chat(PINNED), SMALL, keys=("ctrl+l",), then=listed)

@@ -93,7 +93,7 @@ def test_slugs_are_githubs(tmp_path):
     assert slug("An OpenAI-compatible server: `localspec serve`") == "an-openai-compatible-server-localspec-serve"
     assert slug("`scripts/bench_infill.py`: autocomplete latency against llama-server's `/infill`") == \
         "scriptsbench_infillpy-autocomplete-latency-against-llama-servers-infill"
-    assert slug("See [the docs](docs/a.md) (issue 32, item 6)") == "see-the-docs-issue-32-item-6"
+    assert slug("See [the docs](other.md) (issue 32, item 6)") == "see-the-docs-issue-32-item-6"
     page = tmp_path / "page.md"
     page.write_text("# Title\n\n## Part\n\n## Part\n\n```\n[code](nowhere.md)\n## not a heading\n```\n\n"
                     "[a](#part-1) [b](#title) [c](page.md#part) [d](https://example.com/x#y) `[e](gone.md)`\n"

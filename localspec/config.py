@@ -240,6 +240,12 @@ class DraftParams(_Strict):
         return AUTO_DRAFT_MAX if self.mode == "auto" else FIXED_DRAFT_MAX
 
 
+#: the former fixed default context window, tokens: now the smallest default window
+#: (:mod:`localspec.backend.context`), the window a cost key is capped at
+#: (:data:`localspec.backend.calibration.COST_KEY_CONTEXT`) and the bench's fixed window
+MIN_DEFAULT_CONTEXT = 4096
+
+
 class ModelSettings(_Strict):
     """One GGUF model to load: a catalog preset name or a path, and llama.cpp context settings."""
 
@@ -247,8 +253,8 @@ class ModelSettings(_Strict):
                         help="model: preset name, .gguf path or hf:OWNER/REPO/FILE")
     n_ctx: int | None = option(None, ge=16, le=1 << 20, unit="tokens", help="context window, tokens",
                                default_text="the model's training context where this machine's memory allows it "
-                               "(else the largest power of two that fits, at least 4096; a draft model: at most the "
-                               "target's)", blank="blank: the training context, as memory allows")
+                               f"(else the largest power of two that fits, at least {MIN_DEFAULT_CONTEXT}; a draft "
+                               "model: at most the target's)", blank="blank: the training context, as memory allows")
     n_batch: int = option(512, ge=1, le=1 << 16, unit="tokens", help="most tokens per llama_decode")
     n_threads: int = option(default_factory=lambda: os.cpu_count() or 1, ge=1, le=1024, label="CPU threads",
                             help="CPU threads", default_text="all cores")

@@ -39,6 +39,7 @@ import numpy as np
 
 from localspec.core.costmodel import (EngineCosts, calibration_points, context_points, interpolate_curve, shifted_curve,
                                       verify_cost)
+from localspec.config import MIN_DEFAULT_CONTEXT
 from localspec.errors import BackendError, LocalspecError
 from localspec.backend.load import BUSY_THRESHOLD, CpuMeter, load_average
 
@@ -59,7 +60,7 @@ LONG_CONTEXT = 512
 #: LONG_CONTEXT cached tokens, so every window from LONG_CONTEXT + 65 up measures the same (llama.cpp's
 #: attention reads the used cells, not the window); 4,096, the former default window, keeps the costs
 #: cached before the default window became the model's training context
-COST_KEY_CONTEXT = 4096
+COST_KEY_CONTEXT = MIN_DEFAULT_CONTEXT
 
 
 def cache_root() -> Path:

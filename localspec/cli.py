@@ -13,7 +13,7 @@ import sys
 import time
 
 from localspec.backend.calibration import LONG_CONTEXT
-from localspec.config import AUTO_DRAFT_MAX
+from localspec.config import AUTO_DRAFT_MAX, needs_draft_model
 from localspec.errors import ConfigError, LocalspecError
 from localspec.app.prompt_input import read_prompt_input
 from localspec.app.settings_file import load_settings
@@ -157,7 +157,7 @@ def cmd_generate(ns: argparse.Namespace) -> int:
     out = Console(no_color=ns.no_color, highlight=False, soft_wrap=True)
     if not ns.json:
         err.print(Text(f"mode {settings.drafting.mode}, target {settings.target.model}"
-                       + (f", draft {settings.draft.model}" if settings.drafting.mode in ("draft", "auto") else ""),
+                       + (f", draft {settings.draft.model}" if needs_draft_model(settings) else ""),
                        style="dim"))
     quiet = ns.json
     engine = load_engine(settings, progress=None if quiet else _progress_printer(sys.stderr),

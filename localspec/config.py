@@ -22,7 +22,13 @@ from pydantic_core import PydanticCustomError
 
 from localspec.errors import ConfigError
 
-DraftMode = Literal["auto", "draft", "lookup", "none"]
+#: the drafting modes that use one drafter every round, each named as that drafter
+#: (a :class:`localspec.core.events.DrafterId` value: the engine's ``FixedPolicy(DrafterId(mode))``)
+FIXED_DRAFT_MODES = ("draft", "lookup", "none")
+#: every drafting mode, in ``--mode``'s order: ``auto`` chooses a drafter and a draft length each round
+#: by the measured costs, the others are :data:`FIXED_DRAFT_MODES`
+DRAFT_MODES = ("auto", *FIXED_DRAFT_MODES)
+DraftMode = Literal[DRAFT_MODES]  # type: ignore[valid-type]  # Literal["auto", "draft", "lookup", "none"]
 FlashAttn = Literal["auto", "on", "off"]
 Repack = Literal["auto", "on", "off"]
 PrefillCopy = Literal["auto", "off"]
@@ -357,6 +363,12 @@ class Settings(_Strict):
     drafting: DraftParams = DraftParams()
     generation: GenerationParams = GenerationParams()
     ui: UISettings = UISettings()
+
+
+def needs_draft_model(settings: Settings) -> bool:
+    """Whether ``settings``' drafting mode uses the draft model (``draft``, and ``auto``, which may choose it):
+    the one rule of when it is loaded (the loader), shown (the CLI) and asked for (the TUI)."""
+    return settings.drafting.mode in ("draft", "auto")
 
 
 #: the draft memory's default budget, tokens: earlier requests' prompts and answers that prompt lookup

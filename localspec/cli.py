@@ -13,7 +13,7 @@ import sys
 import time
 
 from localspec.backend.calibration import LONG_CONTEXT
-from localspec.config import AUTO_DRAFT_MAX, needs_draft_model
+from localspec.config import AUTO_DRAFT_MAX, cache_root, needs_draft_model
 from localspec.errors import ConfigError, LocalspecError
 from localspec.app.prompt_input import read_prompt_input
 from localspec.app.settings_file import load_settings
@@ -243,7 +243,6 @@ def cmd_serve(ns: argparse.Namespace) -> int:
 def _checked_prompt_store(server):
     """``serve``'s disk tier of the prompt cache, settled before the models load: its folder and budget said in
     the log, or, where the folder cannot be made or written, one warning and the server's settings without it."""
-    from localspec.backend.calibration import cache_root
     from localspec.backend.prompt_store import FOLDER_NAME, disk_budget
 
     if server.prompt_cache_mb == 0 or server.prompt_cache_disk_mb == 0:  # None: the default, set after loading (> 0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Sequence
@@ -91,6 +92,21 @@ def fits_context(n_ctx: int, prompt_tokens: int, max_tokens: int = 1) -> bool:
     fits a window of ``n_ctx`` tokens when it leaves room for ``max_tokens`` generated tokens
     (at least one: every generation makes one)."""
     return max(1, max_tokens) <= context_room(n_ctx, prompt_tokens)
+
+
+def expand_path(path: str | os.PathLike) -> Path:
+    """A path the user gave, with ``~`` and environment variables (``$VAR``, ``${VAR}``)
+    expanded, as a shell would have done (it did not for a config file, an environment
+    variable, a quoted argument or a path typed in the UI)."""
+    return Path(os.path.expanduser(os.path.expandvars(os.fspath(path))))
+
+
+def cache_root() -> Path:
+    """localspec's cache folder: ``$LOCALSPEC_CACHE`` (``~`` and variables expanded, :func:`expand_path`),
+    default ``~/.cache/localspec``. It holds the measured costs (``costs/``), the repack verdicts
+    (``repack/``), the prompt snapshots (``prompts/``) and the models assembled from their parts (``models/``)."""
+    env = os.environ.get("LOCALSPEC_CACHE")
+    return expand_path(env) if env else Path.home() / ".cache" / "localspec"
 
 
 #: the port llama.cpp's rpc-server (and ``localspec worker``) listens on by default
@@ -325,6 +341,16 @@ class GenerationParams(_Strict):
 CATALOG_PATH = Path(__file__).resolve().with_name("catalog.toml")
 
 
+def read_catalog(path: Path = CATALOG_PATH) -> dict[str, Any]:
+    """The catalog file's TOML, as read, not validated (:func:`localspec.app.catalog.load_catalog` validates it).
+
+    Raises:
+        OSError: the file cannot be read.
+        tomllib.TOMLDecodeError: it is not TOML.
+    """
+    return tomllib.loads(path.read_text(encoding="utf-8"))
+
+
 def default_pair(path: Path = CATALOG_PATH) -> tuple[str, str]:
     """(target, draft) preset names of the catalog's ``default_pair``: its one declaration, read
     here so that the settings' defaults are always the pair ``localspec models`` marks as default.
@@ -334,7 +360,7 @@ def default_pair(path: Path = CATALOG_PATH) -> tuple[str, str]:
             catalog is :func:`localspec.app.catalog.load_catalog`'s).
     """
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = read_catalog(path)
         pair = data["pairs"][data["default_pair"]]
         return str(pair["target"]), str(pair["draft"])
     except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as e:
@@ -390,6 +416,10 @@ PROMPT_CACHE_MB = 2048
 PROMPT_CACHE_SHARE = 0.25
 
 
+#: most requests waiting while the engine runs one, by default (``--queue-size``)
+QUEUE_SIZE = 8
+
+
 class ServerSettings(_Strict):
     """How ``localspec serve`` listens, queues and limits requests; its flags are built from these
     declarations (:mod:`localspec.app.flags`) and :func:`localspec.server.create_app` takes one."""
@@ -402,7 +432,7 @@ class ServerSettings(_Strict):
                                       "reach", default_text="$LOCALSPEC_API_KEY if set")
     api_key_file: str | None = option(None, help="read API keys from FILE, one a line (blank lines and lines "
                                       "starting with # skipped), besides --api-key (as llama-server)")
-    queue_size: int = option(8, ge=0, le=1 << 16, unit="requests",
+    queue_size: int = option(QUEUE_SIZE, ge=0, le=1 << 16, unit="requests",
                              help="most requests waiting while the engine runs one (0: none wait); beyond, 429")
     max_body_mb: float = option(8.0, gt=0, le=1 << 14, unit="MiB", help="largest request body, MiB; beyond, 413")
     shutdown_grace: float = option(5.0, ge=0, le=3600, unit="seconds",
@@ -475,6 +505,17 @@ class ServerSettings(_Strict):
     def max_body(self) -> int:
         """The body limit in bytes."""
         return int(self.max_body_mb * (1 << 20))
+
+
+#: OpenAI's rule for function (tool) names, plus ``.``: 1 to 64 letters, digits, ``_``, ``.``, ``-``; it also keeps
+#: names free of chat-template markup. The server's request bodies validate every function name with it.
+FUNCTION_NAME = r"^[A-Za-z0-9_.\-]{1,64}$"
+
+
+def object_id(prefix: str) -> str:
+    """A new id of an OpenAI API object: ``prefix`` + 24 random hex digits (from a UUID4), as
+    ``"chatcmpl-"``, ``"cmpl-"``, ``"resp_"``, ``"call_"`` ids are made."""
+    return prefix + uuid.uuid4().hex[:24]
 
 
 #: the error type of a validator's message written whole for the user (:func:`user_error`)

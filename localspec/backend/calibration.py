@@ -39,7 +39,7 @@ import numpy as np
 
 from localspec.core.costmodel import (EngineCosts, calibration_points, context_points, interpolate_curve, shifted_curve,
                                       verify_cost)
-from localspec.config import MIN_DEFAULT_CONTEXT
+from localspec.config import MIN_DEFAULT_CONTEXT, cache_root
 from localspec.errors import BackendError, LocalspecError
 from localspec.backend.load import BUSY_THRESHOLD, CpuMeter, load_average
 
@@ -61,10 +61,6 @@ LONG_CONTEXT = 512
 #: attention reads the used cells, not the window); 4,096, the former default window, keeps the costs
 #: cached before the default window became the model's training context
 COST_KEY_CONTEXT = MIN_DEFAULT_CONTEXT
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("LOCALSPEC_CACHE") or Path.home() / ".cache" / "localspec")
 
 
 def _flash_attn_mode(model) -> str:

@@ -177,7 +177,7 @@ def probe_key(path: str | os.PathLike, n_threads: int, n_gpu_layers: int) -> dic
 
 
 def verdict_path(key: dict) -> Path:
-    from localspec.backend.calibration import cache_root
+    from localspec.config import cache_root
 
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     return cache_root() / "repack" / f"{Path(key['path']).stem}-{digest}.json"

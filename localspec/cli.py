@@ -1,5 +1,9 @@
 """The command line: argument parsing and pretty output; the only place errors become exit codes.
 
+Why these hold together: every subcommand's parser and its handler, with the printers they share; the
+jobs themselves are in :mod:`localspec.app` (and the bench's in :mod:`localspec.bench`), so this module
+only turns flags into calls and results into text and exit codes.
+
 ``localspec`` alone opens the terminal UI; ``localspec generate`` streams an answer with
 tokens coloured by kind; ``localspec models`` lists the catalog.
 """

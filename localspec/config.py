@@ -1,5 +1,10 @@
 """Settings, validated at the edge with pydantic (unknown keys rejected).
 
+Why these hold together: it is the lowest layer every other one reads, so each rule that more than one
+layer applies lives here once: the option declarations, the prompt-fits-the-context rule, the context
+window's floor, the drafting modes, the cache folder, the catalog's file, the OpenAI API's shared rules
+(function names, object ids) and the one translator of validation errors.
+
 Every option is declared once, here, with :func:`option`: its type (the annotation), its
 default, its allowed range (pydantic constraints), its help, its unit and the TUI form's
 label. The command-line flags (:mod:`localspec.app.flags`), the TUI settings form

@@ -1,5 +1,9 @@
 """The model catalog and model resolution.
 
+Why these hold together: the catalog's presets and every place a preset can resolve from (the folders,
+the hub cache, the PyPI parts, a download) are one resolution order; split, the order would be spread
+over modules.
+
 A model reference is a catalog preset name (``qwen2.5-coder-1.5b``), a path to a
 ``.gguf`` file, or ``hf:OWNER/REPO/FILE`` (FILE may be a glob). A preset resolves, in
 order, from:

@@ -1,5 +1,9 @@
 """Calibration: measure this machine's decode costs, cache them, and keep them current.
 
+Why these hold together: the measurement, its cache key and file, and the engine's costs made from
+them are one contract on the numbers mode ``auto`` reads: what is measured, and how, decides what the
+key must hold for a cached curve to be reused.
+
 Measures, on the running machine with the loaded models and settings, the time of a
 target decode of b tokens for b = 1..8 and a few longer batches up to draft_max+1
 (:func:`~localspec.core.costmodel.calibration_points`: 12, 16, 32, 65; joined by

@@ -1,5 +1,9 @@
 """Weight repacking: whether llama.cpp may use its extra CPU buffer types, decided by a probe in a child.
 
+Why these hold together: one decision, from the probe's child process (its command line and its
+``__main__``) through the verdict and its cache to the choice the loader follows; the child runs this
+module, so the parent's and the child's halves of the protocol stay in one file.
+
 llama.cpp can repack a model's weights at load time into "extra" CPU buffer types
 (``use_extra_bufts``; llama-server's ``--no-repack`` turns it off): AMX tiles on Intel
 Sapphire/Granite Rapids, interleaved Q4_0/IQ4_NL blocks on AVX2 and ARM. On virtualized

@@ -1,5 +1,9 @@
 """The localspec Textual app. Entry points: :func:`run_app` (the CLI) and :func:`make_app` (tests).
 
+Why these hold together: the app owns the one engine and its lock, the settings and the workers that
+load and run it; the screens ask it for all of that, so what touches the engine is here and nowhere else
+in the UI.
+
 Threads: the engine is not thread-safe, so every use of it (loading, a chat answer, a
 code edit, a race) runs in one worker at a time, holding :attr:`LocalspecApp.engine_lock`;
 workers post Messages and never touch widgets.

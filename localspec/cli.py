@@ -1,5 +1,9 @@
 """The command line: argument parsing and pretty output; the only place errors become exit codes.
 
+Why these hold together: every subcommand's parser and its handler, with the printers they share; the
+jobs themselves are in :mod:`localspec.app` (and the bench's in :mod:`localspec.bench`), so this module
+only turns flags into calls and results into text and exit codes.
+
 ``localspec`` alone opens the terminal UI; ``localspec generate`` streams an answer with
 tokens coloured by kind; ``localspec models`` lists the catalog.
 """
@@ -13,7 +17,7 @@ import sys
 import time
 
 from localspec.backend.calibration import LONG_CONTEXT
-from localspec.config import AUTO_DRAFT_MAX
+from localspec.config import AUTO_DRAFT_MAX, cache_root, needs_draft_model
 from localspec.errors import ConfigError, LocalspecError
 from localspec.app.prompt_input import read_prompt_input
 from localspec.app.settings_file import load_settings
@@ -157,7 +161,7 @@ def cmd_generate(ns: argparse.Namespace) -> int:
     out = Console(no_color=ns.no_color, highlight=False, soft_wrap=True)
     if not ns.json:
         err.print(Text(f"mode {settings.drafting.mode}, target {settings.target.model}"
-                       + (f", draft {settings.draft.model}" if settings.drafting.mode in ("draft", "auto") else ""),
+                       + (f", draft {settings.draft.model}" if needs_draft_model(settings) else ""),
                        style="dim"))
     quiet = ns.json
     engine = load_engine(settings, progress=None if quiet else _progress_printer(sys.stderr),
@@ -243,7 +247,6 @@ def cmd_serve(ns: argparse.Namespace) -> int:
 def _checked_prompt_store(server):
     """``serve``'s disk tier of the prompt cache, settled before the models load: its folder and budget said in
     the log, or, where the folder cannot be made or written, one warning and the server's settings without it."""
-    from localspec.backend.calibration import cache_root
     from localspec.backend.prompt_store import FOLDER_NAME, disk_budget
 
     if server.prompt_cache_mb == 0 or server.prompt_cache_disk_mb == 0:  # None: the default, set after loading (> 0)

@@ -1,5 +1,10 @@
 """Settings, validated at the edge with pydantic (unknown keys rejected).
 
+Why these hold together: it is the lowest layer every other one reads, so each rule that more than one
+layer applies lives here once: the option declarations, the prompt-fits-the-context rule, the context
+window's floor, the drafting modes, the cache folder, the catalog's file, the OpenAI API's shared rules
+(function names, object ids) and the one translator of validation errors.
+
 Every option is declared once, here, with :func:`option`: its type (the annotation), its
 default, its allowed range (pydantic constraints), its help, its unit and the TUI form's
 label. The command-line flags (:mod:`localspec.app.flags`), the TUI settings form
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Sequence
@@ -22,7 +28,13 @@ from pydantic_core import PydanticCustomError
 
 from localspec.errors import ConfigError
 
-DraftMode = Literal["auto", "draft", "lookup", "none"]
+#: the drafting modes that use one drafter every round, each named as that drafter
+#: (a :class:`localspec.core.events.DrafterId` value: the engine's ``FixedPolicy(DrafterId(mode))``)
+FIXED_DRAFT_MODES = ("draft", "lookup", "none")
+#: every drafting mode, in ``--mode``'s order: ``auto`` chooses a drafter and a draft length each round
+#: by the measured costs, the others are :data:`FIXED_DRAFT_MODES`
+DRAFT_MODES = ("auto", *FIXED_DRAFT_MODES)
+DraftMode = Literal[DRAFT_MODES]  # type: ignore[valid-type]  # Literal["auto", "draft", "lookup", "none"]
 FlashAttn = Literal["auto", "on", "off"]
 Repack = Literal["auto", "on", "off"]
 PrefillCopy = Literal["auto", "off"]
@@ -85,6 +97,21 @@ def fits_context(n_ctx: int, prompt_tokens: int, max_tokens: int = 1) -> bool:
     fits a window of ``n_ctx`` tokens when it leaves room for ``max_tokens`` generated tokens
     (at least one: every generation makes one)."""
     return max(1, max_tokens) <= context_room(n_ctx, prompt_tokens)
+
+
+def expand_path(path: str | os.PathLike) -> Path:
+    """A path the user gave, with ``~`` and environment variables (``$VAR``, ``${VAR}``)
+    expanded, as a shell would have done (it did not for a config file, an environment
+    variable, a quoted argument or a path typed in the UI)."""
+    return Path(os.path.expanduser(os.path.expandvars(os.fspath(path))))
+
+
+def cache_root() -> Path:
+    """localspec's cache folder: ``$LOCALSPEC_CACHE`` (``~`` and variables expanded, :func:`expand_path`),
+    default ``~/.cache/localspec``. It holds the measured costs (``costs/``), the repack verdicts
+    (``repack/``), the prompt snapshots (``prompts/``) and the models assembled from their parts (``models/``)."""
+    env = os.environ.get("LOCALSPEC_CACHE")
+    return expand_path(env) if env else Path.home() / ".cache" / "localspec"
 
 
 #: the port llama.cpp's rpc-server (and ``localspec worker``) listens on by default
@@ -240,6 +267,12 @@ class DraftParams(_Strict):
         return AUTO_DRAFT_MAX if self.mode == "auto" else FIXED_DRAFT_MAX
 
 
+#: the former fixed default context window, tokens: now the smallest default window
+#: (:mod:`localspec.backend.context`), the window a cost key is capped at
+#: (:data:`localspec.backend.calibration.COST_KEY_CONTEXT`) and the bench's fixed window
+MIN_DEFAULT_CONTEXT = 4096
+
+
 class ModelSettings(_Strict):
     """One GGUF model to load: a catalog preset name or a path, and llama.cpp context settings."""
 
@@ -247,8 +280,8 @@ class ModelSettings(_Strict):
                         help="model: preset name, .gguf path or hf:OWNER/REPO/FILE")
     n_ctx: int | None = option(None, ge=16, le=1 << 20, unit="tokens", help="context window, tokens",
                                default_text="the model's training context where this machine's memory allows it "
-                               "(else the largest power of two that fits, at least 4096; a draft model: at most the "
-                               "target's)", blank="blank: the training context, as memory allows")
+                               f"(else the largest power of two that fits, at least {MIN_DEFAULT_CONTEXT}; a draft "
+                               "model: at most the target's)", blank="blank: the training context, as memory allows")
     n_batch: int = option(512, ge=1, le=1 << 16, unit="tokens", help="most tokens per llama_decode")
     n_threads: int = option(default_factory=lambda: os.cpu_count() or 1, ge=1, le=1024, label="CPU threads",
                             help="CPU threads", default_text="all cores")
@@ -313,6 +346,16 @@ class GenerationParams(_Strict):
 CATALOG_PATH = Path(__file__).resolve().with_name("catalog.toml")
 
 
+def read_catalog(path: Path = CATALOG_PATH) -> dict[str, Any]:
+    """The catalog file's TOML, as read, not validated (:func:`localspec.app.catalog.load_catalog` validates it).
+
+    Raises:
+        OSError: the file cannot be read.
+        tomllib.TOMLDecodeError: it is not TOML.
+    """
+    return tomllib.loads(path.read_text(encoding="utf-8"))
+
+
 def default_pair(path: Path = CATALOG_PATH) -> tuple[str, str]:
     """(target, draft) preset names of the catalog's ``default_pair``: its one declaration, read
     here so that the settings' defaults are always the pair ``localspec models`` marks as default.
@@ -322,7 +365,7 @@ def default_pair(path: Path = CATALOG_PATH) -> tuple[str, str]:
             catalog is :func:`localspec.app.catalog.load_catalog`'s).
     """
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = read_catalog(path)
         pair = data["pairs"][data["default_pair"]]
         return str(pair["target"]), str(pair["draft"])
     except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as e:
@@ -353,6 +396,12 @@ class Settings(_Strict):
     ui: UISettings = UISettings()
 
 
+def needs_draft_model(settings: Settings) -> bool:
+    """Whether ``settings``' drafting mode uses the draft model (``draft``, and ``auto``, which may choose it):
+    the one rule of when it is loaded (the loader), shown (the CLI) and asked for (the TUI)."""
+    return settings.drafting.mode in ("draft", "auto")
+
+
 #: the draft memory's default budget, tokens: earlier requests' prompts and answers that prompt lookup
 #: copies from (:class:`localspec.core.drafters.DraftMemory`); 4 MiB with its index. A round's search is a
 #: binary search in the index (well under a millisecond at this size); adding a request re-sorts the index
@@ -372,6 +421,10 @@ PROMPT_CACHE_MB = 2048
 PROMPT_CACHE_SHARE = 0.25
 
 
+#: most requests waiting while the engine runs one, by default (``--queue-size``)
+QUEUE_SIZE = 8
+
+
 class ServerSettings(_Strict):
     """How ``localspec serve`` listens, queues and limits requests; its flags are built from these
     declarations (:mod:`localspec.app.flags`) and :func:`localspec.server.create_app` takes one."""
@@ -384,7 +437,7 @@ class ServerSettings(_Strict):
                                       "reach", default_text="$LOCALSPEC_API_KEY if set")
     api_key_file: str | None = option(None, help="read API keys from FILE, one a line (blank lines and lines "
                                       "starting with # skipped), besides --api-key (as llama-server)")
-    queue_size: int = option(8, ge=0, le=1 << 16, unit="requests",
+    queue_size: int = option(QUEUE_SIZE, ge=0, le=1 << 16, unit="requests",
                              help="most requests waiting while the engine runs one (0: none wait); beyond, 429")
     max_body_mb: float = option(8.0, gt=0, le=1 << 14, unit="MiB", help="largest request body, MiB; beyond, 413")
     shutdown_grace: float = option(5.0, ge=0, le=3600, unit="seconds",
@@ -457,6 +510,17 @@ class ServerSettings(_Strict):
     def max_body(self) -> int:
         """The body limit in bytes."""
         return int(self.max_body_mb * (1 << 20))
+
+
+#: OpenAI's rule for function (tool) names, plus ``.``: 1 to 64 letters, digits, ``_``, ``.``, ``-``; it also keeps
+#: names free of chat-template markup. The server's request bodies validate every function name with it.
+FUNCTION_NAME = r"^[A-Za-z0-9_.\-]{1,64}$"
+
+
+def object_id(prefix: str) -> str:
+    """A new id of an OpenAI API object: ``prefix`` + 24 random hex digits (from a UUID4), as
+    ``"chatcmpl-"``, ``"cmpl-"``, ``"resp_"``, ``"call_"`` ids are made."""
+    return prefix + uuid.uuid4().hex[:24]
 
 
 #: the error type of a validator's message written whole for the user (:func:`user_error`)

@@ -1,5 +1,9 @@
 """The model catalog and model resolution.
 
+Why these hold together: the catalog's presets and every place a preset can resolve from (the folders,
+the hub cache, the PyPI parts, a download) are one resolution order; split, the order would be spread
+over modules.
+
 A model reference is a catalog preset name (``qwen2.5-coder-1.5b``), a path to a
 ``.gguf`` file, or ``hf:OWNER/REPO/FILE`` (FILE may be a glob). A preset resolves, in
 order, from:
@@ -32,7 +36,7 @@ from typing import Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from localspec.config import CATALOG_PATH, format_validation_error
+from localspec.config import CATALOG_PATH, cache_root, format_validation_error, read_catalog
 from localspec.errors import ConfigError, ModelError
 from localspec.app.fileio import expand_path
 
@@ -94,7 +98,7 @@ class Catalog(BaseModel):
 def load_catalog(path: Path = CATALOG_PATH) -> Catalog:
     """Read and validate the catalog. Raises ConfigError with the invalid fields."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = read_catalog(path)
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"cannot read model catalog {path}: {e}",
                           "reinstall localspec (the catalog ships with the package)") from e
@@ -139,9 +143,8 @@ def checkout_weights_dir() -> Path | None:
 
 
 def cache_dir() -> Path:
-    """The model cache: ``$LOCALSPEC_CACHE/models`` (``~`` and variables expanded), default ``~/.cache/localspec/models``."""
-    env = os.environ.get("LOCALSPEC_CACHE")
-    return (expand_path(env) if env else Path.home() / ".cache" / "localspec") / "models"
+    """The model cache: ``models`` in localspec's cache folder (:func:`~localspec.config.cache_root`)."""
+    return cache_root() / "models"
 
 
 @dataclass(frozen=True)

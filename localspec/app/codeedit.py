@@ -1,5 +1,9 @@
 """Code edit: ask the model to rewrite a file, take the file out of its answer, check it, save it.
 
+Why these hold together: the steps below are one round trip of one file (its form kept aside, the
+prompt, the block taken out of the answer, the checks, the save in the same form); each step reads
+what the one before it kept.
+
 What the code-edit screen of the TUI (and later the server) uses; nothing here imports
 llama_cpp or Textual, and every function but the two savers is pure.
 

@@ -14,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from localspec.config import expand_path
 from localspec.errors import LocalspecError
 
 
@@ -26,13 +27,6 @@ class FileError(LocalspecError):
 
 #: refuse to edit files larger than this, bytes (a model rewrites the whole file)
 MAX_EDIT_BYTES = 256 * 1024
-
-
-def expand_path(path: str | os.PathLike) -> Path:
-    """A path the user gave, with ``~`` and environment variables (``$VAR``, ``${VAR}``)
-    expanded, as a shell would have done (it did not for a config file, an environment
-    variable, a quoted argument or a path typed in the UI)."""
-    return Path(os.path.expanduser(os.path.expandvars(os.fspath(path))))
 
 
 def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:

@@ -1,7 +1,8 @@
 """Command-line options shared by every command that loads models or decodes.
 
 Each flag is derived from its option's one declaration in the settings models
-(:mod:`localspec.config`: type, range, default, help), and one merge of the given options over the settings, so
+(:mod:`localspec.config`: name, type, range, default, help; as llama-cpp-python's server derives its flags from
+its settings with ``add_args_from_model``), and one merge of the given options over the settings, so
 ``localspec generate``, ``chat``, ``serve``, ``calibrate`` and ``bench`` agree.
 """
 
@@ -36,32 +37,33 @@ def value_range(model: type, name: str, var: str = "x") -> str:
     return "any"
 
 
-#: settings section -> (model, {command-line dest: field}); the flag is ``--`` + dest with dashes.
-#: What a flag accepts and its help come from the field's declaration (:func:`localspec.config.option`).
-SECTION_ARGS: dict[str, tuple[type, dict[str, str]]] = {
-    "target": (ModelSettings, {"target": "model", "n_ctx": "n_ctx", "n_batch": "n_batch", "n_threads": "n_threads",
-                               "n_gpu_layers": "n_gpu_layers", "flash_attn": "flash_attn",
-                               "huge_pages": "huge_pages", "repack": "repack", "prefill_copy": "prefill_copy",
-                               "rpc": "rpc",
-                               "rpc_timeout": "rpc_timeout"}),
-    "draft": (ModelSettings, {"draft": "model", "n_ctx": "n_ctx", "n_batch": "n_batch", "n_threads": "n_threads",
-                              "draft_n_gpu_layers": "n_gpu_layers", "flash_attn": "flash_attn",
-                              "huge_pages": "huge_pages", "repack": "repack", "prefill_copy": "prefill_copy"}),
-    "sampling": (SamplingParams, {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
-                                  "seed": "seed"}),
-    "drafting": (DraftParams, {"mode": "mode", "draft_max": "draft_max", "draft_min": "draft_min",
-                               "draft_p_min": "draft_p_min"}),
-    "generation": (GenerationParams, {"max_tokens": "max_tokens", "stop": "stop"}),
-}
+#: the settings sections that have flags, and their models, in the order their values are checked
+SECTIONS: dict[str, type] = {"target": ModelSettings, "draft": ModelSettings, "sampling": SamplingParams,
+                             "drafting": DraftParams, "generation": GenerationParams}
+#: (section, field) of the options without a flag (as llama-cpp-python's ``add_args_from_model``, every other
+#: field of a section's model has one): prompt lookup's n-gram range, ``/infill``'s limits and the draft model's
+#: RPC workers (its layers stay on this machine) are set in the settings file or a request; the server's default
+#: max_tokens is ``--max-tokens``
+NO_FLAG = {("drafting", "max_ngram"), ("drafting", "min_ngram"), ("generation", "min_indent"),
+           ("generation", "newline_time_limit"), ("draft", "rpc"), ("draft", "rpc_timeout"),
+           ("server", "default_max_tokens")}
+#: a flag's command-line dest is its field's name (``--`` and dashes for underscores: ``top_k`` -> ``--top-k``),
+#: except these: (section, field) -> dest. The target's and the draft's other flags are one flag setting both.
+RENAMED = {("target", "model"): "target", ("draft", "model"): "draft", ("draft", "n_gpu_layers"): "draft_n_gpu_layers",
+           ("server", "cors_origins"): "cors_origin"}
 
 
+def _dests(section: str, model: type) -> dict[str, str]:
+    """{command-line dest: field} of a section's flags, in the model's field order."""
+    return {RENAMED.get((section, name), name): name for name in model.model_fields if (section, name) not in NO_FLAG}
+
+
+#: settings section -> (model, {command-line dest: field}), derived from the models' fields (:data:`NO_FLAG`,
+#: :data:`RENAMED`). What a flag accepts and its help come from the field's declaration
+#: (:func:`localspec.config.option`).
+SECTION_ARGS: dict[str, tuple[type, dict[str, str]]] = {s: (m, _dests(s, m)) for s, m in SECTIONS.items()}
 #: ``localspec serve``'s flags: command-line dest -> :class:`~localspec.config.ServerSettings` field
-SERVER_ARGS: dict[str, str] = {"host": "host", "port": "port", "api_key": "api_key", "api_key_file": "api_key_file",
-                               "queue_size": "queue_size",
-                               "max_body_mb": "max_body_mb", "shutdown_grace": "shutdown_grace",
-                               "cors_origin": "cors_origins", "log_level": "log_level",
-                               "draft_memory_tokens": "draft_memory_tokens", "prompt_cache_mb": "prompt_cache_mb",
-                               "prompt_cache_disk_mb": "prompt_cache_disk_mb", "stream_keepalive": "stream_keepalive"}
+SERVER_ARGS: dict[str, str] = _dests("server", ServerSettings)
 
 
 def _flag(dest: str) -> str:
@@ -148,7 +150,7 @@ def server_settings_from_args(ns: argparse.Namespace, api_key_env: str | None = 
     try:
         return ServerSettings(**data)
     except ValidationError as e:
-        flags = {field: _flag(dest) for dest, field in SERVER_ARGS.items()} | {"default_max_tokens": "--max-tokens"}
+        flags = {field: _flag(dest) for dest, field in SERVER_ARGS.items()} | {"default_max_tokens": _flag("max_tokens")}
         lines = [f"{flags.get(v.path, v.path)}: {v.reason}{v.got}" for v in invalid_values(e)]
         raise ConfigError("invalid settings:\n" + "\n".join(lines), "see localspec serve --help for the allowed "
                           "values") from None
@@ -157,16 +159,18 @@ def server_settings_from_args(ns: argparse.Namespace, api_key_env: str | None = 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """Model and hardware options shared by every subcommand that loads models."""
     g = p.add_argument_group("models")
-    for dest in ("target", "draft", "n_ctx", "n_batch", "n_threads", "n_gpu_layers", "draft_n_gpu_layers",
-                 "flash_attn", "huge_pages", "repack", "prefill_copy", "rpc", "rpc_timeout"):
+    draft = {field: dest for dest, field in SECTION_ARGS["draft"][1].items()}
+    for dest, field in SECTION_ARGS["target"][1].items():  # each target flag, then the draft's own beside it
         add_option(g, dest)
+        if draft.get(field, dest) != dest:
+            add_option(g, draft[field])
 
 
 def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("decoding")
-    for dest in ("mode", "draft_max", "draft_min", "draft_p_min", "temperature", "top_k", "top_p", "min_p", "seed",
-                 "max_tokens", "stop"):
-        add_option(g, dest)
+    for section in ("drafting", "sampling", "generation"):
+        for dest in SECTION_ARGS[section][1]:
+            add_option(g, dest)
 
 
 def _pick(ns: argparse.Namespace, mapping: dict[str, str]) -> dict:

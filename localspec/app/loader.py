@@ -18,7 +18,7 @@ from localspec.backend.isolated import IsolatedModel
 from localspec.backend.context import MIN_DEFAULT_CONTEXT, available_memory, second_copy_fits
 from localspec.backend.llama import LlamaModel
 from localspec.backend.calibration import StepFn, apply_cached_flash_attn, cached_engine_costs, engine_costs
-from localspec.config import ModelSettings, Settings
+from localspec.config import ModelSettings, Settings, needs_draft_model
 from localspec.errors import BackendError, ModelError
 from localspec.core.costmodel import EngineCosts
 from localspec.core.engine import SpeculativeEngine
@@ -190,10 +190,6 @@ def layer_placement(device_layers: dict[str, int], endpoints: dict[str, str]) ->
         where = endpoints.get(name) or ("this machine" if name == "CPU" else name)
         parts.append(f"{where} {n}")
     return ", ".join(parts) or "none reported"
-
-
-def needs_draft_model(settings: Settings) -> bool:
-    return settings.drafting.mode in ("draft", "auto")
 
 
 def load_engine(settings: Settings, progress: ProgressFn | None = None, stage: StageFn | None = None,

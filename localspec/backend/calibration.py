@@ -1,5 +1,9 @@
 """Calibration: measure this machine's decode costs, cache them, and keep them current.
 
+Why these hold together: the measurement, its cache key and file, and the engine's costs made from
+them are one contract on the numbers mode ``auto`` reads: what is measured, and how, decides what the
+key must hold for a cached curve to be reused.
+
 Measures, on the running machine with the loaded models and settings, the time of a
 target decode of b tokens for b = 1..8 and a few longer batches up to draft_max+1
 (:func:`~localspec.core.costmodel.calibration_points`: 12, 16, 32, 65; joined by
@@ -39,6 +43,7 @@ import numpy as np
 
 from localspec.core.costmodel import (EngineCosts, calibration_points, context_points, interpolate_curve, shifted_curve,
                                       verify_cost)
+from localspec.config import MIN_DEFAULT_CONTEXT, cache_root
 from localspec.errors import BackendError, LocalspecError
 from localspec.backend.load import BUSY_THRESHOLD, CpuMeter, load_average
 
@@ -59,11 +64,7 @@ LONG_CONTEXT = 512
 #: LONG_CONTEXT cached tokens, so every window from LONG_CONTEXT + 65 up measures the same (llama.cpp's
 #: attention reads the used cells, not the window); 4,096, the former default window, keeps the costs
 #: cached before the default window became the model's training context
-COST_KEY_CONTEXT = 4096
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("LOCALSPEC_CACHE") or Path.home() / ".cache" / "localspec")
+COST_KEY_CONTEXT = MIN_DEFAULT_CONTEXT
 
 
 def _flash_attn_mode(model) -> str:

@@ -24,10 +24,7 @@ from __future__ import annotations
 
 import os
 
-from localspec.config import PROMPT_CACHE_MB, PROMPT_CACHE_SHARE, ServerSettings
-
-#: the smallest default window, tokens: the fixed default before the default followed the model
-MIN_DEFAULT_CONTEXT = 4096
+from localspec.config import MIN_DEFAULT_CONTEXT, PROMPT_CACHE_MB, PROMPT_CACHE_SHARE, ServerSettings
 #: share of the available memory a default context's KV cache and scores may take
 CONTEXT_MEMORY_SHARE = 0.5
 #: bytes of one cached K or V value: llama.cpp's default cache type, f16

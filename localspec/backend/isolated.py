@@ -1,5 +1,9 @@
 """A model whose weights and KV cache live in a child process: what llama.cpp aborts ends the child only.
 
+Why these hold together: the parent's proxy (:class:`IsolatedModel`) and the child's loop speak one
+protocol over one pipe and one shared-memory block; the child runs this module, so both ends change
+together.
+
 llama.cpp's RPC client ends its whole process (``GGML_ABORT``) when a worker is lost in the middle of
 a pass. A model with layers on RPC workers is therefore loaded in a child process
 (:class:`IsolatedModel`); this process keeps a tokenizer-only copy of the same GGUF (tokenizing,

@@ -1,10 +1,20 @@
-"""What every class holding a llama.cpp handle shares: closing it (the model, the grammar sampler).
+"""What every class holding a llama.cpp handle shares: closing it (the model, the grammar sampler),
+and llama.cpp's last warning and error lines, which the error messages quote.
 
 One class per native resource, closed by a context manager (the style of llama-cpp-python's
-``_internals.py``); imports nothing of llama.cpp itself.
+``_internals.py``); imports nothing of llama.cpp itself (its log callback, in
+:mod:`localspec.backend.llama`, fills :data:`recent_errors`).
 """
 
 from __future__ import annotations
+
+#: llama.cpp's last warning and error log lines (at most 8, the newest last)
+recent_errors: list[str] = []
+
+
+def last_error() -> str:
+    """``" (llama.cpp: <the newest error line>)"``, or ``""`` when llama.cpp logged none."""
+    return f" (llama.cpp: {recent_errors[-1]})" if recent_errors else ""
 
 
 class NativeResource:

@@ -1,5 +1,9 @@
 """Prompt-prefix snapshots on disk, so a restarted server does not read an agent's long prompt again.
 
+Why these hold together: one folder's whole life (its file format, the atomic writes, the checks on
+reading, the byte budget and its evictions, the background writer) is one invariant, that a snapshot
+which looks whole is whole; split, each part would have to trust the others' files.
+
 :class:`PromptStore` is the disk tier of :class:`localspec.core.prefix_cache.PrefixCache`: every snapshot
 the memory tier keeps is also written here (in a background thread), and on a prompt that no kept
 snapshot in memory serves as far, the longest stored match is read back.

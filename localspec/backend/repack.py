@@ -1,5 +1,9 @@
 """Weight repacking: whether llama.cpp may use its extra CPU buffer types, decided by a probe in a child.
 
+Why these hold together: one decision, from the probe's child process (its command line and its
+``__main__``) through the verdict and its cache to the choice the loader follows; the child runs this
+module, so the parent's and the child's halves of the protocol stay in one file.
+
 llama.cpp can repack a model's weights at load time into "extra" CPU buffer types
 (``use_extra_bufts``; llama-server's ``--no-repack`` turns it off): AMX tiles on Intel
 Sapphire/Granite Rapids, interleaved Q4_0/IQ4_NL blocks on AVX2 and ARM. On virtualized
@@ -177,7 +181,7 @@ def probe_key(path: str | os.PathLike, n_threads: int, n_gpu_layers: int) -> dic
 
 
 def verdict_path(key: dict) -> Path:
-    from localspec.backend.calibration import cache_root
+    from localspec.config import cache_root
 
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     return cache_root() / "repack" / f"{Path(key['path']).stem}-{digest}.json"

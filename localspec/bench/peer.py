@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from localspec.backend.llama import set_extra_bufts
+from localspec.config import MIN_DEFAULT_CONTEXT
 
 _peer_cache: dict[tuple, object] = {}
 
@@ -48,7 +49,7 @@ def run_llama_cpp_peer(
     path: str | os.PathLike,
     prompt_tokens: Sequence[int],
     max_tokens: int,
-    n_ctx: int = 4096,
+    n_ctx: int = MIN_DEFAULT_CONTEXT,
     n_threads: int | None = None,
     lookup_num_pred_tokens: int | None = None,
     n_gpu_layers: int = 0,

@@ -187,7 +187,7 @@ def _cli_once(settings, messages_path: Path, drafting, max_tokens: int) -> dict:
 
 
 def bench_decode(n_lines: int, repeats: int, target: str | None, draft: str | None) -> list[dict]:
-    from localspec.config import GenerationParams, SamplingParams, Settings
+    from localspec.config import MIN_DEFAULT_CONTEXT, GenerationParams, SamplingParams, Settings
 
     from localspec.app.codeedit import edit_prompt
 
@@ -196,8 +196,8 @@ def bench_decode(n_lines: int, repeats: int, target: str | None, draft: str | No
         "sampling": SamplingParams(temperature=0.0),
         "generation": GenerationParams(max_tokens=base.generation.max_tokens),
         # a fixed window, as before the default followed the model's training context: both sides the same
-        "target": base.target.model_copy(update={"n_ctx": base.target.n_ctx or 4096} | ({"model": target} if target
-                                                                                        else {})),
+        "target": base.target.model_copy(update={"n_ctx": base.target.n_ctx or MIN_DEFAULT_CONTEXT}
+                                         | ({"model": target} if target else {})),
         "draft": base.draft.model_copy(update={"model": draft} if draft else {}),
     })
     # what the code-edit screen drafts with: prompt lookup, draft length at least 16

@@ -1,5 +1,9 @@
 """The cost model of speculative decoding: pure functions of acceptance and costs.
 
+Why these hold together: the expected-rate formulas, the acceptance estimators they read and the costs
+they weigh (measured curves corrected by observed times) are one model of a round's tokens per second;
+the policy that chooses by it is :mod:`localspec.core.policy`.
+
 The textbook speedup of speculative decoding (Leviathan et al. 2022, section 3.4, eq. 1
 and Theorem 3.8) assumes a verification pass of g + 1 tokens costs one target pass and
 a draft token costs a fixed fraction c of one. On a small CPU neither holds: a verify

@@ -1,5 +1,8 @@
 """Draft policies: in each round, choose the drafter and the draft length, then learn from the round.
 
+Why these hold together: :class:`DraftPolicy`'s two methods and its implementations, with the evidence
+the adaptive one keeps per drafter between ``choose`` and ``observe``; the engine knows only the protocol.
+
 :class:`FixedPolicy` drafts ``draft_max`` tokens with one drafter every round (modes
 ``draft``, ``lookup``, ``none``); :class:`AdaptivePolicy` (mode ``auto``) chooses by the
 measured costs (:class:`localspec.core.costmodel.EngineCosts`) and the expected rates of

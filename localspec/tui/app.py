@@ -1,5 +1,9 @@
 """The localspec Textual app. Entry points: :func:`run_app` (the CLI) and :func:`make_app` (tests).
 
+Why these hold together: the app owns the one engine and its lock, the settings and the workers that
+load and run it; the screens ask it for all of that, so what touches the engine is here and nowhere else
+in the UI.
+
 Threads: the engine is not thread-safe, so every use of it (loading, a chat answer, a
 code edit, a race) runs in one worker at a time, holding :attr:`LocalspecApp.engine_lock`;
 workers post Messages and never touch widgets.
@@ -25,11 +29,11 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import HelpPanel
 
-from localspec.config import DraftParams, Settings
+from localspec.config import DraftParams, Settings, needs_draft_model
 from localspec.errors import LocalspecError
 from localspec.app.run_order import run_order
 
-from localspec.tui.dialogs import PathPrompt, SettingsScreen
+from localspec.tui.dialogs import MODE_CYCLE, PathPrompt, SettingsScreen
 from localspec.tui.driver import RaceSide, drive, race, warm_up
 from localspec.tui.messages import (EngineReady, GenerationFailed, GenerationFinished, JobDone, LoadFailed, LoadProgress,
                        LoadStage, Notice, PrefillProgress, RaceFinished, TargetReloading, TokensEmitted)
@@ -38,7 +42,6 @@ from localspec.tui.widgets import token_css
 
 #: engine_factory(settings, progress, stage) -> engine (default: localspec.app.loader.load_engine)
 EngineFactory = Callable[..., object]
-MODE_CYCLE = ("draft", "lookup", "none", "auto")
 #: the interpreter's GIL switch interval while an answer streams, seconds (see LocalspecApp._streaming)
 STREAM_SWITCH_INTERVAL = 0.0005
 
@@ -300,7 +303,7 @@ class LocalspecApp(App):
             draft = paired_draft(ref, s.draft.model)  # a catalog pair's draft comes with its target
             new = s.model_copy(update={"target": s.target.model_copy(update={"model": ref}),
                                        "draft": s.draft.model_copy(update={"model": draft})})
-            if draft == s.draft.model and pairs is False and s.drafting.mode in ("draft", "auto"):
+            if draft == s.draft.model and pairs is False and needs_draft_model(s):
                 # the draft model cannot draft for this target: prompt lookup until one of its family is picked
                 new = new.model_copy(update={"drafting": s.drafting.model_copy(update={"mode": "lookup"})})
                 self.notify(f"{s.draft.model} has another tokenizer than {ref}: drafting switched to prompt "
@@ -338,7 +341,7 @@ class LocalspecApp(App):
         if isinstance(screen, RaceScreen):
             screen._titles()
         models_changed = new.target != old.target or new.draft != old.draft
-        needs_draft = (new.drafting.mode in ("draft", "auto") and self.engine is not None
+        needs_draft = (needs_draft_model(new) and self.engine is not None
                        and not self.engine.has_draft_model)
         # mode auto needs measured costs up to the cap: loading measures them, with its progress bar
         needs_costs = (new.drafting.mode == "auto" and self.engine is not None

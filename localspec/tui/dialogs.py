@@ -14,14 +14,19 @@ from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, DirectoryTree, Input, Label, Select, Static
 
-from localspec.config import ModelSettings, Settings, invalid_values, option_info
+from localspec.config import FIXED_DRAFT_MODES, ModelSettings, Settings, invalid_values, option_info
 
 #: the settings the form edits, in order (dotted paths into Settings); each field's label, kind
 #: and blank meaning come from the option's declaration (:func:`localspec.config.option`)
 FORM_PATHS = ("drafting.mode", "drafting.draft_max", "drafting.draft_p_min", "sampling.temperature", "sampling.top_k",
               "sampling.top_p", "sampling.seed", "generation.max_tokens", "target.model", "target.n_gpu_layers",
               "target.n_threads", "draft.model", "draft.n_gpu_layers", "draft.n_threads", "ui.answer_view")
-MODES = [("draft model", "draft"), ("prompt lookup", "lookup"), ("none (target only)", "none"), ("auto", "auto")]
+#: the drafting modes in the UI's order (the form's list; the key that switches the mode goes round it):
+#: each fixed mode, then auto
+MODE_CYCLE = (*FIXED_DRAFT_MODES, "auto")
+#: a mode's label in the form (the mode's own name where none is given)
+MODE_LABELS = {"draft": "draft model", "lookup": "prompt lookup", "none": "none (target only)"}
+MODES = [(MODE_LABELS.get(mode, mode), mode) for mode in MODE_CYCLE]
 
 
 def _declaration(path: str) -> tuple[type, str]:

@@ -1,5 +1,8 @@
 """Widgets: the coloured token stream, its legend, the statistics panel, the round inspector.
 
+Why these hold together: the widgets that show a generation's tokens and statistics, every one styled
+by the same token colour classes (:func:`token_css`) and fed the same events.
+
 Token colours are CSS component classes (``tok--accepted`` ...) styled by :func:`token_css` from
 the colour roles of :mod:`localspec.tui.kinds` (theme variables: no literal colour is written here).
 """

@@ -1,4 +1,8 @@
-"""Chat mode (F1): a conversation with the speculative engine."""
+"""Chat mode (F1): a conversation with the speculative engine.
+
+Why these hold together: one screen and its key bindings, from the prompt typed to the answer streamed,
+kept, saved and opened again; its widgets are in :mod:`localspec.tui.widgets`, the session it drives in
+:mod:`localspec.app.chat`."""
 
 from __future__ import annotations
 

@@ -11,7 +11,9 @@ passes in. :func:`json_schema_grammar` imports llama-cpp-python's JSON-schema co
 from __future__ import annotations
 
 import ctypes
-from typing import Sequence
+import re
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -92,7 +94,170 @@ class Grammar(NativeResource):
         """Move the state past ``token``, which it must allow."""
         self._lc.llama_sampler_accept(self._smpl, int(token))
 
+    def clone(self) -> "Grammar":
+        """An independent copy of this state (llama.cpp's ``llama_sampler_clone``), freed on its own."""
+        return Grammar(self._lc, self._lc.llama_sampler_clone(self._smpl), self.n_vocab)
+
     def close(self) -> None:
         if getattr(self, "_smpl", None):
             self._lc.llama_sampler_free(self._smpl)
             self._smpl = None
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """Where a :class:`LazyGrammar` starts constraining, and the grammar it follows from there.
+
+    Attributes:
+        pattern: a regular expression over the output's bytes. The constraint starts at its
+            first group when it has one (else at the match), and every text it matches, from
+            there, must be a prefix of ``grammar``'s language: that text is fed to the grammar.
+        grammar: the grammar's state at its start (a :class:`Grammar`); the lazy grammar
+            works on clones of it and closes it.
+        at_start: the pattern only matches at the start of the output (it begins with ``\\A``).
+    """
+
+    pattern: re.Pattern[bytes]
+    grammar: "Grammar"
+    at_start: bool = False
+
+
+class LazyGrammar:
+    """A grammar that constrains the output only from the first match of one of its triggers on.
+
+    Until then every token is allowed, except one that would complete a trigger's match and
+    with it a text its grammar rejects (so a call that has begun always parses); the token that
+    completes a match starts the trigger's grammar, fed the text from the match's start
+    (which may begin inside an earlier token, and may end past the match inside this token).
+    From there on :meth:`allows`, :meth:`mask` and :meth:`accept` are the grammar's. Like
+    llama.cpp's ``llama_sampler_init_grammar_lazy_patterns``, on text patterns as well as
+    tokens, but the token that fires a trigger is checked against the grammar too.
+
+    The state is a function of the accepted tokens alone, so inside the acceptance rule
+    (:mod:`localspec.core.acceptance`) the output is the same with and without speculation.
+
+    Args:
+        triggers: tried on each token; of several matches the one that starts first wins
+            (then the first trigger).
+        piece: a token's bytes as the grammar reads them (a special token as its text).
+        spell: tokens whose pieces are exactly the given bytes, or None when there are none
+            (the grammar is fed text through them).
+        finals: token ids whose piece holds a byte that can end a trigger's match, shape (k,)
+            int; :meth:`mask` checks only these (called once, when first needed).
+        window: the most bytes a trigger's match spans; matches are sought in the last
+            ``window`` bytes of the output and the token's piece.
+    """
+
+    def __init__(self, triggers: Sequence[Trigger], piece: Callable[[int], bytes],
+                 spell: Callable[[bytes], list[int] | None], finals: Callable[[], np.ndarray], window: int) -> None:
+        self.triggers = tuple(triggers)
+        self._piece = piece
+        self._spell = spell
+        self._finals_of = finals
+        self._finals: np.ndarray | None = None
+        self.window = window
+        self._tail = b""  # the last ``window`` bytes of the output, until a trigger fires
+        self._n = 0  # bytes of output so far, until a trigger fires
+        self._fits: dict[tuple[int, bytes], bool] = {}
+        #: the grammar of the trigger that fired, None before
+        self.active: Grammar | None = None
+
+    # -- before the trigger ------------------------------------------------------------
+    def _match(self, token: int) -> tuple[int, bytes] | None:
+        """(trigger index, text from its start through ``token``) when ``token`` completes a match."""
+        text = self._tail + self._piece(token)
+        best: tuple[int, int, bytes] | None = None
+        for i, trig in enumerate(self.triggers):
+            if trig.at_start and self._n > len(self._tail):
+                continue  # the output's start has left the window
+            m = trig.pattern.search(text)
+            if m is None:
+                continue
+            start = m.start(1) if m.re.groups else m.start()
+            if best is None or start < best[0]:
+                best = (start, i, text[start:])
+        return None if best is None else (best[1], best[2])
+
+    def _feed(self, grammar, text: bytes) -> bool:
+        """Move ``grammar`` past ``text``; False (the state then spent) when it rejects it."""
+        tokens = self._spell(text)
+        if tokens is None:
+            return False
+        for t in tokens:
+            if not grammar.allows(t):
+                return False
+            grammar.accept(t)
+        return True
+
+    def _fits_text(self, i: int, text: bytes) -> bool:
+        key = (i, text)
+        if key not in self._fits:
+            g = self.triggers[i].grammar.clone()
+            try:
+                self._fits[key] = self._feed(g, text)
+            finally:
+                _close(g)
+        return self._fits[key]
+
+    def _allowed_before(self, token: int) -> bool:
+        hit = self._match(token)
+        return hit is None or self._fits_text(*hit)
+
+    # -- the Constraint protocol --------------------------------------------------------
+    def allows(self, token: int) -> bool:
+        """Whether ``token`` may come next."""
+        if self.active is not None:
+            return self.active.allows(token)
+        return self._allowed_before(token)
+
+    def mask(self, logits: np.ndarray) -> np.ndarray:
+        """``logits`` (shape (n_vocab,), float32) with the forbidden tokens at -inf (a copy).
+
+        Before a trigger: only tokens among ``finals`` can be forbidden; each is tried.
+        """
+        if self.active is not None:
+            return self.active.mask(logits)
+        if self._finals is None:
+            self._finals = np.asarray(self._finals_of(), dtype=np.int64)
+        out = np.array(logits, dtype=np.float32, copy=True)
+        for t in self._finals:
+            if t < len(out) and not self._allowed_before(int(t)):
+                out[t] = -np.inf
+        return out
+
+    def accept(self, token: int) -> None:
+        """Move past ``token`` (one :meth:`allows` allows).
+
+        Raises:
+            ValueError: the token completes a trigger whose grammar rejects the text (it
+                was not allowed).
+        """
+        if self.active is not None:
+            self.active.accept(token)
+            return
+        hit = self._match(token)
+        if hit is None:
+            piece = self._piece(token)
+            self._tail = (self._tail + piece)[-self.window:]
+            self._n += len(piece)
+            return
+        i, text = hit
+        g = self.triggers[i].grammar.clone()
+        if not self._feed(g, text):
+            _close(g)
+            raise ValueError(f"token {token} completes a trigger with text its grammar rejects: {text!r}")
+        self.active = g
+        self._fits.clear()
+
+    def close(self) -> None:
+        """Free the active grammar and the triggers' (idempotent)."""
+        if self.active is not None:
+            _close(self.active)
+            self.active = None
+        for trig in self.triggers:
+            _close(trig.grammar)
+
+
+def _close(grammar) -> None:
+    if hasattr(grammar, "close"):
+        grammar.close()

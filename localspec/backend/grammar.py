@@ -159,8 +159,10 @@ class LazyGrammar:
         self._tail = b""  # the last ``window`` bytes of the output, until a trigger fires
         self._n = 0  # bytes of output so far, until a trigger fires
         self._fits: dict[tuple[int, bytes], bool] = {}
-        #: the grammar of the trigger that fired, None before
+        #: the grammar of the trigger that fired, None before (and after :meth:`close`)
         self.active: Grammar | None = None
+        #: the index of the trigger that fired, None before (kept after :meth:`close`)
+        self.fired: int | None = None
 
     # -- before the trigger ------------------------------------------------------------
     def _match(self, token: int) -> tuple[int, bytes] | None:
@@ -246,7 +248,7 @@ class LazyGrammar:
         if not self._feed(g, text):
             _close(g)
             raise ValueError(f"token {token} completes a trigger with text its grammar rejects: {text!r}")
-        self.active = g
+        self.active, self.fired = g, i
         self._fits.clear()
 
     def close(self) -> None:

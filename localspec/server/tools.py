@@ -13,10 +13,12 @@ known today; another family is one more entry in :data:`FORMATS`.
 - ``"none"``: the tools are not shown to the model and nothing is parsed (the history may
   still hold earlier calls);
 - ``"auto"`` (the default with tools): the model chooses between text and calls; once it
-  opens a call (writes the format's start marker as its one special token, Qwen's
-  ``<tool_call>``), the same grammar as below applies from there on (a lazy grammar,
-  :func:`tool_constraint`), so an opened call is never malformed. A call written otherwise
-  (a fenced ```json block, or the marker spelled out in several tokens) is not constrained;
+  begins a call, the call's grammar applies from there on (a lazy grammar,
+  :func:`lazy_call_grammar`), so a call begun is never malformed and names a requested tool.
+  A call begins with the format's start marker (Qwen's ``<tool_call>``, one special token or
+  spelled in several: then the grammar below), a fenced ```json block or, at the start of the
+  answer, a bare JSON object, each of these two once its ``"name"`` is a requested tool's
+  (:func:`lazy_forms`); a JSON answer naming no tool stays text;
 - ``"required"`` / ``{"type": "function", "function": {"name": N}}``: the answer must be
   calls: a grammar (:func:`call_grammar`, GBNF made from the tools' JSON Schemas by
   llama-cpp-python's converter) admits only the format's call blocks, each a JSON object
@@ -29,7 +31,8 @@ known today; another family is one more entry in :data:`FORMATS`.
 Parsing (:class:`ToolCallParser`, the same code for streamed and whole answers): text
 outside call blocks is content (whitespace next to a call dropped); a block whose JSON is
 an object with a ``name`` among the request's tools and ``arguments`` an object (or a
-string holding one) becomes a call; any other block stays in the content as written. A
+string holding one) becomes a call, and so does such an object, bare, at the start of the
+answer (its first key ``name``); any other block or object stays in the content as written. A
 call is released only when its block is complete, so a stream never shows half a call,
 nor a call that later fails to parse. ``parallel_tool_calls: false`` keeps the first call.
 """

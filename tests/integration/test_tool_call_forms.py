@@ -99,8 +99,13 @@ WEATHER = [{"role": "user", "content": "What is the weather in Paris right now?"
 BARE_SYSTEM = {"role": "system", "content": "You are a helpful assistant. Call functions with <tool_call> tags."}
 
 
+#: LazyGrammar.fired of each form (the order of lazy_forms)
+MARKER_FORM, FENCE_FORM, BARE_FORM = 0, 1, 2
+
+
 def answer(engine, messages, mode="none", begun=()):
-    """(token ids, content, [(name, arguments)]) of a greedy answer under the lazy grammar; ``begun``:
+    """(token ids, content, [(name, arguments)], the form that fired or None) of a greedy answer under
+    the lazy grammar; ``begun``:
     the answer's first pieces, as if the model had written them, each tokenized on its own (they end
     the prompt and are fed to the grammar first)."""
     start = [t for piece in begun for t in engine.tokenize(piece, special=False)]
@@ -111,7 +116,7 @@ def answer(engine, messages, mode="none", begun=()):
     prompt = engine.chat_tokens(messages, tools=TOOLS) + start
     gen = run(engine, prompt, mode, 48, constraint=constraint)[0]
     content, calls = parse_all(new_parser(TREQ), "".join(begun) + gen.text)
-    return gen.token_ids, content, [(c.name, json.loads(c.arguments)) for c in calls]
+    return gen.token_ids, content, [(c.name, json.loads(c.arguments)) for c in calls], constraint.fired
 
 
 @pytest.fixture(scope="module")
@@ -120,20 +125,20 @@ def fenced(qwen):
 
 
 def test_a_fenced_call_ends_as_a_structured_call(qwen, fenced):
-    tokens, content, calls = fenced
+    tokens, content, calls, fired = fenced
     assert qwen.target.detokenize(tokens).startswith("```json")  # the 0.5B's own form here
-    assert content is None and calls == [("get_weather", {"city": "Paris"})]
+    assert content is None and calls == [("get_weather", {"city": "Paris"})] and fired == FENCE_FORM
 
 
 @pytest.mark.parametrize("mode", ["lookup", "draft"])
 def test_greedy_with_speculation_equals_mode_none_under_the_lazy_grammar(qwen, fenced, mode):
-    assert answer(qwen, WEATHER, mode)[0] == fenced[0]
+    assert answer(qwen, WEATHER, mode) == fenced
 
 
 def test_a_bare_call_ends_as_a_structured_call(qwen):
-    tokens, content, calls = answer(qwen, [BARE_SYSTEM, *WEATHER])
+    tokens, content, calls, fired = answer(qwen, [BARE_SYSTEM, *WEATHER])
     assert qwen.target.detokenize(tokens).startswith("{")
-    assert content is None and calls == [("get_weather", {"city": "Paris"})]
+    assert content is None and calls == [("get_weather", {"city": "Paris"})] and fired == BARE_FORM
     assert answer(qwen, [BARE_SYSTEM, *WEATHER], "lookup")[0] == tokens
 
 
@@ -142,13 +147,13 @@ def test_a_call_begun_with_the_marker_one_token_or_spelled_ends_as_a_structured_
     """``<tool_call>`` is one token of Qwen's vocabulary; here also spelled over four."""
     assert len(qwen.tokenize("<tool_call>", special=False)) == 1
     assert len(qwen.tokenize("".join(begun[:4]), special=False)) == 1
-    _, content, calls = answer(qwen, [{"role": "user", "content": "Show me the file src/app.py"}], begun=begun)
-    assert content is None and len(calls) == 1  # which call is the model's choice (read_file, when one token)
+    _, content, calls, fired = answer(qwen, [{"role": "user", "content": "Show me the file src/app.py"}], begun=begun)
+    assert fired == MARKER_FORM and content is None and len(calls) == 1  # which call: the model's choice
     required = {"read_file": "path", "get_weather": "city"}
     assert all(isinstance(arguments[required[name]], str) for name, arguments in calls)
 
 
 def test_a_fenced_json_answer_naming_no_tool_stays_text(qwen):
     """The 0.5B's answer here is a fenced object named after the file, not a tool: no trigger, text."""
-    tokens, content, calls = answer(qwen, [{"role": "user", "content": "Show me the file src/app.py"}])
-    assert calls == [] and content == qwen.target.detokenize(tokens) and '"name": "src/app.py"' in content
+    tokens, content, calls, fired = answer(qwen, [{"role": "user", "content": "Show me the file src/app.py"}])
+    assert fired is None and calls == [] and content == qwen.target.detokenize(tokens) and '"name": "src/app.py"' in content

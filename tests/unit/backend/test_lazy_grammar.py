@@ -82,6 +82,7 @@ def test_free_text_then_a_marker_spelled_over_several_tokens_starts_the_grammar(
     assert g.allows(ID[">\n"]) and g.allows(ID[">"])
     walk(g, [">\n"])
     assert g.active is not None and g.active.text == "<tool_call>\n"  # fed from the match's start
+    assert g.fired == 0
     assert not g.allows(ID["x"]) and not g.allows(EOG)
     walk(g, ["{", "}"])
     assert g.allows(EOG) and not g.allows(ID["\n"])
@@ -113,13 +114,14 @@ def test_mask_before_the_trigger_forbids_only_the_tokens_that_complete_it_badly(
 
 
 def test_a_start_trigger_fires_only_at_the_start_of_the_output():
-    g = lazy(BARE)
+    g = lazy(MARKER, BARE)
     walk(g, [" ", '{"', "n"])
     assert g.active is not None and g.active.text == '{"n'  # the group's start: the whitespace stays free
+    assert g.fired == 1
     assert g.allows(ID['":1}']) and not g.allows(ID["x"])
-    later = lazy(BARE)
+    later = lazy(MARKER, BARE)
     walk(later, ["hi", " ", '{"', "n", "x"])  # not at the start: free text
-    assert later.active is None
+    assert later.active is None and later.fired is None
 
 
 def test_the_window_slides_over_long_free_text():

@@ -158,17 +158,19 @@ class LazyGrammar:
         self.window = window
         self._tail = b""  # the last ``window`` bytes of the output, until a trigger fires
         self._n = 0  # bytes of output so far, until a trigger fires
-        self._fits: dict[tuple[int, bytes], bool] = {}
+        #: (trigger, start in the tail) -> its grammar past the output from there (None: rejected)
+        self._states: dict[tuple[int, int], Grammar | None] = {}
         #: the grammar of the trigger that fired, None before (and after :meth:`close`)
         self.active: Grammar | None = None
         #: the index of the trigger that fired, None before (kept after :meth:`close`)
         self.fired: int | None = None
 
     # -- before the trigger ------------------------------------------------------------
-    def _match(self, token: int) -> tuple[int, bytes] | None:
-        """(trigger index, text from its start through ``token``) when ``token`` completes a match."""
+    def _match(self, token: int) -> tuple[int, int, bytes] | None:
+        """(trigger index, where its text starts, the window's text through ``token``'s piece) when
+        ``token`` completes a match."""
         text = self._tail + self._piece(token)
-        best: tuple[int, int, bytes] | None = None
+        best: tuple[int, int] | None = None
         for i, trig in enumerate(self.triggers):
             if trig.at_start and self._n > len(self._tail):
                 continue  # the output's start has left the window
@@ -176,9 +178,9 @@ class LazyGrammar:
             if m is None:
                 continue
             start = m.start(1) if m.re.groups else m.start()
-            if best is None or start < best[0]:
-                best = (start, i, text[start:])
-        return None if best is None else (best[1], best[2])
+            if best is None or start < best[1]:
+                best = (i, start)
+        return None if best is None else (*best, text)
 
     def _feed(self, grammar, text: bytes) -> bool:
         """Move ``grammar`` past ``text``; False (the state then spent) when it rejects it."""
@@ -191,19 +193,33 @@ class LazyGrammar:
             grammar.accept(t)
         return True
 
-    def _fits_text(self, i: int, text: bytes) -> bool:
-        key = (i, text)
-        if key not in self._fits:
-            g = self.triggers[i].grammar.clone()
-            try:
-                self._fits[key] = self._feed(g, text)
-            finally:
-                _close(g)
-        return self._fits[key]
+    def _fits(self, token: int, i: int, start: int, text: bytes) -> bool:
+        """Whether trigger ``i``'s grammar takes ``text[start:]``, which ends with ``token``'s piece."""
+        if start < len(self._tail):  # the match began in the output: its grammar past that, then the token
+            key = (i, start)
+            if key not in self._states:
+                g = self.triggers[i].grammar.clone()
+                if not self._feed(g, self._tail[start:]):
+                    _close(g)
+                    g = None
+                self._states[key] = g
+            state = self._states[key]
+            return state is not None and state.allows(token)
+        g = self.triggers[i].grammar.clone()
+        try:
+            return self._feed(g, text[start:])
+        finally:
+            _close(g)
 
     def _allowed_before(self, token: int) -> bool:
         hit = self._match(token)
-        return hit is None or self._fits_text(*hit)
+        return hit is None or self._fits(token, *hit)
+
+    def _forget_states(self) -> None:
+        for g in self._states.values():
+            if g is not None:
+                _close(g)
+        self._states.clear()
 
     # -- the Constraint protocol --------------------------------------------------------
     def allows(self, token: int) -> bool:
@@ -238,21 +254,22 @@ class LazyGrammar:
             self.active.accept(token)
             return
         hit = self._match(token)
+        self._forget_states()
         if hit is None:
             piece = self._piece(token)
             self._tail = (self._tail + piece)[-self.window:]
             self._n += len(piece)
             return
-        i, text = hit
+        i, start, text = hit
         g = self.triggers[i].grammar.clone()
-        if not self._feed(g, text):
+        if not self._feed(g, text[start:]):
             _close(g)
-            raise ValueError(f"token {token} completes a trigger with text its grammar rejects: {text!r}")
+            raise ValueError(f"token {token} completes a trigger with text its grammar rejects: {text[start:]!r}")
         self.active, self.fired = g, i
-        self._fits.clear()
 
     def close(self) -> None:
         """Free the active grammar and the triggers' (idempotent)."""
+        self._forget_states()
         if self.active is not None:
             _close(self.active)
             self.active = None

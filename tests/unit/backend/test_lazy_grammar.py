@@ -15,6 +15,7 @@ from localspec.backend.grammar import LazyGrammar, Trigger
 EOG = 0
 VOCAB = ["", "Sure", " <", "tool", "_call", ">", ">\n", ">x", "<tool_call>", "{", "}", "x", " ", "a<to", "ol_call>",
          "hi", '{"', "n", '":1}', "\n", "<"]
+VOCAB += sorted(set("abcdefghijklmnopqrstuvwxyz_:1") - set(VOCAB))  # every text can be spelled
 ID = {p: i for i, p in enumerate(VOCAB)}
 
 

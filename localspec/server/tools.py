@@ -42,14 +42,10 @@ from __future__ import annotations
 import json
 import re
 import uuid
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from localspec.backend.grammar import LazyGrammar, Trigger, json_schema_grammar
-from localspec.errors import ConfigError
+from localspec.backend.grammar import json_schema_grammar
 from localspec.server.openai_api import ApiError, ResponseShape
 
 
@@ -317,54 +313,16 @@ def lazy_forms(treq: ToolRequest) -> list[tuple[bytes, str, bool]]:
     return forms
 
 
-#: engine -> the token ids whose piece holds a byte that can end a trigger (a vocabulary scan, once)
-_FINALS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def _final_tokens(engine, n_vocab: int, final: bytes) -> np.ndarray:
-    try:
-        cached = _FINALS.get(engine, {})
-    except TypeError:  # not weakly referable
-        cached = {}
-    if final not in cached:
-        cached[final] = np.array([t for t in range(n_vocab)
-                                  if any(b in engine.token_bytes(t) for b in final)], dtype=np.int64)
-        try:
-            _FINALS[engine] = cached
-        except TypeError:
-            pass
-    return cached[final]
-
-
-def _spell(engine, text: bytes) -> list[int] | None:
-    """Tokens whose pieces are ``text``, or None (``text`` ends inside a UTF-8 character, say)."""
-    try:
-        tokens = engine.tokenize(text.decode("utf-8"), special=False)
-    except (UnicodeDecodeError, ConfigError):
-        return None
-    return tokens if b"".join(engine.token_bytes(t) for t in tokens) == text else None
-
-
-def lazy_call_grammar(engine, treq: ToolRequest) -> LazyGrammar:
+def lazy_call_grammar(engine, treq: ToolRequest):
     """The constraint of ``tool_choice`` auto: free text until the answer begins a call in one of
-    :func:`lazy_forms`, that form's grammar from there on (:class:`localspec.backend.grammar.LazyGrammar`).
+    :func:`lazy_forms`, that form's grammar from there on
+    (:meth:`localspec.core.engine.SpeculativeEngine.lazy_grammar`).
 
     Raises:
         ConfigError: llama.cpp cannot parse a grammar.
     """
-    forms = lazy_forms(treq)
-    triggers = []
-    try:
-        for pattern, gbnf, at_start in forms:
-            triggers.append(Trigger(re.compile(pattern), engine.grammar(gbnf, GRAMMAR_ROOT), at_start))
-    except Exception:
-        for t in triggers:
-            t.grammar.close()
-        raise
-    final = bytes(sorted({treq.format.start.encode()[-1], ord('"')}))  # the last byte of every trigger
-    longest = max(len(p) for p, _, _ in forms)  # the patterns' text bounds their matches' length
-    return LazyGrammar(triggers, engine.token_bytes, lambda text: _spell(engine, text),
-                       lambda: _final_tokens(engine, triggers[0].grammar.n_vocab, final), window=256 + longest)
+    ends = bytes(sorted({treq.format.start.encode()[-1], ord('"')}))  # the last byte of every form's trigger
+    return engine.lazy_grammar(lazy_forms(treq), GRAMMAR_ROOT, ends)
 
 
 def tool_constraint(engine, treq: ToolRequest):

@@ -3,7 +3,9 @@
 :class:`Grammar` is the constraint of a constrained generation (the server's tool calls); a
 model makes one (:meth:`localspec.backend.llama.LlamaModel.grammar`, which creates the native
 sampler) and this class masks, checks and advances it through the llama_cpp module the model
-passes in. :func:`json_schema_grammar` imports llama-cpp-python's JSON-schema converter
+passes in. :class:`LazyGrammar` leaves the output free until a text pattern matches it (a tool
+call begun, in any of its forms), then follows a grammar (made by
+:meth:`localspec.backend.llama.LlamaModel.lazy_grammar`). :func:`json_schema_grammar` imports llama-cpp-python's JSON-schema converter
 (``llama_cpp.llama_grammar``, pure Python): with :mod:`localspec.backend.llama` and
 :mod:`localspec.bench.peer`, one of the three modules that import llama_cpp.
 """

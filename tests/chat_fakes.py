@@ -21,6 +21,10 @@ class FakeChatModel(FakeModel):
         super().__init__(**kw)
         self.reply_len = reply_len
 
+    def lazy_grammar(self, forms, root, ends):
+        """No grammar engine on a fake: tool_choice auto's lazy grammar is none, the scripted answers stand."""
+        return None
+
     def logits_after(self, seq):
         logits = np.zeros(N_VOCAB, dtype=np.float32)
         seq = list(seq)

@@ -10,6 +10,7 @@ llama-cpp-python's Jinja formatter).
 from __future__ import annotations
 
 import ctypes
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -17,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from localspec.backend.chat_template import TOKEN_ATTR_SPECIAL
-from localspec.backend.grammar import Grammar
+from localspec.backend.grammar import Grammar, LazyGrammar, Trigger
 from localspec.backend.native import last_error, recent_errors
 from localspec.errors import ConfigError
 
@@ -203,3 +204,41 @@ class Vocabulary:
             raise ConfigError(f"llama.cpp could not parse the grammar{last_error()}",
                               "check the GBNF text and that its root rule exists")
         return Grammar(self._lc, sampler, self.n_vocab)
+
+    def lazy_grammar(self, forms: Sequence[tuple[bytes, str, bool]], root: str, ends: bytes) -> LazyGrammar:
+        """A :class:`LazyGrammar` over this vocabulary: free output until one of ``forms`` matches it.
+
+        ``forms``: (pattern, gbnf, at_start) each, a regular expression over the output's bytes
+        (:class:`Trigger`) and the grammar (start rule ``root``) from its match's start on. ``ends``:
+        every byte a match can end with (the tokens holding one are found once per vocabulary and byte set).
+
+        Raises:
+            ConfigError: llama.cpp cannot parse a grammar.
+        """
+        triggers: list[Trigger] = []
+        try:
+            for pattern, gbnf, at_start in forms:
+                triggers.append(Trigger(re.compile(pattern), self.grammar(gbnf, root), at_start))
+        except Exception:
+            for t in triggers:
+                t.grammar.close()
+            raise
+        window = 256 + max(len(p) for p, _, _ in forms)  # a pattern's text bounds its matches' length
+        return LazyGrammar(triggers, lambda t: self.token_bytes(t, special=True), self._spell,
+                           lambda: self._tokens_holding(ends), window)
+
+    def _spell(self, text: bytes) -> list[int] | None:
+        """Tokens whose (special-rendered) pieces are ``text``, or None (``text`` ends inside a character)."""
+        try:
+            tokens = self.tokenize(text.decode("utf-8"), add_special=False, parse_special=False)
+        except (UnicodeDecodeError, ConfigError):
+            return None
+        return tokens if b"".join(self.token_bytes(t, special=True) for t in tokens) == text else None
+
+    def _tokens_holding(self, ends: bytes) -> np.ndarray:
+        """The ids whose piece holds one of the bytes ``ends``, shape (k,) int64 (a vocabulary scan, cached)."""
+        cache = self.__dict__.setdefault("_holding", {})
+        if ends not in cache:
+            cache[ends] = np.array([t for t in range(self.n_vocab)
+                                    if any(b in self.token_bytes(t, special=True) for b in ends)], dtype=np.int64)
+        return cache[ends]

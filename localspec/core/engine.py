@@ -128,6 +128,8 @@ class Engine(Protocol):
 
     def grammar(self, gbnf: str, root: str = "root", triggers: Sequence[int] = ()) -> Constraint: ...
 
+    def lazy_grammar(self, forms: Sequence[tuple[bytes, str, bool]], root: str, ends: bytes) -> Constraint: ...
+
     def close(self) -> None: ...
 
 
@@ -539,6 +541,22 @@ class SpeculativeEngine:
             ConfigError: llama.cpp cannot parse the grammar.
         """
         return self.target.grammar(gbnf, root, triggers)
+
+    def lazy_grammar(self, forms: Sequence[tuple[bytes, str, bool]], root: str, ends: bytes) -> Constraint:
+        """A fresh lazy grammar over the target's vocabulary (:class:`localspec.backend.grammar.LazyGrammar`):
+        free output until a form's pattern matches it, that form's grammar from the match on.
+
+        Args:
+            forms: (pattern, gbnf, at_start) each: a regular expression over the output's bytes (the
+                grammar starts at its first group, else at the match; ``at_start``: it only matches
+                at the start of the output) and the grammar the output follows from there.
+            root: the grammars' start rule.
+            ends: every byte a pattern's match can end with.
+
+        Raises:
+            ConfigError: llama.cpp cannot parse a grammar.
+        """
+        return self.target.lazy_grammar(forms, root, ends)
 
     def close(self) -> None:
         self.target.close()

@@ -13,10 +13,12 @@ known today; another family is one more entry in :data:`FORMATS`.
 - ``"none"``: the tools are not shown to the model and nothing is parsed (the history may
   still hold earlier calls);
 - ``"auto"`` (the default with tools): the model chooses between text and calls; once it
-  opens a call (writes the format's start marker as its one special token, Qwen's
-  ``<tool_call>``), the same grammar as below applies from there on (a lazy grammar,
-  :func:`tool_constraint`), so an opened call is never malformed. A call written otherwise
-  (a fenced ```json block, or the marker spelled out in several tokens) is not constrained;
+  begins a call, the call's grammar applies from there on (a lazy grammar,
+  :func:`lazy_call_grammar`), so a call begun is never malformed and names a requested tool.
+  A call begins with the format's start marker (Qwen's ``<tool_call>``, one special token or
+  spelled in several: then the grammar below), a fenced ```json block or, at the start of the
+  answer, a bare JSON object, each of these two once its ``"name"`` is a requested tool's
+  (:func:`lazy_forms`); a JSON answer naming no tool stays text;
 - ``"required"`` / ``{"type": "function", "function": {"name": N}}``: the answer must be
   calls: a grammar (:func:`call_grammar`, GBNF made from the tools' JSON Schemas by
   llama-cpp-python's converter) admits only the format's call blocks, each a JSON object
@@ -29,7 +31,8 @@ known today; another family is one more entry in :data:`FORMATS`.
 Parsing (:class:`ToolCallParser`, the same code for streamed and whole answers): text
 outside call blocks is content (whitespace next to a call dropped); a block whose JSON is
 an object with a ``name`` among the request's tools and ``arguments`` an object (or a
-string holding one) becomes a call; any other block stays in the content as written. A
+string holding one) becomes a call, and so does such an object, bare, at the start of the
+answer (its first key ``name``); any other block or object stays in the content as written. A
 call is released only when its block is complete, so a stream never shows half a call,
 nor a call that later fails to parse. ``parallel_tool_calls: false`` keeps the first call.
 """
@@ -218,6 +221,24 @@ def _schema_gbnf(tools: list[dict], any_arguments: bool) -> str:
     return json_schema_grammar(schema, prop_order=["name", "arguments"])
 
 
+def _callable(treq: ToolRequest) -> list[dict]:
+    """The tools a call may name: all of them, or the one ``tool_choice`` names."""
+    return [t for t in treq.tools if treq.name is None or t["function"]["name"] == treq.name]
+
+
+def _calls_body(treq: ToolRequest) -> str:
+    """The converter's rules for one call object ``{"name": ..., "arguments": ...}``, start rule ``root``
+    (any-object arguments when the schemas cannot be read or make too long a grammar)."""
+    tools = _callable(treq)
+    try:
+        body = _schema_gbnf(tools, any_arguments=False)
+        if len(body) > GRAMMAR_MAX_CHARS:
+            raise ValueError("grammar too long")
+    except Exception:  # the converter raises AssertionError, KeyError, ValueError... on schemas it cannot read
+        body = _schema_gbnf(tools, any_arguments=True)
+    return body
+
+
 def call_grammar(treq: ToolRequest) -> str:
     """The GBNF an answer to ``tool_choice`` required or named must follow (start rule :data:`GRAMMAR_ROOT`).
 
@@ -229,27 +250,89 @@ def call_grammar(treq: ToolRequest) -> str:
     """
     fmt = treq.format
     assert fmt is not None and (treq.constrained or treq.choice == "auto")
-    tools = [t for t in treq.tools if treq.name is None or t["function"]["name"] == treq.name]
-    try:
-        body = _schema_gbnf(tools, any_arguments=False)
-        if len(body) > GRAMMAR_MAX_CHARS:
-            raise ValueError("grammar too long")
-    except Exception:  # the converter raises AssertionError, KeyError, ValueError... on schemas it cannot read
-        body = _schema_gbnf(tools, any_arguments=True)
     before, after = (json.dumps(x) for x in fmt.template_block)  # GBNF literals are JSON-escaped strings
     call = f"{before} root {after}"
     more = f" ({json.dumps(fmt.separator)} {call})*" if treq.parallel else ""
-    return f"{GRAMMAR_ROOT} ::= {call}{more}\n{body}"
+    return f"{GRAMMAR_ROOT} ::= {call}{more}\n{_calls_body(treq)}"
+
+
+# -- the lazy grammar of tool_choice auto ---------------------------------------------------
+#: whitespace inside a call written without the template's marker, in the grammar and in its
+#: trigger alike: llama.cpp's own ``space`` rule (one space, or a newline and an indent), which
+#: admits the pretty-printed JSON small Qwen models write in a fenced block (the converter of
+#: this llama-cpp-python writes ``space ::= " "?``)
+SPACE_GBNF = 'space ::= (" " | "\\n" [ \\t]{0,20})?'
+SPACE_RE = rb"(?: |\n[ \t]{0,20})?"
+#: whitespace around a call's JSON object inside a fenced block, and between two calls
+GAP_GBNF = "[ \\t\\n]{0,8}"
+GAP_RE = rb"[ \t\n]{0,8}"
+
+
+def _loose_body(treq: ToolRequest) -> str:
+    """:func:`_calls_body` with :data:`SPACE_GBNF` as its ``space`` rule."""
+    body = re.sub(r"(?m)^space ::= .*$", lambda _: SPACE_GBNF, _calls_body(treq))
+    return body if SPACE_GBNF in body else f"{body}\n{SPACE_GBNF}"
+
+
+def _call_head(treq: ToolRequest) -> bytes:
+    """A regular expression for the start of a call object up to its name, a tool's:
+    ``{"name": "read_file"``, whitespace as :data:`SPACE_RE`."""
+    names = b"|".join(re.escape(json.dumps(t["function"]["name"]).encode()) for t in _callable(treq))
+    return rb"\{" + SPACE_RE + rb'"name"' + SPACE_RE + b":" + SPACE_RE + b"(?:" + names + b")"
+
+
+def lazy_forms(treq: ToolRequest) -> list[tuple[bytes, str, bool]]:
+    """The forms of a call that start the lazy grammar of ``tool_choice`` auto: (trigger, grammar,
+    at_start) each, the trigger a regular expression over the answer's bytes (the call starts at its
+    first group, else at the match), the grammar GBNF with start rule :data:`GRAMMAR_ROOT` for the
+    calls from there to the end of the answer; in order:
+
+    - the template's marker (Qwen's ``<tool_call>``), as one special token or spelled in several:
+      :func:`call_grammar` from the marker on;
+    - each other block of the format (a fenced ```json block) whose object starts with a requested
+      tool's name, ``{"name": "read_file"``: from the fence on, calls in such blocks;
+    - at the start of the answer, a bare JSON object that starts so: such objects.
+
+    A JSON answer whose ``name`` is not a requested tool (or that has no ``name`` first) triggers
+    nothing and stays text. Whitespace inside the object: :data:`SPACE_RE`.
+    """
+    fmt = treq.format
+    assert fmt is not None
+    head = _call_head(treq)
+    body = _loose_body(treq)
+
+    def calls(one: str) -> str:
+        more = f" ({GAP_GBNF} {one})*" if treq.parallel else ""
+        return f"{GRAMMAR_ROOT} ::= {one}{more}\n{body}"
+
+    forms = [(re.escape(fmt.start.encode()), call_grammar(treq), False)]
+    for start, end in fmt.blocks[1:]:
+        block = f"{json.dumps(start)} {GAP_GBNF} root {GAP_GBNF} {json.dumps(end)}"
+        forms.append((re.escape(start.encode()) + GAP_RE + head, calls(f"({block})"), False))
+    forms.append((rb"\A[ \t\r\n]*(" + head + b")", calls("root"), True))
+    return forms
+
+
+def lazy_call_grammar(engine, treq: ToolRequest):
+    """The constraint of ``tool_choice`` auto: free text until the answer begins a call in one of
+    :func:`lazy_forms`, that form's grammar from there on
+    (:meth:`localspec.core.engine.SpeculativeEngine.lazy_grammar`).
+
+    Raises:
+        ConfigError: llama.cpp cannot parse a grammar.
+    """
+    ends = bytes(sorted({treq.format.start.encode()[-1], ord('"')}))  # the last byte of every form's trigger
+    return engine.lazy_grammar(lazy_forms(treq), GRAMMAR_ROOT, ends)
 
 
 def tool_constraint(engine, treq: ToolRequest):
     """The constraint of a chat answer with tools (:meth:`localspec.core.engine.SpeculativeEngine.grammar`),
     or None.
 
-    ``required`` / named: :func:`call_grammar` from the first token. ``auto``: the same grammar,
-    lazy, triggered by the format's start marker when the vocabulary has it as one token (the
-    grammar starts with that marker, and a call then runs to its end marker; afterwards only more
-    calls or the end of the answer); None when it does not, or without tools.
+    ``required`` / named: :func:`call_grammar` from the first token. ``auto``: the lazy grammar of
+    :func:`lazy_call_grammar` (a call begun in any of :func:`lazy_forms` is constrained from its
+    start, so it parses and names a requested tool with arguments that follow its schema). None
+    without tools.
     """
     if treq.format is None or not treq.tools:
         return None
@@ -257,10 +340,7 @@ def tool_constraint(engine, treq: ToolRequest):
         return engine.grammar(call_grammar(treq), GRAMMAR_ROOT)
     if treq.choice != "auto":
         return None
-    start = _special_tokens(engine, treq.format.start)
-    if len(start) != 1:
-        return None
-    return engine.grammar(call_grammar(treq), GRAMMAR_ROOT, triggers=start)
+    return lazy_call_grammar(engine, treq)
 
 
 # -- the answer -----------------------------------------------------------------------------
@@ -274,6 +354,26 @@ class ToolCall:
 
     def message_dict(self) -> dict:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+#: the start of a bare call object, up to its name (whitespace as JSON allows it)
+_BARE_HEAD = re.compile(r'\{[ \t\r\n]*"name"[ \t\r\n]*:[ \t\r\n]*"((?:[^"\\]|\\.)*)"')
+
+
+def _could_begin_call(text: str, names: set[str]) -> bool:
+    """Whether ``text`` (starting with ``{``) may still grow into ``{"name": "<one of names>"``."""
+    i = 0
+    for lit in ("{", '"name"', ":", '"'):
+        while 0 < i < len(text) and text[i] in " \t\r\n":
+            i += 1
+        n = min(len(lit), len(text) - i)
+        if text[i:i + n] != lit[:n]:
+            return False
+        i += n
+        if i == len(text):
+            return True
+    partial = text[i:]
+    return "\\" in partial or any(name.startswith(partial) for name in names)
 
 
 def _partial_suffix(text: str, tag: str) -> int:
@@ -295,6 +395,10 @@ class ToolCallParser:
         fmt: the template family's call format.
         names: the functions the request offers; a call to another name is not a call.
         parallel: keep every call (True) or only the first.
+
+    Calls come in the format's blocks (anywhere in the answer) or, at the start of the answer
+    (and right after such a call), as bare JSON objects whose first key is ``name``, a requested
+    tool's; a bare object is held until it is whole or can no longer be such a call.
     """
 
     def __init__(self, fmt: ToolFormat, names: tuple[str, ...], parallel: bool = True) -> None:
@@ -307,12 +411,16 @@ class ToolCallParser:
         self._open = fmt.blocks[0]  # the open block's (start, end)
         self._ws_before = ""  # whitespace dropped before the open block (given back if it fails)
         self._after_call = False
+        self._bare = True  # a bare call object may come next (the start of the answer, or after one)
 
     def _call(self, body: str) -> ToolCall | None:
         try:
             obj = json.loads(body, strict=False)  # a raw newline in a string: models write them
         except ValueError:
             return None
+        return self._call_of(obj)
+
+    def _call_of(self, obj: Any) -> ToolCall | None:
         if not isinstance(obj, dict) or obj.get("name") not in self.names:
             return None
         args = obj.get("arguments", obj.get("parameters", {}))
@@ -335,9 +443,30 @@ class ToolCallParser:
             self._after_call = False
             return [raw]
         self._ws_before = ""
+        self._bare = False
+        return self._emit(call)
+
+    def _emit(self, call: ToolCall) -> list:
         self._after_call = True
         self.calls += 1
         return [call] if self.parallel or self.calls == 1 else []
+
+    def _bare_call(self) -> tuple[ToolCall, int] | bool:
+        """At a possible bare call (pending text, less whitespace, starts with ``{``): (the call, where
+        its object ends in the pending text), True to wait for more text, or False: not a call."""
+        lead = len(self._pending) - len(self._pending.lstrip())
+        text = self._pending[lead:]
+        m = _BARE_HEAD.match(text)
+        if m is None:
+            return _could_begin_call(text, self.names)
+        try:
+            if json.loads(f'"{m.group(1)}"', strict=False) not in self.names:
+                return False
+            obj, end = json.JSONDecoder(strict=False).raw_decode(text)
+        except ValueError:
+            return True  # not whole yet (or malformed: released as text at the end)
+        call = self._call_of(obj)
+        return (call, lead + end) if call is not None else False
 
     def feed(self, text: str) -> list:
         """Take the next piece of output; return what can be released now."""
@@ -362,6 +491,18 @@ class ToolCallParser:
                     self._pending = ""
                     break
                 self._pending = stripped
+            if self._bare:
+                if not self._pending.strip():
+                    break
+                bare = self._pending.lstrip().startswith("{") and self._bare_call()
+                if bare is True:
+                    break
+                if bare:
+                    call, end = bare
+                    out += self._emit(call)
+                    self._pending = self._pending[end:]
+                    continue
+                self._bare = False
             found = [(i, pair) for pair in self.fmt.blocks if (i := self._pending.find(pair[0])) >= 0]
             if found:
                 i, self._open = min(found, key=lambda f: f[0])
@@ -371,6 +512,7 @@ class ToolCallParser:
                 if body:
                     out.append(body)
                     self._after_call = False
+                self._bare = False
                 self._ws_before = before[len(body):]
                 self._block = self._pending[i + len(start):]
                 self._pending = ""

@@ -129,13 +129,16 @@ def test_a_lazy_grammar_leaves_the_text_free_until_its_trigger_then_constrains(t
     assert out["lookup"] == out["none"] and out["draft"] == out["none"]
 
 
-def test_tool_choice_auto_is_not_constrained_without_a_one_token_marker(tiny_engine):
-    """SmolLM2 has no <tool_call> token: the call marker cannot trigger the lazy grammar, so there is none."""
+def test_tool_choice_auto_is_lazy_without_a_one_token_marker_too(tiny_engine):
+    """SmolLM2 has no <tool_call> token: the marker spelled in several tokens triggers the lazy grammar
+    (issue 45; every form: tests/integration/test_tool_call_forms.py)."""
+    from localspec.backend.grammar import LazyGrammar
     from localspec.server.tools import FORMATS, ToolRequest, tool_constraint
 
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
     treq = ToolRequest(tools=tools, names=("f",), choice="auto", format=FORMATS["hermes"])
-    assert tool_constraint(tiny_engine, treq) is None
+    assert len(tiny_engine.tokenize("<tool_call>", special=False)) > 1
+    assert isinstance(tool_constraint(tiny_engine, treq), LazyGrammar)
     required = ToolRequest(tools=tools, names=("f",), choice="required", format=FORMATS["hermes"])
     assert tool_constraint(tiny_engine, required) is not None
 

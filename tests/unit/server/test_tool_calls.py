@@ -44,6 +44,18 @@ CASES = [
     ('<tool_call>\n{"name": "read_file", "argu', '<tool_call>\n{"name": "read_file", "argu', []),
     ("a <tool_ b", "a <tool_ b", []),
     ("x < y and `a` ```", "x < y and `a` ```", []),
+    # a bare JSON object at the start of the answer whose name is a requested tool: a call (two, one a line)
+    ('{"name": "read_file", "arguments": {"path": "a.py"}}', None, [("read_file", '{"path": "a.py"}')]),
+    ('\n{\n  "name": "get_weather",\n  "arguments": {"city": "Paris"}\n}\n{"name": "read_file", "arguments": {}}',
+     None, [("get_weather", '{"city": "Paris"}'), ("read_file", "{}")]),
+    ('{"name":"read_file","parameters":{"path":"a.py"}} Done.', "Done.", [("read_file", '{"path": "a.py"}')]),
+    # a JSON answer that names no tool, or not first, or that is not at the start, or cut off: text
+    ('{"name": "John", "age": 30}', '{"name": "John", "age": 30}', []),
+    ('{"name": "read_file_2", "arguments": {}}', '{"name": "read_file_2", "arguments": {}}', []),
+    ('{"answer": 42, "name": "read_file"}', '{"answer": 42, "name": "read_file"}', []),
+    ('Sure: {"name": "read_file", "arguments": {}}', 'Sure: {"name": "read_file", "arguments": {}}', []),
+    ('{"name": "read_file", "arguments": {"pa', '{"name": "read_file", "arguments": {"pa', []),
+    ('{"name": "read_file", "arguments": [1]}', '{"name": "read_file", "arguments": [1]}', []),
 ]
 
 
@@ -85,6 +97,16 @@ def test_no_half_call_is_released_before_its_end():
     assert parser.feed('_call>\n{"name": "read_file", "arguments": {"path"') == []
     items = parser.feed(': "a.py"}}\n</tool_call>')
     assert [(c.name, c.arguments) for c in items] == [("read_file", '{"path": "a.py"}')]
+
+
+def test_a_bare_object_is_held_only_while_it_may_be_a_call():
+    parser = ToolCallParser(HERMES, NAMES)
+    assert parser.feed('  {"na') == [] and parser.feed('me": "read') == []
+    assert parser.feed('_file", "arguments": {"path": "a.py"}') == []
+    assert [(c.name, c.arguments) for c in parser.feed("}")] == [("read_file", '{"path": "a.py"}')]
+    text = ToolCallParser(HERMES, NAMES)
+    assert text.feed('{"name": "wr') == ['{"name": "wr']  # no tool starts so: released at once
+    assert ToolCallParser(HERMES, NAMES).feed('{"age"') == ['{"age"']
 
 
 def test_parallel_false_keeps_the_first_call():
@@ -132,24 +154,30 @@ class GrammarRecorder:
         self.asked.append((gbnf, root, tuple(triggers)))
         return object()
 
+    def lazy_grammar(self, forms, root: str, ends: bytes):
+        self.asked.append((tuple(forms), root, ends))
+        return object()
 
-@pytest.mark.parametrize("choice, one_token, triggers", [
-    ("auto", True, (7,)),        # lazy: the grammar from the model's own <tool_call> on
-    ("auto", False, None),       # no one-token marker: nothing to trigger on, no grammar
-    ("required", True, ()),      # from the first token
-    ("required", False, ()),
-    ("read_file", True, ()),
+
+@pytest.mark.parametrize("choice, one_token", [
+    ("auto", True),        # lazy: the grammars of the call forms, from the model's marker (one token or not) on
+    ("auto", False),
+    ("required", True),    # from the first token
+    ("required", False),
+    ("read_file", True),
 ])
-def test_tool_constraint_per_choice(choice, one_token, triggers):
-    from localspec.server.tools import GRAMMAR_ROOT, call_grammar, tool_constraint
+def test_tool_constraint_per_choice(choice, one_token):
+    from localspec.server.tools import GRAMMAR_ROOT, call_grammar, lazy_forms, tool_constraint
 
     engine = GrammarRecorder(one_token)
     treq = _constrained(choice)
     got = tool_constraint(engine, treq)
-    if triggers is None:
-        assert got is None and not engine.asked
+    if choice == "auto":
+        forms = tuple(lazy_forms(treq))
+        assert got is not None and engine.asked == [(forms, GRAMMAR_ROOT, b'">')]
+        assert forms[0] == (b"<tool_call>", call_grammar(treq), False)  # the marker, one token or spelled
     else:
-        assert got is not None and engine.asked == [(call_grammar(treq), GRAMMAR_ROOT, triggers)]
+        assert got is not None and engine.asked == [(call_grammar(treq), GRAMMAR_ROOT, ())]
 
 
 def test_call_grammar_follows_the_schema_and_falls_back_to_any_object():

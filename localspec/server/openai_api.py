@@ -32,7 +32,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationE
 from pydantic_core import PydanticCustomError
 
 from localspec.app.fim import FimInput
-from localspec.config import (AUTO_DRAFT_MAX, DraftMode, DraftParams, SamplingParams, check_stop, invalid_values,
+from localspec.config import (AUTO_DRAFT_MAX, DraftMode, DraftParams, SamplingParams, check_stop,
                               request_field, user_error)
 from localspec.core.events import DrafterId, EndReason, GenerationStats, RoundStats, TokenEvent, drafter_tallies
 from localspec.server.errors import ApiError, translate

@@ -40,7 +40,7 @@ import json
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from localspec.backend.grammar import json_schema_grammar
 from localspec.server.errors import ApiError

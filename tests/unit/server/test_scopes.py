@@ -9,18 +9,16 @@ import ctypes
 import json
 
 import pytest
-from fastapi.testclient import TestClient
 
 from fakes import FakeModel
+from fake_server import app_client
 from localspec.backend.prompt_store import PromptStore
-from localspec.config import DraftParams, GenerationParams, ModelSettings, SamplingParams, ServerSettings, Settings
+from localspec.config import DraftParams, GenerationParams, SamplingParams, ServerSettings
 from localspec.core.drafters import DraftMemories
 from localspec.core.engine import SpeculativeEngine
 from localspec.core.prefix_cache import PrefixCache
-from localspec.server import create_app
 from localspec.server.scopes import key_scope, matching_key, scope_id
 
-SETTINGS = Settings(target=ModelSettings(model="fake.gguf"), drafting=DraftParams(mode="lookup"))
 PRE, SUF, MID = 30, 31, 32
 
 
@@ -179,9 +177,9 @@ def without_timing(value):
     return value
 
 
-def app_client():
-    return TestClient(create_app(SpeculativeEngine(FimFakeModel(n_ctx=512), None), SETTINGS,
-                                 ServerSettings(api_key=("key-a", "key-b"))))
+def two_keys():
+    """A TestClient of the app over :class:`FimFakeModel` (512 tokens) with two API keys."""
+    return app_client(FimFakeModel(n_ctx=512), ServerSettings(api_key=("key-a", "key-b")))
 
 
 def probes(c, key, salt=None):
@@ -208,9 +206,9 @@ def probes(c, key, salt=None):
                                                (("key-a", "alice"), ("key-a", "bob")),
                                                (("key-a", None), ("key-a", "bob"))])
 def test_what_one_scope_sent_shows_nowhere_in_another_scopes_answers(speaker, listener):
-    with app_client() as fresh:
+    with two_keys() as fresh:
         expected = probes(fresh, *listener)
-    with app_client() as spoken:
+    with two_keys() as spoken:
         h = {"Authorization": f"Bearer {speaker[0]}"}
         salt = {"cache_salt": speaker[1]} if speaker[1] else {}
         for _ in range(2):
@@ -229,7 +227,7 @@ def test_what_one_scope_sent_shows_nowhere_in_another_scopes_answers(speaker, li
 
 
 def test_a_wrong_key_among_several_is_a_401_and_metrics_show_the_memory():
-    with app_client() as c:
+    with two_keys() as c:
         assert c.post("/v1/completions", json={"prompt": TEXT}, headers={"Authorization": "Bearer key-c"}
                       ).status_code == 401
         assert c.post("/v1/completions", json={"prompt": TEXT}, headers={"Authorization": "Bearer key-b"}
@@ -246,7 +244,7 @@ def test_a_wrong_key_among_several_is_a_401_and_metrics_show_the_memory():
                                         ("/infill", {"input_prefix": "t1", "input_suffix": "t2", "n_predict": 2})])
 @pytest.mark.parametrize("salt", ["", 5, None])
 def test_cache_salt_is_a_non_empty_string_on_every_endpoint(path, base, salt):
-    with app_client() as c:
+    with two_keys() as c:
         r = c.post(path, json=base | {"cache_salt": salt}, headers={"Authorization": "Bearer key-a"})
         if salt is None:
             assert r.status_code == 200, r.text

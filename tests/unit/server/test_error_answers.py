@@ -12,20 +12,17 @@ import json
 import pytest
 
 from chat_fakes import FakeChatModel
+from fakes import WithFimTokens
 from localspec.config import ServerSettings
 from localspec.core.engine import SpeculativeEngine
 from localspec.errors import BackendError, ConfigError, ContextOverflowError, WorkerError
 from localspec.server.errors import ANSWERS, INTERNAL, ApiError, answer_for, translate
 
 KEY = {"Authorization": "Bearer k"}
-PRE, SUF, MID = 30, 31, 32
 
 
-class FimChatModel(FakeChatModel):
+class FimChatModel(WithFimTokens, FakeChatModel):
     """The fake chat model with FIM tokens, so that every endpoint serves it."""
-
-    def fim_tokens(self) -> dict[str, int]:
-        return {"pre": PRE, "suf": SUF, "mid": MID, "pad": -1, "rep": -1, "sep": -1}
 
 
 class FailingGeneration:

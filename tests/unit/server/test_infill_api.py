@@ -7,22 +7,18 @@ import json
 
 import pytest
 
-from fakes import FakeModel, greedy_reference
+from fakes import MID, PRE, SUF, FakeModel, WithFimTokens, greedy_reference
 from fake_server import app_client
 from localspec.core.engine import SpeculativeEngine
 from localspec.server.infill import InfillBody, fim_prompt_tokens
 from localspec.server.openai_api import parse_request
 
-PRE, SUF, MID = 30, 31, 32
 #: plain-text tokens of the text "<|fim_middle|>" (with special parsing it is the MID token)
 MARKER_AS_TEXT = [1, 2, 1]
 
 
-class FimFakeModel(FakeModel):
+class FimFakeModel(WithFimTokens, FakeModel):
     """The fake model with FIM tokens; ``"<|fim_middle|>"`` is its special text for MID."""
-
-    def fim_tokens(self) -> dict[str, int]:
-        return {"pre": PRE, "suf": SUF, "mid": MID, "pad": -1, "rep": -1, "sep": -1}
 
     def tokenize(self, text: str, add_special=None, parse_special: bool = True) -> list[int]:
         out: list[int] = []

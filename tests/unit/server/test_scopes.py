@@ -10,16 +10,16 @@ import json
 
 import pytest
 
-from fakes import FakeModel
+from generation import run
+from fakes import FakeModel, WithFimTokens
 from fake_server import app_client
 from localspec.backend.prompt_store import PromptStore
-from localspec.config import DraftParams, GenerationParams, SamplingParams, ServerSettings
+from localspec.config import ServerSettings
 from localspec.core.drafters import DraftMemories
 from localspec.core.engine import SpeculativeEngine
 from localspec.core.prefix_cache import PrefixCache
 from localspec.server.scopes import key_scope, matching_key, scope_id
 
-PRE, SUF, MID = 30, 31, 32
 
 
 # -- scope ids -----------------------------------------------------------------------------------------
@@ -96,10 +96,8 @@ class SnapshotModel(FakeModel):
 
 
 def _run(eng, prompt, cache_prompt=True):
-    gen = eng.generate(prompt, SamplingParams(), DraftParams(mode="lookup", draft_max=4),
-                       GenerationParams(max_tokens=6), cache_prompt=cache_prompt)
-    list(gen)
-    return gen
+    """The generation of :func:`generation.run` in mode lookup, 6 tokens."""
+    return run(eng, prompt, "lookup", 6, draft_max=4, cache_prompt=cache_prompt)[0]
 
 
 A = [1] + [3, 5] * 30
@@ -152,11 +150,8 @@ def test_keys_repeated_comma_separated_and_from_a_file(tmp_path):
 
 
 # -- through the app -----------------------------------------------------------------------------------
-class FimFakeModel(SnapshotModel):
+class FimFakeModel(WithFimTokens, SnapshotModel):
     """With FIM tokens, and a chat template that joins the messages' words (for chat and Responses)."""
-
-    def fim_tokens(self) -> dict[str, int]:
-        return {"pre": PRE, "suf": SUF, "mid": MID, "pad": -1, "rep": -1, "sep": -1}
 
     def tokenize_chat(self, messages, add_generation_prompt=True, tools=None) -> list[int]:
         return [t for m in messages for t in self.tokenize(m["content"] if isinstance(m["content"], str) else "")]

@@ -12,7 +12,7 @@ import pytest
 
 from chat_fakes import SEP, FakeChatModel
 from fakes import EOG, TEXTS
-from localspec.server.openai_api import ApiError
+from localspec.server.errors import ApiError
 from localspec.server.responses import ResponsesBody, ResponsesShape, _renamed, generation_request, input_messages
 
 CALL_START, CALL_END = 30, 31
@@ -305,7 +305,6 @@ def test_an_error_the_chat_checks_find_names_the_input_item_it_came_from(served,
 def test_a_chat_checks_message_index_is_mapped_back_to_the_responses_field():
     """The chat checks name ``messages[k]``; instructions come first and function_call items join the
     assistant message before them, so k is not the item's index in ``input``: the origins map it."""
-    from localspec.server.openai_api import ApiError
     from localspec.server.responses import _renamed, input_messages
 
     origins = []

@@ -5,7 +5,7 @@ Loads the model twice in this process (``LlamaModel(repack=True)`` and ``repack=
 context into both, then times ``llama_decode`` of k tokens after it for each ``--sizes`` k, the two
 layouts alternating, and prints the medians and their ratio: the passes where repacking pays (short:
 decoding, verification) and where it does not (long: reading a prompt). This is what the repack
-probe's choice and ``--prefill-copy`` rest on (README, "Weight repacking").
+probe's choice and ``--prefill-copy`` rest on (docs/machines.md, "Weight repacking").
 
 Usage::
 

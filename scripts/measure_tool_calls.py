@@ -1,7 +1,7 @@
 """How often a running ``localspec serve`` answers with a valid tool call, per ``tool_choice``, and
 what speculation accepts on tool calls.
 
-For README's figures on ``tool_choice`` (auto / required / named: calls, malformed or other
+For docs/server.md's figures on ``tool_choice`` (auto / required / named: calls, malformed or other
 answers) and on acceptance with tools. Greedy; every prompt asks for something one of the
 tools does, so a good answer is a call::
 

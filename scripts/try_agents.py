@@ -18,11 +18,12 @@ What runs, each in a fresh temporary folder (a git repository holding ``hello.py
   and not, with the ``speculation`` figures of every step;
 - LiteLLM (``--litellm-python``): a completion with a tool, and a prompt over the context
   window, which LiteLLM must raise as ``ContextWindowExceededError``;
-- aider (``--aider``): one edit with ``--message`` in each of ``--aider-formats`` (whole, diff) (the README's command plus a
-  ``.aider.model.metadata.json`` giving the context size); prints the file afterwards;
+- aider (``--aider``): one edit with ``--message`` in each of ``--aider-formats`` (whole, diff)
+  (docs/clients.md's command plus a ``.aider.model.metadata.json`` giving the context size);
+  prints the file afterwards;
 - Continue (``--cn``): ``cn -p "Say hello"`` and a prompt that needs its Read tool (the answer
-  must name the function in ``hello.py``), with the README's ``config.yaml`` in a temporary HOME;
-- Codex (``--codex``): ``codex exec`` creating a file, with the README's ``config.toml``;
+  must name the function in ``hello.py``), with docs/clients.md's ``config.yaml`` in a temporary HOME;
+- Codex (``--codex``): ``codex exec`` creating a file, with docs/clients.md's ``config.toml``;
 - Qwen Code (``--qwen``, e.g. ``npm install --prefix /tmp/qwen @qwen-code/qwen-code``): ``qwen -p
   "Say hello"`` and a task that needs its read_file tool, each with its wall time and the server's
   prompt tokens sent / cached / read (``/metrics``), for measuring the prompt cache before and after;
@@ -226,7 +227,7 @@ QWEN_TASK = "Read hello.py and tell me the name of the function defined in it."
 
 
 def try_codex(codex: str, base_url: str, model: str) -> bool:
-    """``codex exec`` on a small task, with the README's config.toml in a temporary CODEX_HOME."""
+    """``codex exec`` on a small task, with docs/clients.md's config.toml in a temporary CODEX_HOME."""
     version = subprocess.run([codex, "--version"], text=True, capture_output=True).stdout.strip()
     section(f"Codex CLI (@openai/codex) {version}")
     d = workdir()
@@ -315,7 +316,7 @@ def qwen_log_lines(log_dir: Path, seen: set[str]) -> list[str]:
 def try_qwen(qwen: str, base_url: str, api_key: str, model: str, tool_call_style: str = "",
              log_dir: Path | None = None, task: str = QWEN_TASK) -> bool:
     """``qwen -p`` (Qwen Code, headless): "Say hello", then a task that needs its read_file tool, with
-    --yolo; nothing but the README's configuration (no max-tokens or idle-timeout overrides: the server
+    --yolo; nothing but docs/clients.md's configuration (no max-tokens or idle-timeout overrides: the server
     caps max_tokens at the room left and keeps the stream alive while it reads the prompt). Prints each
     task's wall time and what the server read: prompt tokens sent, cached, read (``/metrics``).
 

@@ -45,7 +45,7 @@ RPC_CONN_CAPS_SIZE = 24
 CONNECT_TIMEOUT = 5.0
 #: ggml's device type of a CPU (``GGML_BACKEND_DEVICE_TYPE_CPU``)
 _DEVICE_CPU = 0
-#: the build hint for a llama-cpp-python without the RPC backend (README, "More than one machine")
+#: the build hint for a llama-cpp-python without the RPC backend (docs/machines.md, "More than one machine")
 REBUILD_HINT = ('rebuild llama-cpp-python with the RPC backend: CMAKE_ARGS="-DGGML_RPC=ON" pip install '
                 '--force-reinstall --no-deps --no-cache-dir llama-cpp-python==0.3.36')
 

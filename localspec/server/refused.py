@@ -2,7 +2,7 @@
 
 Every endpoint's body check reads :data:`REFUSED_FIELDS` (through :func:`refused_field`): a field in
 the table, sent with a value other than its no-op one, is a 400 with code ``unsupported_parameter``
-naming the field, its message ``"<field>: <why>"``. The README's table of refused fields is
+naming the field, its message ``"<field>: <why>"``. docs/server.md's table of refused fields is
 :func:`markdown_table` of this one (tests/unit/server/test_refused_fields.py keeps them equal).
 
 Not in this table, because they are refusals of a value's shape rather than of a field: message
@@ -33,7 +33,7 @@ class RefusedField:
     Attributes:
         name: the field's name in the request body (top level).
         endpoints: the routes that refuse it (e.g. ``("/v1/chat/completions", "/v1/completions")``).
-        accepted: the values still accepted, in words (its no-op values), for the README.
+        accepted: the values still accepted, in words (its no-op values), for docs/server.md.
         why: the reason and what to do instead; the error message is ``f"{name}: {why}"``.
         refused: ``refused(value) -> bool``: whether a sent value is one we cannot honour
             (absent and null are never refused).
@@ -125,7 +125,7 @@ def refused_field(endpoint: str, body: dict) -> tuple[str, str] | None:
 
 
 def markdown_table() -> str:
-    """The README's table of refused fields: one row per field and reason (endpoints joined)."""
+    """docs/server.md's table of refused fields: one row per field and reason (endpoints joined)."""
     rows = ["| field | endpoints | accepted values | why |", "|---|---|---|---|"]
     for f in REFUSED_FIELDS:
         accepted = f"`{f.accepted}`" if f.accepted else "none"

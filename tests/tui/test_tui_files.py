@@ -130,7 +130,7 @@ def test_new_files_follow_the_umask(tmp_path, umask):
 
 def test_edit_of_a_missing_file_fails_at_the_command_line(tmp_path, monkeypatch, capsys):
     """Issue 23 item 15: `localspec edit nope.py` prints error:/hint: and exits 2 (a file of the user's
-    to fix, as README's table says and `generate --file` does); the UI is not opened."""
+    to fix, as docs/troubleshooting.md's table says and `generate --file` does); the UI is not opened."""
     from localspec.tui import app as tui_app
     from localspec.cli import main
 

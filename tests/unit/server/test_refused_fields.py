@@ -1,5 +1,5 @@
 """The one table of refused request fields (issue 32, item 7): every endpoint refuses from it, and
-the README lists exactly it."""
+docs/server.md lists exactly it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from localspec.server.refused import REFUSED_FIELDS, markdown_table, refused_field
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+SERVER_DOC = Path(__file__).resolve().parents[3] / "docs" / "server.md"
 #: a body each endpoint accepts, to which one refused field is added
 MINIMAL = {"/v1/chat/completions": {"messages": [{"role": "user", "content": "t3"}], "max_tokens": 2},
            "/v1/completions": {"prompt": "t3", "max_tokens": 2},
@@ -19,12 +19,12 @@ MINIMAL = {"/v1/chat/completions": {"messages": [{"role": "user", "content": "t3
 CASES = [(f, e) for f in REFUSED_FIELDS for e in f.endpoints]
 
 
-def test_the_readme_lists_the_table_the_server_refuses_from():
-    text = README.read_text()
+def test_docs_server_lists_the_table_the_server_refuses_from():
+    text = SERVER_DOC.read_text()
     found = re.search(r"<!-- refused-fields:start -->\n(.*?)<!-- refused-fields:end -->", text, re.S)
-    assert found, "README.md lost its refused-fields markers"
+    assert found, "docs/server.md lost its refused-fields markers"
     assert found.group(1).strip() == markdown_table(), (
-        "README.md's refused-fields table differs from localspec/server/refused.py: paste "
+        "docs/server.md's refused-fields table differs from localspec/server/refused.py: paste "
         "`python -c 'from localspec.server.refused import markdown_table; print(markdown_table())'` between the markers")
 
 

@@ -175,7 +175,7 @@ except ImportError:  # older FastAPI: app.routes holds every route
 
 #: the routes answered without the API key, and why: a liveness probe (a load balancer, a supervisor, the
 #: ``localspec serve`` wrapper's own wait for the server) carries no key and learns nothing but busy/idle; the
-#: OpenAPI document holds the request schemas, which are public (the README's), not the served model or data
+#: OpenAPI document holds the request schemas, which are public (docs/server.md's), not the served model or data
 PUBLIC_ROUTES = {"/health", "/openapi.json"}
 
 

@@ -120,6 +120,33 @@ def pair_engine(engines, pair_paths):
     return engines.get(pair_paths[0], pair_paths[1], n_ctx=2048, n_batch=512)
 
 
+@pytest.fixture(scope="module")
+def client(request):
+    """A client of the test module's server, the one fixture every server test talks through; the module's
+    names say which server:
+
+    - ``SERVE`` (tests/integration): the flags added to :func:`helpers.tiny_lookup_process`'s: an ``openai``
+      client (:func:`helpers.openai_client`) of the fixture ``server``, with the module's ``KEY``;
+    - else (tests/unit/server): Starlette's TestClient (:func:`fake_server.app_client`) of the app over the
+      fake target ``MODEL()`` (default :class:`chat_fakes.FakeChatModel`) with the module's ``SERVER``
+      settings (default: the defaults), in its engine class ``ENGINE`` (default
+      :class:`~localspec.core.engine.SpeculativeEngine`)."""
+    module = request.module
+    if hasattr(module, "SERVE"):
+        from helpers import openai_client
+
+        yield openai_client(request.getfixturevalue("server").base_url, module.KEY)
+        return
+    from chat_fakes import FakeChatModel
+    from fake_server import app_client
+
+    from localspec.core.engine import SpeculativeEngine
+
+    with app_client(getattr(module, "MODEL", FakeChatModel)(), getattr(module, "SERVER", None),
+                    getattr(module, "ENGINE", SpeculativeEngine)) as c:
+        yield c
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         for name in getattr(item, "fixturenames", ()):

@@ -97,6 +97,18 @@ class FakeModel:
         pass
 
 
+#: the fill-in-the-middle tokens of :class:`WithFimTokens` (prefix, suffix, middle)
+PRE, SUF, MID = 30, 31, 32
+
+
+class WithFimTokens:
+    """A fake model with fill-in-the-middle tokens, mixed in first: ``class M(WithFimTokens, FakeModel)``
+    (the plain fake has none, as SmolLM2)."""
+
+    def fim_tokens(self) -> dict[str, int]:
+        return {"pre": PRE, "suf": SUF, "mid": MID, "pad": -1, "rep": -1, "sep": -1}
+
+
 def greedy_reference(prompt: Sequence[int], n: int, model: FakeModel | None = None) -> list[int]:
     model = model or FakeModel()
     seq = list(prompt)

@@ -47,13 +47,15 @@ from localspec.backend.context import with_prompt_cache_default
 from localspec.config import ServerSettings, Settings
 from localspec.core.drafters import DraftMemories
 from localspec.core.prefix_cache import PrefixCache
+from localspec.errors import LocalspecError
 from localspec.backend.calibration import cache_root
 from localspec.backend.prompt_store import FOLDER_NAME, default_disk_bytes, engine_store
 from localspec.server import tools
 from localspec.server.infill import InfillBody, InfillShape, check_fim_model
 from localspec.server.metrics import CONTENT_TYPE_LATEST, ServerMetrics
-from localspec.server.openai_api import (ERROR_RESPONSES, FINISH_REASONS, MAX_JSON_DEPTH, ApiError, ChatCompletionBody, CompletionBody,
-                                         GenerationRequest, ResponseShape, api_error, check_json, speculation, usage)
+from localspec.server.errors import ERROR_RESPONSES, ApiError, is_bug, translate
+from localspec.server.openai_api import (FINISH_REASONS, MAX_JSON_DEPTH, ChatCompletionBody, CompletionBody,
+                                         GenerationRequest, ResponseShape, check_json, speculation, usage)
 from localspec.server.responses import ResponsesBody, ResponsesShape
 from localspec.server.scopes import key_scope, matching_key, scope_id
 from localspec.server.worker import EngineWorker, Failed, Finished, Job, Started, Tokens, drafting_for, sampling_for
@@ -437,31 +439,25 @@ def _last_chunks(s: Served, job: Job, req: GenerationRequest, shape: ResponseSha
     return [*out, "[DONE]"] if getattr(shape, "done_event", True) else out
 
 
-# -- errors as OpenAI's error object ---------------------------------------------------------
-async def _api_error(request: Request, e: ApiError) -> JSONResponse:
-    return _error_response(e)
+# -- errors as OpenAI's error object (localspec.server.errors) -------------------------------
+async def _api_error(request: Request, e: Exception) -> JSONResponse:
+    """Every exception a route lets out (:func:`~localspec.server.errors.translate`): a bug is logged
+    here with its traceback, never sent to the client."""
+    err = translate(e)
+    if isinstance(e, StarletteHTTPException):  # no such route or method: say which
+        hint = ("; cross-origin requests are off: start localspec serve with --cors-origin ORIGIN"
+                if request.method == "OPTIONS" and e.status_code == 405 and not served(request).server.cors_origins
+                else "")
+        err = err.renamed(None, f"{request.method} {request.url.path}: {err.message}{hint}")
+    elif is_bug(e):
+        log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=e)
+    return _error_response(err)
 
 
-async def _invalid_request(request: Request, e: RequestValidationError) -> JSONResponse:
-    return _error_response(api_error(e.errors(), skip=1))  # FastAPI's locations start with "body"
-
-
-async def _http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
-    code = "not_found" if e.status_code == 404 else None
-    hint = ("; cross-origin requests are off: start localspec serve with --cors-origin ORIGIN"
-            if request.method == "OPTIONS" and e.status_code == 405 and not served(request).server.cors_origins
-            else "")
-    return _error_response(ApiError(e.status_code, f"{request.method} {request.url.path}: {e.detail}{hint}",
-                                    None, code))
-
-
-async def _bug(request: Request, e: Exception) -> JSONResponse:
-    log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=e)
-    return _error_response(ApiError(500, "internal server error (see the server log)"))
-
-
-ERROR_HANDLERS = {ApiError: _api_error, RequestValidationError: _invalid_request,
-                  StarletteHTTPException: _http_error, Exception: _bug}
+#: every exception type of the table, so that Starlette hands each to :func:`_api_error` (``Exception``: its
+#: last resort, which also re-raises the exception after the answer, for the server's log)
+ERROR_HANDLERS = dict.fromkeys((ApiError, RequestValidationError, StarletteHTTPException, LocalspecError, Exception),
+                               _api_error)
 
 
 def _openapi(app: FastAPI) -> Callable[[], dict]:

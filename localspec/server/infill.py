@@ -48,8 +48,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from localspec.app.fim import FimInput, check_fim, fim_prompt
 from localspec.config import SamplingParams, check_stop, request_field, user_error
 from localspec.errors import ConfigError
-from localspec.server.openai_api import (CACHE_SALT_FIELD, ApiError, CacheSalt, GenerationRequest, SpeculationFields,
-                                         TokenLogprob, _said)
+from localspec.server.errors import translate
+from localspec.server.openai_api import (CACHE_SALT_FIELD, CacheSalt, GenerationRequest, SpeculationFields, TokenLogprob,
+                                         _said)
 from localspec.server.refused import INFILL, refused_field
 
 
@@ -155,7 +156,7 @@ def check_fim_model(engine, model: str, param: str) -> None:
     try:
         check_fim(engine.fim_tokens(), model)
     except ConfigError as e:
-        raise ApiError(400, f"{e.message}; {e.hint}", param, "fim_unsupported") from None
+        raise translate(e, param, "fim_unsupported") from None
 
 
 def fim_prompt_tokens(engine, req: GenerationRequest, n_predict: int | None = None) -> list[int]:

@@ -1,11 +1,11 @@
-"""OpenAI's request and response shapes: the request bodies as pydantic models, the error object,
-the responses.
+"""OpenAI's request and response shapes: the request bodies as pydantic models and the responses
+(the error object: :mod:`localspec.server.errors`).
 
 The request bodies (:class:`ChatCompletionBody`, :class:`CompletionBody`) are declared once: the
 routes take them, so FastAPI validates a request with them before it is queued and publishes
 them in ``/openapi.json``. A bad value is a 400 with OpenAI's error object naming the parameter
-(:func:`api_error`, from :func:`localspec.config.invalid_values`, the translator the CLI and
-the TUI use); a field's own message is declared beside it (:func:`localspec.config.user_error`).
+(:func:`localspec.server.errors.translate`, from :func:`localspec.config.invalid_values`, the
+translator the CLI and the TUI use); a field's own message is declared beside it (:func:`localspec.config.user_error`).
 Fields that do not change the output (``user``, ``metadata``, ``store``, ...) are accepted and
 ignored; fields we cannot honour (``n`` > 1, ``logit_bias``, ...)
 are refused with a 400 that names them, unless they are sent with their no-op value
@@ -32,58 +32,13 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationE
 from pydantic_core import PydanticCustomError
 
 from localspec.app.fim import FimInput
-from localspec.config import (AUTO_DRAFT_MAX, DraftMode, DraftParams, SamplingParams, check_stop, invalid_values,
+from localspec.config import (AUTO_DRAFT_MAX, DraftMode, DraftParams, SamplingParams, check_stop,
                               request_field, user_error)
 from localspec.core.events import DrafterId, EndReason, GenerationStats, RoundStats, TokenEvent, drafter_tallies
+from localspec.server.errors import ApiError, translate
 from localspec.server.refused import CHAT, COMPLETIONS, refused_field
-
-#: ``error.type`` per HTTP status, as OpenAI names them
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
-               405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
-               500: "server_error", 503: "server_error"}
-
-
-class ApiError(Exception):
-    """An error answered with OpenAI's error object ``{"error": {message, type, param, code}}``.
-
-    Attributes:
-        status: HTTP status code.
-        message: one sentence for the client.
-        param: the request parameter at fault (``"messages[1].content"``), or None.
-        code: a short machine-readable code, or None.
-        headers: extra response headers (``Retry-After``).
-    """
-
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.param = param
-        self.code = code
-        self.headers = headers or {}
-
-    def body(self) -> dict:
-        return {"error": {"message": self.message, "type": ERROR_TYPES.get(self.status, "invalid_request_error"),
-                          "param": self.param, "code": self.code}}
-
-
-class ErrorObject(BaseModel):
-    message: str
-    type: str
-    param: str | None
-    code: str | None
-
-
-class ErrorBody(BaseModel):
-    """OpenAI's error object, the body of every 4xx and 5xx answer (:meth:`ApiError.body`)."""
-
-    error: ErrorObject
-
-
-#: the error answers as ``/openapi.json`` documents them (instead of FastAPI's 422)
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {"4XX": {"model": ErrorBody, "description": "OpenAI's error object"}}
-
+from localspec.server.structured import response_grammar
+from localspec.server.tools import tool_request
 
 #: the deepest nesting of arrays and objects a request body may have (OpenAI's request bodies
 #: nest less than 10 levels; a tool's JSON schema may add some)
@@ -578,8 +533,6 @@ class SamplingFields(BaseModel):
         Raises:
             ApiError: 400 for a ``response_format`` the grammar cannot express (naming the part).
         """
-        from localspec.server.structured import response_grammar  # structured imports this module
-
         return GenerationRequest(
             kind=kind, stop=(self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ()),
             stream=bool(self.stream), include_usage=bool(self.stream_options and self.stream_options.include_usage),
@@ -594,7 +547,7 @@ class SamplingFields(BaseModel):
 
 class ChatCompletionBody(SamplingFields):
     """``POST /v1/chat/completions``: the request body, validated and documented in ``/openapi.json``
-    (an error names the parameter at fault: :func:`api_error`)."""
+    (an error names the parameter at fault: :func:`~localspec.server.errors.translate`)."""
 
     absent_as_null: ClassVar[tuple[str, ...]] = ("messages",)
     messages: Annotated[list[ChatMessage], BeforeValidator(_nonempty_array)] = Field(min_length=1)
@@ -641,8 +594,6 @@ class ChatCompletionBody(SamplingFields):
     def request(self, kind: Literal["chat", "completion"] = "chat") -> "GenerationRequest":
         """The checked request (:class:`GenerationRequest`), its tool fields as a
         :class:`~localspec.server.tools.ToolRequest` (None without tools in the request or its history)."""
-        from localspec.server.tools import tool_request  # tools imports this module
-
         req = super().request("chat")
         req.messages = [m.template_message() for m in self.messages]
         req.prediction = joined(self.prediction.content) or None if self.prediction else None
@@ -706,14 +657,6 @@ class CompletionBody(SamplingFields):
 BODIES: dict[str, type[SamplingFields]] = {"chat": ChatCompletionBody, "completion": CompletionBody}
 
 
-def api_error(err: ValidationError | Sequence[dict], skip: int = 0) -> ApiError:
-    """A request's validation error (pydantic's, or FastAPI's ``RequestValidationError.errors()`` with
-    ``skip=1`` for its ``"body"``) as OpenAI's error object: 400 naming the first parameter at fault
-    (:func:`localspec.config.invalid_values`, the translator the CLI and the TUI use)."""
-    first = invalid_values(err, skip)[0]
-    return ApiError(400, first.line(whole="the body"), first.path or None, first.code)
-
-
 def parse_request(body: Any, kind: Literal["chat", "completion"]) -> GenerationRequest:
     """Validate a decoded JSON body with its declared model (:data:`BODIES`) and turn it into a
     :class:`GenerationRequest`.
@@ -724,7 +667,7 @@ def parse_request(body: Any, kind: Literal["chat", "completion"]) -> GenerationR
     try:
         return BODIES[kind].model_validate(body).request(kind)
     except ValidationError as e:
-        raise api_error(e) from None
+        raise translate(e) from None
 
 
 # -- responses ----------------------------------------------------------------------------

@@ -57,7 +57,8 @@ from typing import Annotated, Any, AsyncIterator
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
-from localspec.server.openai_api import ApiError, ChatCompletionBody, GenerationRequest, api_error
+from localspec.server.errors import ApiError, translate
+from localspec.server.openai_api import ChatCompletionBody, GenerationRequest
 from localspec.server.refused import INCLUDE_IGNORED, RESPONSES, refused_field
 
 FORMAT_SHAPE = ('text.format must be {"type": "text"}, {"type": "json_object"} or {"type": "json_schema", '
@@ -341,7 +342,7 @@ def _renamed(e: ApiError, origins: list[str], calls: dict[str, str] | None = Non
     tool = param.startswith("tools[") and ".function." in param
     if tool:
         param, message = param.replace(".function.", "."), message.replace("function.", "")
-    return ApiError(e.status, message, param or None, e.code, e.headers)
+    return e.renamed(param or None, message)
 
 
 def generation_request(body: ResponsesBody, origins: list[str] | None = None,
@@ -358,10 +359,8 @@ def generation_request(body: ResponsesBody, origins: list[str] | None = None,
     chat = chat_body(body, origins, calls)
     try:
         req = ChatCompletionBody.model_validate(chat).request("chat")
-    except ValidationError as e:
-        raise _renamed(api_error(e), origins, calls) from None
-    except ApiError as e:
-        raise _renamed(e, origins, calls) from None
+    except (ValidationError, ApiError) as e:
+        raise _renamed(translate(e), origins, calls) from None
     req.include_usage = True
     return req
 
@@ -529,7 +528,7 @@ class ResponsesShape:
 
     async def events(self, chunks: AsyncIterator[Any]) -> AsyncIterator[dict]:
         """The Responses events of a chat stream: ``chunks`` yields chat chunk dicts, then ``"[DONE]"``
-        (or an :class:`~localspec.server.openai_api.ApiError`, which ends the stream with an ``error`` event)."""
+        (or an :class:`~localspec.server.errors.ApiError`, which ends the stream with an ``error`` event)."""
         yield self._event("response.created", response=self.response("in_progress"))
         yield self._event("response.in_progress", response=self.response("in_progress"))
         final: dict = {}

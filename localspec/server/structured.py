@@ -30,7 +30,7 @@ import re
 from typing import Any
 
 from localspec.backend.grammar import json_schema_grammar
-from localspec.server.openai_api import ApiError
+from localspec.server.errors import ApiError
 
 #: the parameter path of the schema in errors
 SCHEMA_PARAM = "response_format.json_schema.schema"

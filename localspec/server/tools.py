@@ -43,10 +43,13 @@ import json
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from localspec.backend.grammar import json_schema_grammar
-from localspec.server.openai_api import ApiError, ResponseShape
+from localspec.server.errors import ApiError
+
+if TYPE_CHECKING:  # the shapes' module imports this one (its chat body reads the tool fields)
+    from localspec.server.openai_api import ResponseShape
 
 
 @dataclass(frozen=True)

@@ -35,24 +35,19 @@ from typing import Callable
 
 from pydantic import ValidationError
 
-from localspec.config import (DraftParams, GenerationParams, SamplingParams, Settings, context_room, fits_context,
-                              format_validation_error, invalid_values)
+from localspec.config import DraftParams, GenerationParams, SamplingParams, Settings, context_room, fits_context
 from localspec.core.drafters import DraftMemories
 from localspec.core.engine import Generation
-from localspec.errors import BackendError, LocalspecError, WorkerError
+from localspec.errors import LocalspecError, WorkerError
 from localspec.core.events import RoundStats, TokenEvent
 from localspec.backend.load import machine_is_quiet
 from localspec.app.loader import reload_lost_target
-from localspec.server.openai_api import ApiError, GenerationRequest, TokenLogprob, token_logprobs
+from localspec.server.errors import ApiError, is_bug, translate
+from localspec.server.openai_api import GenerationRequest, TokenLogprob, token_logprobs
 from localspec.server.infill import fim_prompt_tokens
 from localspec.server.tools import prompt_tokens, tool_constraint
 
 log = logging.getLogger("localspec.server")
-
-
-def worker_unavailable(e: WorkerError) -> ApiError:
-    """An RPC worker is down or was lost: a 503 that names it; the next request tries to load again."""
-    return ApiError(503, e.message + (f" ({e.hint})" if e.hint else ""), None, "worker_unavailable")
 
 
 @dataclass
@@ -200,7 +195,7 @@ def sampling_for(settings: Settings, req: GenerationRequest) -> SamplingParams:
     try:
         return SamplingParams(**(settings.sampling.model_dump() | req.sampling))
     except ValidationError as e:
-        raise ApiError(400, format_validation_error(e), invalid_values(e)[0].path or None) from None
+        raise translate(e) from None
 
 
 def drafting_for(settings: Settings, req: GenerationRequest, has_draft_model: bool = True) -> DraftParams:
@@ -220,9 +215,8 @@ def drafting_for(settings: Settings, req: GenerationRequest, has_draft_model: bo
                             "(use auto, lookup or none)", "speculation.mode")
     try:
         return DraftParams(**(settings.drafting.model_dump() | over))
-    except ValidationError as e:
-        param = "speculation.draft_max" if "draft_max" in over else "speculation.mode"
-        raise ApiError(400, f"speculation: {format_validation_error(e)}", param) from None
+    except ValidationError as e:  # a check across the fields: named by the field the request sent
+        raise translate(e, "speculation.draft_max" if "draft_max" in over else "speculation.mode") from None
 
 
 class EngineWorker:
@@ -445,17 +439,10 @@ class EngineWorker:
             else:
                 kept = self.engine.set_aside()
             return self._run(job)
-        except ApiError as e:
-            return Failed(e), None
-        except WorkerError as e:
-            return Failed(worker_unavailable(e)), None
-        except LocalspecError as e:
-            status = 500 if isinstance(e, BackendError) else 400
-            return Failed(ApiError(status, e.message + (f" ({e.hint})" if e.hint else ""),
-                                   job.request.prompt_param if status == 400 else None)), None
-        except Exception:  # a bug: logged here with its traceback, never sent to the client
-            log.exception("request %d failed", job.arrival)
-            return Failed(ApiError(500, "internal server error (see the server log)")), None
+        except Exception as e:  # before the answer starts: its status (localspec.server.errors)
+            if is_bug(e):  # logged here with its traceback, never sent to the client
+                log.exception("request %d failed", job.arrival)
+            return Failed(translate(e, job.request.prompt_param)), None
         finally:
             if kept is not None:
                 self.engine.put_back(kept)
@@ -540,8 +527,8 @@ class EngineWorker:
                 else:
                     job.post(self._tokens(req, pending, ev))
                     pending = []
-        except Exception as e:  # the stream has begun: report the error as its last message
-            if not isinstance(e, LocalspecError):
+        except Exception as e:  # the answer has begun: the error is its last message (a stream's last event)
+            if is_bug(e):
                 log.exception("request %d failed while generating", job.arrival)
             try:
                 gen.close()
@@ -549,9 +536,7 @@ class EngineWorker:
                 pass
             if isinstance(e, WorkerError):
                 log.error("request %d: %s", job.arrival, e.message)
-                return Failed(worker_unavailable(e)), None
-            return Failed(ApiError(500, e.message if isinstance(e, LocalspecError) else
-                                   "internal server error (see the server log)")), None
+            return Failed(translate(e, req.prompt_param)), None
         finally:
             job.running(None)
         if pending:

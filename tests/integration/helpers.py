@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from contextlib import contextmanager
 
@@ -108,22 +109,51 @@ def assert_first_token_follows_target(engine, prompt, params, n_seeds=240) -> di
 TOL_FLASH_OFF = 0.5
 
 
-def tiny_lookup_process(tiny_path, tmp, key, extra=()):
-    """``localspec serve`` on SmolLM2 in mode lookup (one thread, 1,024 tokens of context; ``extra``: more
-    flags, a repeated one wins) as a :class:`~localspec.server.process.ServerProcess` (not started), with
-    ``$LOCALSPEC_CACHE`` at ``tmp / "cache"`` and its log at ``tmp / "server.log"``."""
+def tiny_lookup_process(tiny_path, tmp, key, extra=(), timeout=120):
+    """``localspec serve`` on SmolLM2 (or another model file, ``tiny_path``) in mode lookup (one thread,
+    1,024 tokens of context; ``extra``: more flags, a repeated one wins) as a
+    :class:`~localspec.server.process.ServerProcess` (not started; ``timeout``: seconds it may take to
+    start), with ``$LOCALSPEC_CACHE`` at ``tmp / "cache"`` and its log at ``tmp / "server.log"``."""
     from localspec.server.process import ServerProcess
 
     argv = [sys.executable, "-m", "localspec.cli", "serve", "--target", str(tiny_path), "--mode", "lookup",
             "--port", "{port}", "--api-key", key, "--n-ctx", "1024", "--n-threads", "1", "--log-level", "warning",
             *extra]
-    return ServerProcess(argv, tmp / "server.log", env={"LOCALSPEC_CACHE": str(tmp / "cache")}, timeout=120)
+    return ServerProcess(argv, tmp / "server.log", env={"LOCALSPEC_CACHE": str(tmp / "cache")}, timeout=timeout)
+
+
+def openai_client(base_url: str, key: str):
+    """An ``openai`` client of a server at ``base_url`` (no retries; 10 minutes a request at most)."""
+    import openai
+
+    return openai.OpenAI(base_url=base_url.rstrip("/") + "/v1", api_key=key, max_retries=0, timeout=600)
 
 
 @contextmanager
 def tiny_lookup_server(tiny_path, tmp, key, extra=()):
-    """:func:`tiny_lookup_process` started, and an ``openai`` client for it (no retries)."""
-    import openai
-
+    """:func:`tiny_lookup_process` started, and an ``openai`` client for it (:func:`openai_client`)."""
     with tiny_lookup_process(tiny_path, tmp, key, extra) as proc:
-        yield openai.OpenAI(base_url=proc.base_url + "/v1", api_key=key, max_retries=0, timeout=300)
+        yield openai_client(proc.base_url, key)
+
+
+def metric(base_url: str, name: str, key: str, **labels: str) -> float:
+    """The sum of a server's ``/metrics`` samples named ``name`` (read with API key ``key``) whose labels
+    include ``labels`` (``status="500"``); 0.0 when there is none."""
+    import httpx
+
+    r = httpx.get(base_url.rstrip("/").removesuffix("/v1") + "/metrics", headers={"Authorization": f"Bearer {key}"},
+                  timeout=30)
+    r.raise_for_status()
+    total = 0.0
+    for m in re.finditer(rf"^{re.escape(name)}(?:{{([^}}]*)}})? (\S+)$", r.text, re.M):
+        got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
+        if all(got.get(k) == v for k, v in labels.items()):
+            total += float(m.group(2))
+    return total
+
+
+def chat(client, messages, **kw):
+    """A chat completion of an ``openai`` client: greedy and at most 24 tokens unless ``kw`` says otherwise."""
+    kw.setdefault("max_tokens", 24)
+    kw.setdefault("temperature", 0)
+    return client.chat.completions.create(model="tiny", messages=messages, **kw)

@@ -12,8 +12,8 @@ import dataclasses
 import numpy as np
 import pytest
 
+from generation import run
 from localspec.backend.llama import LlamaModel
-from localspec.config import DraftParams, GenerationParams, SamplingParams
 from localspec.core.prefix_cache import PrefixCache
 
 pytestmark = pytest.mark.tiny
@@ -47,18 +47,12 @@ def test_alternating_prompts_through_the_engine_answer_as_from_an_empty_cache(ti
     eng = tiny_engine
     a, b = eng.tokenize(TEXT_A), eng.tokenize(TEXT_B)
 
-    def run(prompt):
-        gen = eng.generate(prompt, SamplingParams(), DraftParams(mode=mode, draft_max=4),
-                           GenerationParams(max_tokens=24))
-        list(gen)
-        return gen
-
     eng.clear_cache()
     eng.prefix_cache = PrefixCache(64 << 20)
     try:
-        first = run(a)
-        run(b)
-        again = run(a)
+        first = run(eng, a, mode, 24, draft_max=4)[0]
+        run(eng, b, mode, 24, draft_max=4)
+        again = run(eng, a, mode, 24, draft_max=4)[0]
         assert again.stats.cached_prompt_tokens == len(a) - 1
         assert eng.prefix_cache.stats.restored == (2 if mode == "draft" else 1)
         assert again.token_ids == first.token_ids

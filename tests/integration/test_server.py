@@ -11,7 +11,6 @@ from __future__ import annotations
 import http.client
 import json
 import re
-import sys
 import threading
 import time
 
@@ -20,9 +19,8 @@ import openai
 import pytest
 
 from generation import run
-from helpers import TOL_FLASH_OFF, assert_greedy_equal
+from helpers import TOL_FLASH_OFF, assert_greedy_equal, chat, metric
 from localspec.core.sampling import log_softmax
-from localspec.server.process import ServerProcess
 
 pytestmark = pytest.mark.tiny
 
@@ -32,26 +30,8 @@ HELLO = [{"role": "user", "content": "Write a haiku about the sea."}]
 LIST_PROMPT = "Count from 1 to 500, separated by commas: 1, 2, 3, 4, 5, 6,"
 
 
-@pytest.fixture(scope="module")
-def server(tiny_path, tmp_path_factory):
-    """A ``localspec serve`` process; yields its base URL; always stopped at the end."""
-    tmp = tmp_path_factory.mktemp("serve")
-    argv = [sys.executable, "-m", "localspec.cli", "serve", "--target", str(tiny_path), "--mode", "lookup",
-            "--port", "{port}", "--api-key", KEY, "--queue-size", str(QUEUE), "--n-ctx", "2048", "--n-threads", "1",
-            "--log-level", "warning"]
-    with ServerProcess(argv, tmp / "server.log", env={"LOCALSPEC_CACHE": str(tmp / "cache")}, timeout=120) as proc:
-        yield proc.base_url
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server + "/v1", api_key=KEY, max_retries=0, timeout=120)
-
-
-def chat(client, messages=HELLO, **kw):
-    kw.setdefault("max_tokens", 24)
-    kw.setdefault("temperature", 0)
-    return client.chat.completions.create(model="tiny", messages=messages, **kw)
+#: the flags of this module's server (fixture ``server``)
+SERVE = ("--queue-size", str(QUEUE), "--n-ctx", "2048")
 
 
 def stream_ids(client, messages, **kw):
@@ -62,20 +42,15 @@ def stream_ids(client, messages, **kw):
     return text, [t["id"] for t in toks], [t["kind"] for t in toks], chunks
 
 
-def metric(server, name: str) -> float:
-    text = httpx.get(server + "/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
-    return sum(float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M))
-
-
 def test_models_and_health(server, client, tiny_path):
     models = client.models.list().data
     assert [m.id for m in models] == [tiny_path.name]
     assert models[0].model_extra["mode"] == "lookup" and models[0].model_extra["draft"] is None
-    assert httpx.get(server + "/health").json()["status"] == "ok"  # no key needed
+    assert httpx.get(server.base_url + "/health").json()["status"] == "ok"  # no key needed
 
 
 def test_chat_usage_equals_tokens_sent(client, tiny_engine):
-    r = chat(client)
+    r = chat(client, HELLO)
     assert r.object == "chat.completion" and r.choices[0].message.role == "assistant"
     assert r.choices[0].message.content and r.choices[0].finish_reason in ("stop", "length")
     assert r.usage.prompt_tokens == len(tiny_engine.chat_tokens(HELLO))
@@ -86,7 +61,7 @@ def test_chat_usage_equals_tokens_sent(client, tiny_engine):
 
 
 def test_streaming_equals_non_streaming(client):
-    r = chat(client)
+    r = chat(client, HELLO)
     text, ids, kinds, chunks = stream_ids(client, HELLO)
     assert text == r.choices[0].message.content
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -100,7 +75,7 @@ def test_max_tokens_gives_length(client):
     r = client.completions.create(model="tiny", prompt=LIST_PROMPT, max_tokens=7, temperature=0)
     assert r.object == "text_completion" and r.choices[0].finish_reason == "length"
     assert r.usage.completion_tokens == 7 and r.choices[0].text
-    r = chat(client, max_completion_tokens=5)
+    r = chat(client, HELLO, max_completion_tokens=5)
     assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 5
 
 
@@ -277,30 +252,30 @@ def test_completion_logprobs_of_byte_tokens(client, stream):
 
 
 def test_ignored_fields_are_accepted(client):
-    r = chat(client, max_tokens=4, user="u1", metadata={"a": "b"}, presence_penalty=0, logit_bias={},
+    r = chat(client, HELLO, max_tokens=4, user="u1", metadata={"a": "b"}, presence_penalty=0, logit_bias={},
              extra_body={"top_k": 0})
     assert r.usage.completion_tokens == 4
 
 
 def test_invalid_json_auth_and_body_limit(server):
     h = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
-    r = httpx.post(server + "/v1/chat/completions", content=b"{not json", headers=h)
+    r = httpx.post(server.base_url + "/v1/chat/completions", content=b"{not json", headers=h)
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
     for bad in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
-        r = httpx.post(server + "/v1/chat/completions", json={"messages": HELLO}, headers=bad)
+        r = httpx.post(server.base_url + "/v1/chat/completions", json={"messages": HELLO}, headers=bad)
         assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
     with pytest.raises(openai.AuthenticationError):
-        openai.OpenAI(base_url=server + "/v1", api_key="nope", max_retries=0).models.list()
+        openai.OpenAI(base_url=server.base_url + "/v1", api_key="nope", max_retries=0).models.list()
     big = json.dumps({"messages": [{"role": "user", "content": "x" * (9 << 20)}]}).encode()
-    r = httpx.post(server + "/v1/chat/completions", content=big, headers=h, timeout=60)
+    r = httpx.post(server.base_url + "/v1/chat/completions", content=big, headers=h, timeout=60)
     assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
-    r = httpx.get(server + "/v1/nothing", headers=h)
+    r = httpx.get(server.base_url + "/v1/nothing", headers=h)
     assert r.status_code == 404 and "error" in r.json()
 
 
 def test_raw_http_stream(server):
     """The request a ``curl -N`` user sends, through the standard library's HTTP client."""
-    host, port = server.removeprefix("http://").split(":")
+    host, port = server.base_url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=60)
     body = json.dumps({"model": "tiny", "messages": HELLO, "max_tokens": 6, "stream": True, "temperature": 0})
     conn.request("POST", "/v1/chat/completions", body, {"Authorization": f"Bearer {KEY}",
@@ -319,9 +294,9 @@ def test_raw_http_stream(server):
 def test_disconnect_cancels_and_the_next_answer_is_a_fresh_start(server, client, tiny_engine):
     msgs = [{"role": "user", "content": "Tell me about the history of Rome."}]
     _, reference, _, _ = stream_ids(client, msgs, max_tokens=40)
-    cancelled0, predicted0 = metric(server, "localspec_requests_cancelled_total"), \
-        metric(server, "localspec_tokens_predicted_total")
-    with httpx.stream("POST", server + "/v1/completions", headers={"Authorization": f"Bearer {KEY}"}, timeout=60,
+    cancelled0, predicted0 = metric(server.base_url, "localspec_requests_cancelled_total", KEY), \
+        metric(server.base_url, "localspec_tokens_predicted_total", KEY)
+    with httpx.stream("POST", server.base_url + "/v1/completions", headers={"Authorization": f"Bearer {KEY}"}, timeout=60,
                       json={"prompt": LIST_PROMPT, "max_tokens": 1500, "stream": True, "temperature": 0}) as r:
         lines = r.iter_lines()
         got = [line for line, _ in zip(lines, range(6)) if line.startswith("data: ")]
@@ -329,9 +304,9 @@ def test_disconnect_cancels_and_the_next_answer_is_a_fresh_start(server, client,
     # the next request waits for the cancelled one to end after its round, then starts fresh
     _, again, _, _ = stream_ids(client, msgs, max_tokens=40)
     assert_greedy_equal(tiny_engine, tiny_engine.chat_tokens(msgs), reference, again, "after a disconnect")
-    assert metric(server, "localspec_requests_cancelled_total") == cancelled0 + 1
+    assert metric(server.base_url, "localspec_requests_cancelled_total", KEY) == cancelled0 + 1
     # the cancelled request ended a few rounds after the client left, far short of its 1500 tokens
-    assert metric(server, "localspec_tokens_predicted_total") - predicted0 - len(again) < 100
+    assert metric(server.base_url, "localspec_tokens_predicted_total", KEY) - predicted0 - len(again) < 100
 
 
 def test_a_client_leaving_during_a_long_prompt_read_stops_the_read(server, client, tiny_engine):
@@ -342,14 +317,14 @@ def test_a_client_leaving_during_a_long_prompt_read_stops_the_read(server, clien
     while len(tiny_engine.tokenize(" ".join(f"word{i}" for i in range(n_words * 2)))) < 1900:
         n_words *= 2
     prompt = " ".join(f"word{i}" for i in range(n_words))
-    cancelled0 = metric(server, "localspec_requests_cancelled_total")
+    cancelled0 = metric(server.base_url, "localspec_requests_cancelled_total", KEY)
     with pytest.raises(httpx.ReadTimeout):  # ~1000-1900 tokens: seconds to read on one thread
-        httpx.post(server + "/v1/completions", headers={"Authorization": f"Bearer {KEY}"},
+        httpx.post(server.base_url + "/v1/completions", headers={"Authorization": f"Bearer {KEY}"},
                    json={"prompt": prompt, "max_tokens": 1, "temperature": 0}, timeout=httpx.Timeout(60, read=0.2))
     r = client.completions.create(model="tiny", prompt=prompt, max_tokens=4, temperature=0)
     n, cached = r.usage.prompt_tokens, r.usage.prompt_tokens_details.cached_tokens
     assert n > 800 and cached <= n // 2, (n, cached)  # read whole, it would have left n - 1 cached
-    assert metric(server, "localspec_requests_cancelled_total") == cancelled0 + 1
+    assert metric(server.base_url, "localspec_requests_cancelled_total", KEY) == cancelled0 + 1
     ref = run(tiny_engine, tiny_engine.tokenize(prompt), "none", 4)[0]
     assert r.choices[0].text == ref.text  # exact after the stopped read
 
@@ -384,20 +359,20 @@ def test_concurrent_clients_served_in_order_nothing_lost(client):
 def test_full_queue_gets_429_with_retry_after(server, client):
     h = {"Authorization": f"Bearer {KEY}"}
     done = []
-    with httpx.stream("POST", server + "/v1/completions", headers=h, timeout=120,
+    with httpx.stream("POST", server.base_url + "/v1/completions", headers=h, timeout=120,
                       json={"prompt": LIST_PROMPT, "max_tokens": 1500, "stream": True, "temperature": 0}) as running:
         # the long request is being generated; the iterator stays referenced: a dropped one is closed
         # at once, and httpx then closes the connection (the server saw a client leaving after its first line)
         lines = running.iter_lines()
         next(lines)
-        waiting = [threading.Thread(target=lambda: done.append(chat(client, max_tokens=3))) for _ in range(QUEUE)]
+        waiting = [threading.Thread(target=lambda: done.append(chat(client, HELLO, max_tokens=3))) for _ in range(QUEUE)]
         for t in waiting:
             t.start()
         deadline = time.monotonic() + 30
-        while httpx.get(server + "/health").json()["waiting"] < QUEUE:
+        while httpx.get(server.base_url + "/health").json()["waiting"] < QUEUE:
             assert time.monotonic() < deadline, "requests did not queue"
             time.sleep(0.05)
-        r = httpx.post(server + "/v1/chat/completions", json={"messages": HELLO, "max_tokens": 3}, headers=h)
+        r = httpx.post(server.base_url + "/v1/chat/completions", json={"messages": HELLO, "max_tokens": 3}, headers=h)
         assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
         assert r.json()["error"]["code"] == "queue_full"
     for t in waiting:  # closing the stream cancelled the long request; the queued ones complete

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections import Counter
 
 import httpx
@@ -23,7 +22,6 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
 from helpers import assert_greedy_equal
-from localspec.server.process import ServerProcess
 
 pytestmark = pytest.mark.tiny
 
@@ -43,25 +41,19 @@ SEEN: dict[str, Counter] = {}
 REACHED: dict[tuple[str, str], Counter] = {}
 
 
-@pytest.fixture(scope="module")
-def served(tiny_path, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("fuzz")
-    argv = [sys.executable, "-m", "localspec.cli", "serve", "--target", str(tiny_path), "--mode", "lookup",
-            "--port", "{port}", "--api-key", KEY, "--n-ctx", "384", "--n-threads", "1", "--max-tokens",
-            str(MAX_TOKENS), "--log-level", "info"]
-    with ServerProcess(argv, tmp / "server.log", env={"LOCALSPEC_CACHE": str(tmp / "cache")}, timeout=120) as proc:
-        yield proc
+#: the flags of this module's server (fixture ``server``)
+SERVE = ("--n-ctx", "384", "--max-tokens", str(MAX_TOKENS), "--log-level", "info")
 
 
 @pytest.fixture(scope="module")
-def reference(served):
+def reference(server):
     """The probe's greedy answer before any fuzzing."""
-    return probe(served.base_url)
+    return probe(server.base_url)
 
 
 @pytest.fixture(scope="module")
-def schema(served):
-    return schemathesis.openapi.from_url(served.base_url + "/openapi.json")
+def schema(server):
+    return schemathesis.openapi.from_url(server.base_url + "/openapi.json")
 
 
 def probe(base: str) -> dict:
@@ -90,13 +82,13 @@ def record(test: str, status: int, what) -> None:
 
 
 @pytest.mark.parametrize("mode, examples", [(GenerationMode.POSITIVE, 40), (GenerationMode.NEGATIVE, 50)])
-def test_schemathesis_no_server_errors(served, reference, schema, mode, examples):
+def test_schemathesis_no_server_errors(server, reference, schema, mode, examples):
     @settings(FUZZ, max_examples=int(examples * SCALE))
     @given(data=st.data())
     def run(data):
         case = data.draw(schema.as_strategy(mode))
         case.body = bound(case.body)
-        response = case.call(base_url=served.base_url, headers=AUTH, timeout=60)
+        response = case.call(base_url=server.base_url, headers=AUTH, timeout=60)
         REACHED.setdefault((case.method.upper(), case.path), Counter())[response.status_code] += 1
         record(f"schemathesis-{mode.value}", response.status_code, (case.method, case.path, case.body))
 
@@ -133,9 +125,9 @@ RAW = st.one_of(st.binary(max_size=64), st.integers(1, 3000).map(lambda n: b"[" 
 
 @settings(FUZZ, max_examples=int(60 * SCALE))
 @given(path=st.sampled_from(["/v1/chat/completions", "/v1/completions"]), body=st.one_of(CHAT, COMPLETION))
-def test_hostile_json_bodies(served, reference, path, body):
+def test_hostile_json_bodies(server, reference, path, body):
     data = json.dumps(bound(body), ensure_ascii=True).encode()  # lone surrogates as \ud800 escapes
-    r = httpx.post(served.base_url + path, content=data, headers={**AUTH, "Content-Type": "application/json"},
+    r = httpx.post(server.base_url + path, content=data, headers={**AUTH, "Content-Type": "application/json"},
                    timeout=60)
     record("hostile-json", r.status_code, body)
     if r.status_code >= 400:
@@ -144,19 +136,19 @@ def test_hostile_json_bodies(served, reference, path, body):
 
 @settings(FUZZ, max_examples=int(20 * SCALE))
 @given(path=st.sampled_from(["/v1/chat/completions", "/v1/completions"]), data=RAW)
-def test_hostile_raw_bodies(served, reference, path, data):
-    r = httpx.post(served.base_url + path, content=data, headers={**AUTH, "Content-Type": "application/json"},
+def test_hostile_raw_bodies(server, reference, path, data):
+    r = httpx.post(server.base_url + path, content=data, headers={**AUTH, "Content-Type": "application/json"},
                    timeout=60)
     record("hostile-raw", r.status_code, data[:80])
     assert r.status_code < 500
 
 
-def test_after_the_fuzz_the_server_is_healthy(served, reference, tiny_engine):
+def test_after_the_fuzz_the_server_is_healthy(server, reference, tiny_engine):
     """Runs last in this module: the log holds no traceback and no 5xx, and the engine answers the probe as before."""
-    after = probe(served.base_url)
+    after = probe(server.base_url)
     prompt = tiny_engine.chat_tokens(PROBE)
     assert_greedy_equal(tiny_engine, prompt, reference["ids"], after["ids"], "after the fuzz")
-    log = served.log_tail(1 << 22)
+    log = server.log_tail(1 << 22)
     assert "Traceback" not in log and "unexpected error" not in log
     assert " 500 " not in log and " 503 " not in log
     total = sum(sum(c.values()) for c in SEEN.values())

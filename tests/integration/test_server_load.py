@@ -25,10 +25,9 @@ import time
 import uuid
 from pathlib import Path
 
-import httpx
 import pytest
 
-from helpers import tiny_lookup_process
+from helpers import metric, tiny_lookup_process
 from load_mix import FIM_KINDS, MARKERS, TOOL_KINDS, other_markers, plan, send
 
 pytestmark = pytest.mark.tiny
@@ -51,14 +50,7 @@ def key_flags(*more: str) -> tuple[str, ...]:
 
 def scrape(base_url: str) -> dict[str, float]:
     """The :data:`GAUGES` from ``/metrics`` now."""
-    r = httpx.get(base_url + "/metrics", headers={"Authorization": f"Bearer {KEYS[0]}"}, timeout=30)
-    r.raise_for_status()
-    values = {}
-    for line in r.text.splitlines():
-        name, _, value = line.partition(" ")
-        if name in GAUGES:
-            values[name] = float(value)
-    return values
+    return {name: metric(base_url, name, KEYS[0]) for name in GAUGES}
 
 
 def folder_bytes(folder: Path) -> int:

@@ -13,12 +13,8 @@ the tiny model (n_ctx 2048, one thread, so the prompt takes a few seconds to rea
 
 from __future__ import annotations
 
-import sys
-
 import openai
 import pytest
-
-from localspec.server.process import ServerProcess
 
 pytestmark = pytest.mark.tiny
 
@@ -27,19 +23,9 @@ N_CTX = 2048
 KEEPALIVE = 0.1
 
 
-@pytest.fixture(scope="module")
-def server(tiny_path, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("serve-long")
-    argv = [sys.executable, "-m", "localspec.cli", "serve", "--target", str(tiny_path), "--mode", "lookup",
-            "--port", "{port}", "--n-ctx", str(N_CTX), "--n-threads", "1", "--log-level", "warning",
-            "--stream-keepalive", str(KEEPALIVE), "--draft-memory-tokens", "0"]
-    with ServerProcess(argv, tmp / "server.log", env={"LOCALSPEC_CACHE": str(tmp / "cache")}, timeout=120) as proc:
-        yield proc.base_url
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server + "/v1", api_key="none", max_retries=0, timeout=300)
+KEY = "long-key"
+#: the flags of this module's server (fixture ``server``)
+SERVE = ("--n-ctx", str(N_CTX), "--stream-keepalive", str(KEEPALIVE), "--draft-memory-tokens", "0")
 
 
 @pytest.fixture(scope="module")

@@ -12,20 +12,16 @@ from __future__ import annotations
 import openai
 import pytest
 
-from helpers import assert_greedy_equal, tiny_lookup_server
+from helpers import assert_greedy_equal
 
 pytestmark = pytest.mark.tiny
 
+#: this module's server (fixture ``server``): the defaults of helpers.tiny_lookup_process
+SERVE = ()
 KEY = "memory-key"
 #: two prompts that end alike: the tiny model continues both with the same count, which neither prompt holds
 FIRST = "1, 2, 3, 4, 5, 6,"
 SECOND = "Here are the numbers in order: 1, 2, 3, 4, 5, 6,"
-
-
-@pytest.fixture(scope="module")
-def client(tiny_path, tmp_path_factory):
-    with tiny_lookup_server(tiny_path, tmp_path_factory.mktemp("serve-memory"), KEY) as client:
-        yield client
 
 
 def complete(client, prompt, max_tokens=60, **extra):

@@ -21,11 +21,10 @@ import signal
 import threading
 import time
 
-import httpx
 import openai
 import pytest
 
-from helpers import tiny_lookup_process, tiny_lookup_server
+from helpers import metric, tiny_lookup_process, tiny_lookup_server
 
 pytestmark = pytest.mark.tiny
 
@@ -49,11 +48,6 @@ def served(tiny_path, tmp_path_factory):
         yield client, _base(client)
 
 
-def metric(base: str, name: str) -> float:
-    text = httpx.get(base + "/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
-    return sum(float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M))
-
-
 def ask(served, messages, **extra):
     """(answer, usage, prompt tokens the target read, snapshots restored) of one greedy chat request.
 
@@ -61,12 +55,12 @@ def ask(served, messages, **extra):
     round differently (cases.md C1); the prompt's own lookup drafts are the same on the same context."""
     client, base = served
     extra.setdefault("speculation", {"memory": False})
-    read0 = metric(base, "localspec_prompt_tokens_read_total")
-    restores0 = metric(base, "localspec_prompt_cache_restores_total")
+    read0 = metric(base, "localspec_prompt_tokens_read_total", KEY)
+    restores0 = metric(base, "localspec_prompt_cache_restores_total", KEY)
     r = client.chat.completions.create(model="tiny", messages=messages, max_tokens=24, temperature=0,
                                        extra_body=extra)
-    return (r.choices[0].message.content, r.usage, metric(base, "localspec_prompt_tokens_read_total") - read0,
-            metric(base, "localspec_prompt_cache_restores_total") - restores0)
+    return (r.choices[0].message.content, r.usage, metric(base, "localspec_prompt_tokens_read_total", KEY) - read0,
+            metric(base, "localspec_prompt_cache_restores_total", KEY) - restores0)
 
 
 def test_alternating_prompts_are_not_read_again_and_answer_the_same(served):
@@ -104,7 +98,7 @@ def test_a_restarted_server_reads_the_prompt_it_held_from_disk(tiny_path, tmp_pa
     assert list((tmp_path / "cache" / "prompts").glob("*.kv"))  # A's cache, stored at shutdown
     with tiny_lookup_server(tiny_path, tmp_path, KEY, disk) as client:
         again, usage, read, restores = ask((client, _base(client)), A)
-        assert metric(_base(client), "localspec_prompt_cache_store_reads_total") == 1
+        assert metric(_base(client), "localspec_prompt_cache_store_reads_total", KEY) == 1
     assert again == first and restores == 1 and read == 1
     assert usage.prompt_tokens_details.cached_tokens == usage_a.prompt_tokens - 1
 
@@ -123,11 +117,11 @@ def test_a_snapshot_folder_removed_under_the_server_is_a_miss_not_a_500(tiny_pat
         ask(served, B)  # A's cache, the snapshot it was restored from, is stored again: its file is gone
         assert ask(served, A)[0] == first
         shutil.rmtree(folder)
-        assert metric(served[1], "localspec_prompt_cache_disk_bytes") == 0
+        assert metric(served[1], "localspec_prompt_cache_disk_bytes", KEY) == 0
         ask(served, C)
         ask(served, B)  # C's cache is stored: in a new folder
         assert folder.stat().st_mode & 0o777 == 0o700
-        assert metric(served[1], "localspec_prompt_cache_disk_bytes") == _held(folder) > 0
+        assert metric(served[1], "localspec_prompt_cache_disk_bytes", KEY) == _held(folder) > 0
     log = (tmp_path / "server.log").read_text()
     assert "Traceback" not in log and " 500 " not in log
     with tiny_lookup_server(tiny_path, tmp_path, KEY, PINNED) as client:
@@ -143,7 +137,7 @@ def test_a_folder_that_cannot_be_made_is_one_warning_before_the_models_load(tiny
     with tiny_lookup_server(tiny_path, tmp_path, KEY, ["--prompt-cache-disk-mb", "256"]) as client:
         served = (client, _base(client))
         answer, _, _, _ = ask(served, A)
-        assert answer and metric(served[1], "localspec_prompt_cache_disk_bytes") == 0
+        assert answer and metric(served[1], "localspec_prompt_cache_disk_bytes", KEY) == 0
         assert ask(served, A)[3] == 0 and ask(served, B)[1].prompt_tokens  # the memory tier works as before
     log = (tmp_path / "server.log").read_text()
     warnings = [i for i, line in enumerate(log.splitlines()) if "prompt snapshots are not kept on disk" in line]

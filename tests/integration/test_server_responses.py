@@ -8,18 +8,13 @@ from __future__ import annotations
 import openai
 import pytest
 
-from helpers import tiny_lookup_server
 
 pytestmark = pytest.mark.tiny
 
+#: this module's server (fixture ``server``): the defaults of helpers.tiny_lookup_process
+SERVE = ()
 KEY = "responses-key"
 PROMPT = "List the first five days of the week, one per line."
-
-
-@pytest.fixture(scope="module")
-def client(tiny_path, tmp_path_factory):
-    with tiny_lookup_server(tiny_path, tmp_path_factory.mktemp("serve-responses"), KEY) as client:
-        yield client
 
 
 def test_plain_and_streamed_give_the_same_answer(client):

@@ -9,26 +9,23 @@ from __future__ import annotations
 import openai
 import pytest
 
-from helpers import assert_greedy_equal, tiny_lookup_server
+import helpers
+from helpers import assert_greedy_equal
 
 pytestmark = pytest.mark.tiny
 
+#: this module's server (fixture ``server``): the defaults of helpers.tiny_lookup_process
+SERVE = ()
 KEY = "spec-key"
 #: a prompt whose answer repeats itself: prompt lookup drafts long accepted runs on it
 LIST = [{"role": "user", "content": "Repeat exactly, ten times, one per line: the cat sat on the mat."}]
 
 
-@pytest.fixture(scope="module")
-def client(tiny_path, tmp_path_factory):
-    with tiny_lookup_server(tiny_path, tmp_path_factory.mktemp("serve-spec"), KEY) as client:
-        yield client
-
-
 def chat(client, speculation=None, stream=False, **kw):
-    kw.setdefault("max_tokens", 48)
+    """:func:`helpers.chat` of :data:`LIST` (at most 48 tokens unless ``kw`` says otherwise), with the
+    ``speculation`` field when given."""
     extra = {"speculation": speculation} if speculation is not None else None
-    return client.chat.completions.create(model="tiny", messages=LIST, temperature=0, stream=stream,
-                                          extra_body=extra, **kw)
+    return helpers.chat(client, LIST, stream=stream, extra_body=extra, **{"max_tokens": 48, **kw})
 
 
 def test_without_the_field_the_server_settings_are_reported(client):

@@ -8,12 +8,11 @@ The parser's cases without a model: tests/unit/server/test_tool_calls.py.
 from __future__ import annotations
 
 import json
-import sys
 
 import openai
 import pytest
 
-from localspec.server.process import ServerProcess
+import helpers
 
 pytestmark = pytest.mark.pair
 
@@ -31,18 +30,15 @@ WEATHER = [{"role": "user", "content": "What is the weather in Paris right now?"
 READ = [{"role": "user", "content": "Show me the file src/app.py"}]
 
 
-@pytest.fixture(scope="module")
-def client(pair_paths, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("serve_tools")
-    argv = [sys.executable, "-m", "localspec.cli", "serve", "--target", str(pair_paths[0]), "--mode", "lookup",
-            "--port", "{port}", "--n-ctx", "4096", "--n-threads", "1", "--huge-pages", "off", "--log-level", "warning"]
-    with ServerProcess(argv, tmp / "server.log", env={"LOCALSPEC_CACHE": str(tmp / "cache")}, timeout=300) as proc:
-        yield openai.OpenAI(base_url=proc.base_url + "/v1", api_key="none", max_retries=0, timeout=600)
+KEY = "tools-key"
+#: this module's server (fixture ``server``): the pair's target, with room for the tool schemas
+SERVE_TARGET = "pair"
+SERVE = ("--n-ctx", "4096", "--huge-pages", "off")
 
 
 def chat(client, messages, **kw):
-    kw.setdefault("max_tokens", 48)
-    return client.chat.completions.create(model="qwen", messages=messages, tools=TOOLS, temperature=0, **kw)
+    """:func:`helpers.chat` with :data:`TOOLS`, at most 48 tokens unless ``kw`` says otherwise."""
+    return helpers.chat(client, messages, tools=TOOLS, **{"max_tokens": 48, **kw})
 
 
 def calls_of(message) -> list[tuple[str, str]]:

@@ -7,7 +7,6 @@ lazy grammar that constrains a tool call once opened, and the real ``openai`` cl
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
 from typing import Literal
 
@@ -17,7 +16,6 @@ from pydantic import BaseModel
 
 from generation import run
 from localspec.core.events import EndReason
-from localspec.server.process import ServerProcess
 from localspec.server.structured import response_grammar
 
 pytestmark = pytest.mark.tiny
@@ -144,13 +142,9 @@ def test_tool_choice_auto_is_lazy_without_a_one_token_marker_too(tiny_engine):
 
 
 # -- through localspec serve and the openai client -------------------------------------------
-@pytest.fixture(scope="module")
-def client(tiny_path, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("serve_json")
-    argv = [sys.executable, "-m", "localspec.cli", "serve", "--target", str(tiny_path), "--mode", "lookup",
-            "--port", "{port}", "--n-ctx", "2048", "--n-threads", "1", "--log-level", "warning"]
-    with ServerProcess(argv, tmp / "server.log", env={"LOCALSPEC_CACHE": str(tmp / "cache")}, timeout=120) as proc:
-        yield openai.OpenAI(base_url=proc.base_url + "/v1", api_key="none", max_retries=0, timeout=120)
+KEY = "json-key"
+#: the flags of this module's server (fixture ``server``)
+SERVE = ("--n-ctx", "2048")
 
 
 class Choice(BaseModel):

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from localspec.config import DraftParams, GenerationParams, SamplingParams
+from generation import run
 from localspec.core.engine import SpeculativeEngine
 from localspec.core.prefix_cache import PrefixCache, common_prefix
 from tests.fakes import FakeModel
@@ -104,10 +104,8 @@ def _engine(draft: bool = False) -> SpeculativeEngine:
 
 
 def _run(eng, prompt, cache_prompt=True, mode="lookup"):
-    gen = eng.generate(prompt, SamplingParams(), DraftParams(mode=mode, draft_max=4), GenerationParams(max_tokens=6),
-                       cache_prompt=cache_prompt)
-    list(gen)
-    return gen
+    """The generation of :func:`generation.run`, 6 tokens."""
+    return run(eng, prompt, mode, 6, draft_max=4, cache_prompt=cache_prompt)[0]
 
 
 A = [1] + [3, 5] * 30

@@ -4,14 +4,11 @@ tests/integration/test_server_memory.py): a request drafts from what earlier req
 a cached prompt prefix."""
 
 import pytest
-from fastapi.testclient import TestClient
 
 from fakes import FakeModel
-from localspec.config import DraftParams, ModelSettings, ServerSettings, Settings
-from localspec.core.engine import SpeculativeEngine
-from localspec.server import create_app
+from fake_server import app_client
+from localspec.config import ServerSettings
 
-SETTINGS = Settings(target=ModelSettings(model="fake.gguf"), drafting=DraftParams(mode="lookup"))
 #: the fake model's next token depends on the last two: both prompts end "t5 t7", so their answers are the same
 #: text, which the second prompt does not hold
 FIRST, SECOND = "t3 t5 t7", "t11 t13 t5 t7"
@@ -25,9 +22,9 @@ def complete(c, prompt, **extra):
 
 
 def test_a_request_drafts_from_an_earlier_ones_answer_unless_it_opts_out():
-    app = create_app(SpeculativeEngine(FakeModel(), None), SETTINGS)
-    memory = app.state.worker.memory
-    with TestClient(app) as c:
+    served = app_client(FakeModel())
+    memory = served.app.state.worker.memory
+    with served as c:
         off = complete(c, SECOND, speculation={"memory": False})
         assert off["speculation"]["memory"] == OFF and memory.texts == 0  # neither read nor fed
         first = complete(c, FIRST)
@@ -43,15 +40,15 @@ def test_a_request_drafts_from_an_earlier_ones_answer_unless_it_opts_out():
 
 
 def test_a_server_without_memory_reports_it_off():
-    app = create_app(SpeculativeEngine(FakeModel(), None), SETTINGS, ServerSettings(draft_memory_tokens=0))
-    assert app.state.worker.memory is None
-    with TestClient(app) as c:
+    served = app_client(FakeModel(), ServerSettings(draft_memory_tokens=0))
+    assert served.app.state.worker.memory is None
+    with served as c:
         complete(c, FIRST)
         assert complete(c, SECOND)["speculation"]["memory"] == OFF
 
 
 def test_cache_prompt_false_neither_reuses_nor_leaves_a_cached_prefix():
-    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS)) as c:
+    with app_client(FakeModel()) as c:
         def cached(**extra):
             return complete(c, SECOND, **extra)["usage"]["prompt_tokens_details"]["cached_tokens"]
 
@@ -71,7 +68,7 @@ def test_cache_prompt_false_neither_reuses_nor_leaves_a_cached_prefix():
     ("chat/completions", {"cache_prompt": "false"}, "cache_prompt", "cache_prompt must be true or false"),
 ])
 def test_invalid_memory_and_cache_prompt_values_are_a_400_naming_them(endpoint, body, param, message):
-    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS)) as c:
+    with app_client(FakeModel()) as c:
         base = {"prompt": FIRST} if endpoint == "completions" else {"messages": [{"role": "user", "content": "hi"}]}
         r = c.post(f"/v1/{endpoint}", json={**base, **body})
         err = r.json()["error"]

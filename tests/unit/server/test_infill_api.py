@@ -6,26 +6,19 @@ from the suffix, and the 400s (a model without FIM tokens, bad fields)."""
 import json
 
 import pytest
-from fastapi.testclient import TestClient
 
-from fakes import FakeModel, greedy_reference
-from localspec.config import DraftParams, ModelSettings, Settings
+from fakes import MID, PRE, SUF, FakeModel, WithFimTokens, greedy_reference
+from fake_server import app_client
 from localspec.core.engine import SpeculativeEngine
-from localspec.server import create_app
 from localspec.server.infill import InfillBody, fim_prompt_tokens
 from localspec.server.openai_api import parse_request
 
-SETTINGS = Settings(target=ModelSettings(model="fake.gguf"), drafting=DraftParams(mode="lookup"))
-PRE, SUF, MID = 30, 31, 32
 #: plain-text tokens of the text "<|fim_middle|>" (with special parsing it is the MID token)
 MARKER_AS_TEXT = [1, 2, 1]
 
 
-class FimFakeModel(FakeModel):
+class FimFakeModel(WithFimTokens, FakeModel):
     """The fake model with FIM tokens; ``"<|fim_middle|>"`` is its special text for MID."""
-
-    def fim_tokens(self) -> dict[str, int]:
-        return {"pre": PRE, "suf": SUF, "mid": MID, "pad": -1, "rep": -1, "sep": -1}
 
     def tokenize(self, text: str, add_special=None, parse_special: bool = True) -> list[int]:
         out: list[int] = []
@@ -37,10 +30,8 @@ class FimFakeModel(FakeModel):
         return out
 
 
-@pytest.fixture(scope="module")
-def client():
-    with TestClient(create_app(SpeculativeEngine(FimFakeModel(), None), SETTINGS)) as c:
-        yield c
+#: the fake target of fixture ``client`` (tests/conftest.py)
+MODEL = FimFakeModel
 
 
 def events(r) -> list[str]:
@@ -114,7 +105,7 @@ def test_n_predict_0_caches_the_prompt_and_sends_nothing(client):
 def test_lookup_drafts_from_the_suffix():
     """The fake's next token depends on the last two tokens only: with the suffix ending as before,
     the output is the same, and written into the suffix it is drafted by prompt lookup and accepted."""
-    with TestClient(create_app(SpeculativeEngine(FimFakeModel(), None), SETTINGS)) as c:
+    with app_client(FimFakeModel()) as c:
         plain = c.post("/infill", json={"input_prefix": "t3", "input_suffix": "t7 t8", "n_predict": 12}).json()
         out = greedy_reference(fim_ids("t3", "t7 t8"), 12)
         suffix = " ".join(f"t{t}" for t in out) + " t7 t8"
@@ -138,7 +129,7 @@ def test_completions_with_suffix_fill_in_the_middle(client):
     ("/infill", {"input_prefix": "t3", "input_suffix": "t4"}, "input_suffix"),
 ])
 def test_a_model_without_fim_tokens_is_a_400_that_says_so(path, body, param):
-    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS)) as c:
+    with app_client(FakeModel()) as c:
         r = c.post(path, json=body)
         assert r.status_code == 400
         err = r.json()["error"]
@@ -185,7 +176,7 @@ def test_seed_minus_one_is_random_and_fields_of_llama_cpp_are_accepted(client):
 
 def test_end_of_generation_is_stop_type_eos():
     model = FimFakeModel(eog_after=8)
-    with TestClient(create_app(SpeculativeEngine(model, None), SETTINGS)) as c:
+    with app_client(model) as c:
         body = c.post("/infill", json={"input_prefix": "t3", "input_suffix": "t4", "n_predict": 20}).json()
     assert body["stop_type"] == "eos" and body["tokens_predicted"] < 20
     # llama.cpp counts the end-of-generation token among the predicted ones (its n_decoded)

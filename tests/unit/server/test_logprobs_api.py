@@ -2,24 +2,18 @@
 completions, streamed and not, the values the engine computed, and the validation of the fields."""
 
 import json
+from functools import partial
 
 import pytest
-from fastapi.testclient import TestClient
 
 from chat_fakes import FakeChatModel
-from localspec.config import DraftParams, ModelSettings, Settings
-from localspec.core.engine import SpeculativeEngine
 from localspec.core.sampling import log_softmax
-from localspec.server import create_app
 
-SETTINGS = Settings(target=ModelSettings(model="fake.gguf"), drafting=DraftParams(mode="lookup"))
 PROMPT = "t3 t5 t7"
 
 
-@pytest.fixture(scope="module")
-def client():
-    with TestClient(create_app(SpeculativeEngine(FakeChatModel(reply_len=40), None), SETTINGS)) as c:
-        yield c
+#: the fake target of fixture ``client`` (tests/conftest.py): 40-token replies
+MODEL = partial(FakeChatModel, reply_len=40)
 
 
 def expected(tokens: list[str]) -> list[float]:

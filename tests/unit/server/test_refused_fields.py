@@ -7,15 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
-from chat_fakes import FakeChatModel
-from localspec.config import DraftParams, ModelSettings, Settings
-from localspec.core.engine import SpeculativeEngine
-from localspec.server import create_app
 from localspec.server.refused import REFUSED_FIELDS, markdown_table, refused_field
 
-SETTINGS = Settings(target=ModelSettings(model="fake.gguf"), drafting=DraftParams(mode="lookup"))
 SERVER_DOC = Path(__file__).resolve().parents[3] / "docs" / "server.md"
 #: a body each endpoint accepts, to which one refused field is added
 MINIMAL = {"/v1/chat/completions": {"messages": [{"role": "user", "content": "t3"}], "max_tokens": 2},
@@ -23,12 +17,6 @@ MINIMAL = {"/v1/chat/completions": {"messages": [{"role": "user", "content": "t3
            "/v1/responses": {"input": "t3", "max_output_tokens": 2},
            "/infill": {"input_prefix": "t3", "input_suffix": "t4", "n_predict": 2}}
 CASES = [(f, e) for f in REFUSED_FIELDS for e in f.endpoints]
-
-
-@pytest.fixture(scope="module")
-def client():
-    with TestClient(create_app(SpeculativeEngine(FakeChatModel(), None), SETTINGS)) as c:
-        yield c
 
 
 def test_docs_server_lists_the_table_the_server_refuses_from():

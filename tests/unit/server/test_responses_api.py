@@ -9,17 +9,12 @@ import json
 
 import openai
 import pytest
-from fastapi.testclient import TestClient
 
 from chat_fakes import SEP, FakeChatModel
 from fakes import EOG, TEXTS
-from localspec.config import DraftParams, ModelSettings, Settings
-from localspec.core.engine import SpeculativeEngine
-from localspec.server import create_app
-from localspec.server.openai_api import ApiError
+from localspec.server.errors import ApiError
 from localspec.server.responses import ResponsesBody, ResponsesShape, _renamed, generation_request, input_messages
 
-SETTINGS = Settings(target=ModelSettings(model="fake.gguf"), drafting=DraftParams(mode="lookup"))
 CALL_START, CALL_END = 30, 31
 TOOL_TEXTS = list(TEXTS)
 TOOL_TEXTS[CALL_START] = b'<tool_call>\n{"name": "get_weather", '
@@ -50,11 +45,15 @@ class ScriptedToolModel(FakeChatModel):
         return [SEP, 2, 7, 8, SEP]
 
 
+#: the fake target of fixture ``client`` (tests/conftest.py)
+MODEL = ScriptedToolModel
+
+
 @pytest.fixture(scope="module")
-def served():
-    model = ScriptedToolModel()
-    with TestClient(create_app(SpeculativeEngine(model, None), SETTINGS)) as c:
-        yield model, c, openai.OpenAI(base_url="http://testserver/v1", api_key="none", http_client=c, max_retries=0)
+def served(client):
+    """(the fake target, the TestClient, an ``openai`` client through it)."""
+    return (client.app.state.served.engine.target, client,
+            openai.OpenAI(base_url="http://testserver/v1", api_key="none", http_client=client, max_retries=0))
 
 
 def reply(model, script):
@@ -306,7 +305,6 @@ def test_an_error_the_chat_checks_find_names_the_input_item_it_came_from(served,
 def test_a_chat_checks_message_index_is_mapped_back_to_the_responses_field():
     """The chat checks name ``messages[k]``; instructions come first and function_call items join the
     assistant message before them, so k is not the item's index in ``input``: the origins map it."""
-    from localspec.server.openai_api import ApiError
     from localspec.server.responses import _renamed, input_messages
 
     origins = []

@@ -9,19 +9,17 @@ import ctypes
 import json
 
 import pytest
-from fastapi.testclient import TestClient
 
-from fakes import FakeModel
+from generation import run
+from fakes import FakeModel, WithFimTokens
+from fake_server import app_client
 from localspec.backend.prompt_store import PromptStore
-from localspec.config import DraftParams, GenerationParams, ModelSettings, SamplingParams, ServerSettings, Settings
+from localspec.config import ServerSettings
 from localspec.core.drafters import DraftMemories
 from localspec.core.engine import SpeculativeEngine
 from localspec.core.prefix_cache import PrefixCache
-from localspec.server import create_app
 from localspec.server.scopes import key_scope, matching_key, scope_id
 
-SETTINGS = Settings(target=ModelSettings(model="fake.gguf"), drafting=DraftParams(mode="lookup"))
-PRE, SUF, MID = 30, 31, 32
 
 
 # -- scope ids -----------------------------------------------------------------------------------------
@@ -98,10 +96,8 @@ class SnapshotModel(FakeModel):
 
 
 def _run(eng, prompt, cache_prompt=True):
-    gen = eng.generate(prompt, SamplingParams(), DraftParams(mode="lookup", draft_max=4),
-                       GenerationParams(max_tokens=6), cache_prompt=cache_prompt)
-    list(gen)
-    return gen
+    """The generation of :func:`generation.run` in mode lookup, 6 tokens."""
+    return run(eng, prompt, "lookup", 6, draft_max=4, cache_prompt=cache_prompt)[0]
 
 
 A = [1] + [3, 5] * 30
@@ -154,11 +150,8 @@ def test_keys_repeated_comma_separated_and_from_a_file(tmp_path):
 
 
 # -- through the app -----------------------------------------------------------------------------------
-class FimFakeModel(SnapshotModel):
+class FimFakeModel(WithFimTokens, SnapshotModel):
     """With FIM tokens, and a chat template that joins the messages' words (for chat and Responses)."""
-
-    def fim_tokens(self) -> dict[str, int]:
-        return {"pre": PRE, "suf": SUF, "mid": MID, "pad": -1, "rep": -1, "sep": -1}
 
     def tokenize_chat(self, messages, add_generation_prompt=True, tools=None) -> list[int]:
         return [t for m in messages for t in self.tokenize(m["content"] if isinstance(m["content"], str) else "")]
@@ -179,9 +172,9 @@ def without_timing(value):
     return value
 
 
-def app_client():
-    return TestClient(create_app(SpeculativeEngine(FimFakeModel(n_ctx=512), None), SETTINGS,
-                                 ServerSettings(api_key=("key-a", "key-b"))))
+def two_keys():
+    """A TestClient of the app over :class:`FimFakeModel` (512 tokens) with two API keys."""
+    return app_client(FimFakeModel(n_ctx=512), ServerSettings(api_key=("key-a", "key-b")))
 
 
 def probes(c, key, salt=None):
@@ -208,9 +201,9 @@ def probes(c, key, salt=None):
                                                (("key-a", "alice"), ("key-a", "bob")),
                                                (("key-a", None), ("key-a", "bob"))])
 def test_what_one_scope_sent_shows_nowhere_in_another_scopes_answers(speaker, listener):
-    with app_client() as fresh:
+    with two_keys() as fresh:
         expected = probes(fresh, *listener)
-    with app_client() as spoken:
+    with two_keys() as spoken:
         h = {"Authorization": f"Bearer {speaker[0]}"}
         salt = {"cache_salt": speaker[1]} if speaker[1] else {}
         for _ in range(2):
@@ -229,7 +222,7 @@ def test_what_one_scope_sent_shows_nowhere_in_another_scopes_answers(speaker, li
 
 
 def test_a_wrong_key_among_several_is_a_401_and_metrics_show_the_memory():
-    with app_client() as c:
+    with two_keys() as c:
         assert c.post("/v1/completions", json={"prompt": TEXT}, headers={"Authorization": "Bearer key-c"}
                       ).status_code == 401
         assert c.post("/v1/completions", json={"prompt": TEXT}, headers={"Authorization": "Bearer key-b"}
@@ -246,7 +239,7 @@ def test_a_wrong_key_among_several_is_a_401_and_metrics_show_the_memory():
                                         ("/infill", {"input_prefix": "t1", "input_suffix": "t2", "n_predict": 2})])
 @pytest.mark.parametrize("salt", ["", 5, None])
 def test_cache_salt_is_a_non_empty_string_on_every_endpoint(path, base, salt):
-    with app_client() as c:
+    with two_keys() as c:
         r = c.post(path, json=base | {"cache_salt": salt}, headers={"Authorization": "Bearer key-a"})
         if salt is None:
             assert r.status_code == 200, r.text

@@ -7,17 +7,16 @@ import re
 import time
 
 import pytest
-from fastapi.testclient import TestClient
 
 from fakes import FakeModel
-from localspec.config import DraftParams, ModelSettings, SamplingParams, ServerSettings, Settings
+from fake_server import SETTINGS, app_client
+from localspec.config import DraftParams, SamplingParams, ServerSettings
 from localspec.core.engine import SpeculativeEngine
-from localspec.server import create_app
 from localspec.server.app import bearer_token
-from localspec.server.openai_api import MAX_JSON_DEPTH, ApiError, check_json, parse_request
+from localspec.server.errors import ApiError
+from localspec.server.openai_api import MAX_JSON_DEPTH, check_json, parse_request
 from localspec.server.worker import RELAY, EngineWorker, Failed, Finished, Job
 
-SETTINGS = Settings(target=ModelSettings(model="fake.gguf"), drafting=DraftParams(mode="lookup"))
 
 
 class BrokenOnce(SpeculativeEngine):
@@ -33,8 +32,8 @@ class BrokenOnce(SpeculativeEngine):
 
 
 def test_a_bug_is_a_500_without_traceback_and_the_server_lives(caplog):
-    app = create_app(BrokenOnce(FakeModel(), None), SETTINGS)
-    with TestClient(app) as c:
+    served = app_client(FakeModel(), engine=BrokenOnce)
+    with served as c:
         r = c.post("/v1/completions", json={"prompt": "t3 t5 t7", "max_tokens": 4})
         assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
         assert "secret" not in r.text and "Traceback" not in r.text
@@ -45,7 +44,7 @@ def test_a_bug_is_a_500_without_traceback_and_the_server_lives(caplog):
 
 def test_prediction_counts_on_the_fake(tmp_path):
     """Greedy output is the same with a prediction; a prediction equal to it is accepted in full."""
-    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS)) as c:
+    with app_client(FakeModel()) as c:
         body = {"prompt": "t3 t5 t7", "max_tokens": 20}
         plain = c.post("/v1/completions", json=body).json()
         text = plain["choices"][0]["text"]
@@ -102,7 +101,7 @@ def test_integral_numbers_are_integers():
 
 
 def test_openapi_documents_the_request_bodies():
-    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS, ServerSettings(api_key="k"))) as c:
+    with app_client(FakeModel(), ServerSettings(api_key="k")) as c:
         doc = c.get("/openapi.json").json()
     for path, model in (("/v1/chat/completions", "ChatCompletionBody"), ("/v1/completions", "CompletionBody"),
                         ("/v1/responses", "ResponsesBody")):
@@ -183,10 +182,10 @@ PUBLIC_ROUTES = {"/health", "/openapi.json"}
 def test_every_route_but_the_public_ones_needs_the_key():
     """Every route of the app, found by walking ``app.routes`` (so a route added later is covered), answers 401
     without the key and with a wrong one, before reading its body; with the key it is let through."""
-    app = create_app(SpeculativeEngine(FakeModel(), None), SETTINGS, ServerSettings(api_key="k"))
+    served = app_client(FakeModel(), ServerSettings(api_key="k"))
     walked = set()
-    with TestClient(app) as c:
-        for route in iter_route_contexts(app.routes):
+    with served as c:
+        for route in iter_route_contexts(served.app.routes):
             path = re.sub(r"{[^}]*}", "x", route.path)  # a path parameter: any value
             for method in sorted(route.methods):
                 walked.add(route.path)
@@ -207,7 +206,7 @@ def test_every_route_but_the_public_ones_needs_the_key():
 
 
 def test_401s_are_counted_in_the_metrics():
-    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS, ServerSettings(api_key="k"))) as c:
+    with app_client(FakeModel(), ServerSettings(api_key="k")) as c:
         for headers in ({}, {"Authorization": "Bearer nope"}):
             assert c.post("/v1/completions", json={"prompt": "t3"}, headers=headers).status_code == 401
         assert c.post("/v1/completions", json={"prompt": "t3 t5", "max_tokens": 2},
@@ -263,7 +262,7 @@ def test_the_next_job_is_taken_before_the_last_message_goes_out():
 
 
 def test_tools_on_a_template_without_tool_support_are_a_400_naming_the_model():
-    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS)) as c:
+    with app_client(FakeModel()) as c:
         tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
         r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "t3"}], "tools": tools})
         err = r.json()["error"]
@@ -277,7 +276,7 @@ def test_tools_on_a_template_without_tool_support_are_a_400_naming_the_model():
 
 
 def test_model_retrieve_cors_and_context_wording():
-    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS)) as c:
+    with app_client(FakeModel()) as c:
         listed = c.get("/v1/models").json()["data"][0]
         assert c.get("/v1/models/fake.gguf").json() == listed
         assert c.get("/v1/models/openai/any-name").json() == listed  # names are not checked, as in chat
@@ -295,9 +294,7 @@ def test_model_retrieve_cors_and_context_wording():
         assert r.status_code == 200, r.text
         assert r.json()["choices"][0]["finish_reason"] == "length"
         assert r.json()["usage"]["prompt_tokens"] == 200 and r.json()["usage"]["completion_tokens"] == 56
-    app = create_app(SpeculativeEngine(FakeModel(), None), SETTINGS,
-                     ServerSettings(cors_origins=("http://localhost:3000",)))
-    with TestClient(app) as c:
+    with app_client(FakeModel(), ServerSettings(cors_origins=("http://localhost:3000",))) as c:
         r = c.options("/v1/chat/completions", headers={**pre, "Access-Control-Request-Headers": "authorization"})
         assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://localhost:3000"
         assert "authorization" in r.headers["access-control-allow-headers"].lower()
@@ -413,7 +410,7 @@ def test_the_servers_own_log_lines_reach_stderr(capsys):
 def test_the_body_models_validate_and_name_the_parameter(body, param, message):
     """One declaration: FastAPI validates with the body model, the translator gives OpenAI's error
     object, and parse_request (the same model) says the same."""
-    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS)) as c:
+    with app_client(FakeModel()) as c:
         err = c.post("/v1/chat/completions", json=body).json()["error"]
     assert (err["param"], err["message"], err["type"]) == (param, message, "invalid_request_error")
     with pytest.raises(ApiError) as e:
@@ -423,14 +420,14 @@ def test_the_body_models_validate_and_name_the_parameter(body, param, message):
 
 def test_a_body_without_a_json_content_type_is_read_as_json():
     """``curl -d`` sends application/x-www-form-urlencoded; the body is JSON all the same."""
-    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS)) as c:
+    with app_client(FakeModel()) as c:
         for headers in ({}, {"Content-Type": "application/x-www-form-urlencoded"}, {"Content-Type": "text/plain"}):
             r = c.post("/v1/completions", content=b'{"prompt": "t3 t5", "max_tokens": 2}', headers=headers)
             assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
 
 
 def test_openapi_documents_the_error_object_not_fastapis_422():
-    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS)) as c:
+    with app_client(FakeModel()) as c:
         doc = c.get("/openapi.json").json()
     responses = doc["paths"]["/v1/completions"]["post"]["responses"]
     assert "422" not in responses and responses["4XX"]["content"]["application/json"]["schema"]["$ref"] == \
@@ -488,7 +485,7 @@ def test_an_integral_float_is_the_integer_wherever_the_schema_says_integer(body,
 def test_openapi_declares_the_new_endpoints_and_fields_the_fuzz_generates_from():
     """Issue 32 item 7: the fuzz (tests/integration/test_server_fuzz.py) draws from /openapi.json, so
     what it must reach is declared there with its shape (not as an untyped value)."""
-    with TestClient(create_app(SpeculativeEngine(FakeModel(), None), SETTINGS)) as c:
+    with app_client(FakeModel()) as c:
         doc = c.get("/openapi.json").json()
     assert {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/infill"} <= set(doc["paths"])
     schemas = doc["components"]["schemas"]

@@ -9,7 +9,8 @@ import random
 
 import pytest
 
-from localspec.server.openai_api import ApiError, ResponseShape, parse_request
+from localspec.server.errors import ApiError
+from localspec.server.openai_api import ResponseShape, parse_request
 from localspec.server.tools import FORMATS, ToolCall, ToolCallParser, ToolStream, complete, parse_all, tool_format
 
 HERMES = FORMATS["hermes"]

@@ -52,8 +52,9 @@ from localspec.backend.prompt_store import FOLDER_NAME, default_disk_bytes, engi
 from localspec.server import tools
 from localspec.server.infill import InfillBody, InfillShape, check_fim_model
 from localspec.server.metrics import CONTENT_TYPE_LATEST, ServerMetrics
-from localspec.server.openai_api import (ERROR_RESPONSES, FINISH_REASONS, MAX_JSON_DEPTH, ApiError, ChatCompletionBody, CompletionBody,
-                                         GenerationRequest, ResponseShape, api_error, check_json, speculation, usage)
+from localspec.server.bodies import ChatCompletionBody, CompletionBody, GenerationRequest
+from localspec.server.openai_api import ERROR_RESPONSES, MAX_JSON_DEPTH, ApiError, api_error, check_json
+from localspec.server.shapes import FINISH_REASONS, ResponseShape, speculation, usage
 from localspec.server.responses import ResponsesBody, ResponsesShape
 from localspec.server.scopes import key_scope, matching_key, scope_id
 from localspec.server.worker import EngineWorker, Failed, Finished, Job, Started, Tokens, drafting_for, sampling_for
@@ -209,12 +210,12 @@ api = APIRouter(dependencies=[Depends(authorize)], responses=ERROR_RESPONSES)
 
 @generation.post("/v1/chat/completions")
 async def chat_completions(body: ChatCompletionBody, request: Request) -> Response:
-    return await generate(request, body.request("chat"))
+    return await generate(request, body.request())
 
 
 @generation.post("/v1/completions")
 async def completions(body: CompletionBody, request: Request) -> Response:
-    req = body.request("completion")
+    req = body.request()
     if req.fim is not None:
         check_fim_model(served(request).engine, served(request).target_id, "suffix")
     return await generate(request, req)

@@ -57,7 +57,8 @@ from typing import Annotated, Any, AsyncIterator
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
-from localspec.server.openai_api import ApiError, ChatCompletionBody, GenerationRequest, api_error
+from localspec.server.bodies import ChatCompletionBody, GenerationRequest
+from localspec.server.openai_api import ApiError, api_error
 from localspec.server.refused import INCLUDE_IGNORED, RESPONSES, refused_field
 
 FORMAT_SHAPE = ('text.format must be {"type": "text"}, {"type": "json_object"} or {"type": "json_schema", '
@@ -357,7 +358,7 @@ def generation_request(body: ResponsesBody, origins: list[str] | None = None,
     calls = calls if calls is not None else {}
     chat = chat_body(body, origins, calls)
     try:
-        req = ChatCompletionBody.model_validate(chat).request("chat")
+        req = ChatCompletionBody.model_validate(chat).request()
     except ValidationError as e:
         raise _renamed(api_error(e), origins, calls) from None
     except ApiError as e:

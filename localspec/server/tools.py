@@ -43,7 +43,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localspec.backend.grammar import json_schema_grammar
-from localspec.server.openai_api import ApiError, ResponseShape
+from localspec.server.openai_api import ApiError
+from localspec.server.shapes import ResponseShape
 
 
 @dataclass(frozen=True)

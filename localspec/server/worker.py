@@ -43,7 +43,9 @@ from localspec.errors import BackendError, LocalspecError, WorkerError
 from localspec.core.events import RoundStats, TokenEvent
 from localspec.backend.load import machine_is_quiet
 from localspec.app.loader import reload_lost_target
-from localspec.server.openai_api import ApiError, GenerationRequest, TokenLogprob, token_logprobs
+from localspec.server.bodies import GenerationRequest
+from localspec.server.openai_api import ApiError
+from localspec.server.shapes import TokenLogprob, token_logprobs
 from localspec.server.infill import fim_prompt_tokens
 from localspec.server.tools import prompt_tokens, tool_constraint
 

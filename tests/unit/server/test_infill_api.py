@@ -13,7 +13,7 @@ from localspec.config import DraftParams, ModelSettings, Settings
 from localspec.core.engine import SpeculativeEngine
 from localspec.server import create_app
 from localspec.server.infill import InfillBody, fim_prompt_tokens
-from localspec.server.openai_api import parse_request
+from localspec.server.bodies import parse_request
 
 SETTINGS = Settings(target=ModelSettings(model="fake.gguf"), drafting=DraftParams(mode="lookup"))
 PRE, SUF, MID = 30, 31, 32

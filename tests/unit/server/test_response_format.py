@@ -6,7 +6,8 @@ tests/integration/test_structured_outputs.py.
 
 import pytest
 
-from localspec.server.openai_api import ApiError, parse_request
+from localspec.server.bodies import parse_request
+from localspec.server.openai_api import ApiError
 from localspec.server.structured import SCHEMA_PARAM, check_schema, response_grammar
 
 HELLO = [{"role": "user", "content": "hi"}]

@@ -14,7 +14,8 @@ from localspec.config import DraftParams, ModelSettings, SamplingParams, ServerS
 from localspec.core.engine import SpeculativeEngine
 from localspec.server import create_app
 from localspec.server.app import bearer_token
-from localspec.server.openai_api import MAX_JSON_DEPTH, ApiError, check_json, parse_request
+from localspec.server.bodies import parse_request
+from localspec.server.openai_api import MAX_JSON_DEPTH, ApiError, check_json
 from localspec.server.worker import RELAY, EngineWorker, Failed, Finished, Job
 
 SETTINGS = Settings(target=ModelSettings(model="fake.gguf"), drafting=DraftParams(mode="lookup"))

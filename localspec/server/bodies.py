@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, WithJsonSchema,
-                      field_validator, model_validator)
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, SkipValidation, ValidationError, ValidationInfo,
+                      WithJsonSchema, field_validator, model_validator)
 
 from localspec.app.fim import FimInput
 from localspec.config import (AUTO_DRAFT_MAX, DraftMode, DraftParams, SamplingParams, check_stop, request_field,
@@ -27,7 +27,7 @@ from localspec.server.messages import (TOOL_CHOICE_SHAPE, ChatMessage, FunctionT
                                        StreamOptions, an_object, joined, said)
 from localspec.server.openai_api import ApiError, api_error
 from localspec.server.refused import CHAT, COMPLETIONS, refused_field
-from localspec.server.structured import ResponseFormat, format_grammar
+from localspec.server.structured import ResponseFormat, response_grammar
 from localspec.server.tools import tool_request
 
 #: the most alternatives per token: chat's ``top_logprobs`` and completions' ``logprobs`` (OpenAI's limits)
@@ -257,7 +257,9 @@ class SamplingFields(SamplingBody):
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     cache_prompt: CachePrompt = CACHE_PROMPT_FIELD
-    response_format: ResponseFormat | None = Field(
+    #: declared by its type; validated when the request is built, after the other fields (so that an error
+    #: elsewhere is named first, as before it was typed): :func:`~localspec.server.structured.response_grammar`
+    response_format: Annotated[ResponseFormat | None, SkipValidation] = Field(
         None, description='{"type": "text" | "json_object" | "json_schema", "json_schema": {"name", "schema", '
                           '"strict"}}: the answer follows the schema (localspec.server.structured)')
 
@@ -265,7 +267,7 @@ class SamplingFields(SamplingBody):
         return {"stream": bool(self.stream),
                 "include_usage": bool(self.stream_options and self.stream_options.include_usage),
                 "max_tokens": self.max_completion_tokens or self.max_tokens,
-                "grammar": format_grammar(self.response_format)}
+                "grammar": response_grammar(self.response_format)}
 
 
 class ChatCompletionBody(SamplingFields):

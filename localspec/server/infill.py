@@ -189,7 +189,7 @@ def pick_fields(obj: dict, paths: list[str]) -> dict:
 @dataclass
 class InfillShape:
     """Builds llama.cpp's /infill answers; the app's generation path calls it as it calls
-    :class:`~localspec.server.openai_api.ResponseShape` (``complete``, ``chunk``)."""
+    :class:`~localspec.server.shapes.ResponseShape` (``complete``, ``chunk``)."""
 
     model: str
     prompt_tokens: int

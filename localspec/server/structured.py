@@ -295,8 +295,10 @@ class JsonSchemaSpec(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True, populate_by_name=True)
     name: Annotated[str | None, _spec_key("name", "str")] = None
     description: Annotated[str | None, _spec_key("description", "str")] = None
-    schema_: Annotated[dict[str, Any], said(f"{SCHEMA_PARAM} must be a JSON Schema object", "invalid_schema")] = Field(
-        alias="schema", description="a JSON Schema object (the keywords the grammar cannot express are refused)")
+    schema_: Annotated[dict[str, Any] | None, said(f"{SCHEMA_PARAM} must be a JSON Schema object",
+                                                   "invalid_schema")] = Field(
+        None, alias="schema", description="a JSON Schema object, required (the keywords the grammar cannot express "
+                                          "are refused)")
     strict: Annotated[bool | None, _spec_key("strict", "bool")] = None
 
 

@@ -138,7 +138,7 @@ class ToolRequest:
 
 def tool_request(body, messages: list[dict]) -> ToolRequest | None:
     """The tool fields of a validated chat body
-    (:class:`~localspec.server.openai_api.ChatCompletionBody`: ``tools``, ``tool_choice``,
+    (:class:`~localspec.server.bodies.ChatCompletionBody`: ``tools``, ``tool_choice``,
     ``parallel_tool_calls``) and whether its ``messages`` (as the template takes them) use tools.
 
     Returns:

@@ -60,8 +60,11 @@ class GenerationRequest:
         prediction: the predicted output's text, or None.
         max_tokens: most tokens to generate; None = the server's default (the room left
             in the context window unless ``--max-tokens`` was given).
-        sampling: overrides of the server's :class:`~localspec.config.SamplingParams`.
-        stop: stop strings.
+        sampling: overrides of the server's :class:`~localspec.config.SamplingParams` (the body's
+            fields of the same names: :meth:`SamplingBody.overrides`).
+        generation: overrides of the server's :class:`~localspec.config.GenerationParams` but
+            ``max_tokens`` (``stop``, the stop strings, when some are sent; ``/infill``'s ``min_indent``
+            and ``newline_time_limit``, from ``n_indent`` and ``t_max_predict_ms``).
         stream: answer as server-sent events.
         include_usage: ``stream_options.include_usage``.
         tools: the checked tool fields (:class:`localspec.server.tools.ToolRequest`), or None.
@@ -79,9 +82,6 @@ class GenerationRequest:
             key and ``cache_salt``: :func:`localspec.server.scopes.scope_id`; ``""``: one user).
         grammar: the GBNF (start rule ``root``) of ``response_format`` json_object / json_schema
             (:func:`localspec.server.structured.response_grammar`), or None.
-        min_indent: ``/infill``'s ``n_indent`` (:attr:`localspec.config.GenerationParams.min_indent`).
-        newline_time_limit: ``/infill``'s ``t_max_predict_ms`` in seconds, or None
-            (:attr:`localspec.config.GenerationParams.newline_time_limit`).
     """
 
     kind: Literal["chat", "completion"]
@@ -90,7 +90,7 @@ class GenerationRequest:
     prediction: str | None = None
     max_tokens: int | None = None
     sampling: dict = field(default_factory=dict)
-    stop: tuple[str, ...] = ()
+    generation: dict = field(default_factory=dict)
     stream: bool = False
     include_usage: bool = False
     tools: Any = None
@@ -102,8 +102,6 @@ class GenerationRequest:
     scope: str = ""
     fim: Any = None  #: a fill-in-the-middle request's :class:`localspec.app.fim.FimInput` (prompt unused), or None
     grammar: str | None = None
-    min_indent: int = 0
-    newline_time_limit: float | None = None
 
     @property
     def prompt_param(self) -> str:
@@ -234,12 +232,15 @@ class SamplingBody(RequestBody):
             ApiError: 400 for what only the whole request shows (``response_format`` with tools).
         """
         stop = getattr(self, "stop", None)
+        stop = (stop,) if isinstance(stop, str) else tuple(stop or ())
         spec = self.speculation
+        own = self.own_fields()
         return GenerationRequest(
-            stop=(stop,) if isinstance(stop, str) else tuple(stop or ()), sampling=self.overrides(SamplingParams),
+            sampling=self.overrides(SamplingParams), generation={**({"stop": stop} if stop else {}),
+                                                                  **own.pop("generation", {})},
             speculation=spec.model_dump(exclude_none=True, exclude={"memory"}) if spec else {},
             memory=spec is None or spec.memory is not False, cache_prompt=getattr(self, "cache_prompt") is not False,
-            cache_salt=self.cache_salt, **self.own_fields())
+            cache_salt=self.cache_salt, **own)
 
     def own_fields(self) -> dict[str, Any]:
         """The endpoint's own :class:`GenerationRequest` fields (``kind``, the prompt, ...)."""

@@ -108,8 +108,8 @@ class InfillBody(SamplingBody):
         n = self.n_predict
         return {"kind": "completion", "prompt": self.input_prefix, "stream": self.stream,
                 "max_tokens": None if n is None or n < 0 else max(n, 1),  # n_predict 0: one token, not sent
-                "min_indent": self.n_indent,
-                "newline_time_limit": self.t_max_predict_ms / 1000 if self.t_max_predict_ms > 0 else None,
+                "generation": {"min_indent": self.n_indent, "newline_time_limit": self.t_max_predict_ms / 1000
+                               if self.t_max_predict_ms > 0 else None},
                 "fim": FimInput(self.input_prefix, self.input_suffix,
                                 tuple((c.filename, c.text) for c in self.input_extra or ()), self.prompt)}
 

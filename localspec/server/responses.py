@@ -55,7 +55,7 @@ import time
 import uuid
 from typing import Any, AsyncIterator
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from localspec.server.bodies import ChatCompletionBody, GenerationRequest
 from localspec.server.openai_api import ApiError, api_error
@@ -125,6 +125,12 @@ def _output_message(messages: list[dict], item: FunctionCallOutputItem, param: s
     return {"role": "tool", "tool_call_id": item.call_id, "name": calls[item.call_id], "content": text_of(item.output)}
 
 
+#: the Responses fields that chat also has but takes in another shape (converted by :func:`chat_body`) or
+#: ignores as we do (``model``); every other field chat has under the same name is passed on as it is
+#: (llama.cpp's server passes the whole body on, ``input`` replaced by ``messages``)
+CONVERTED = ("model", "tools", "tool_choice")
+
+
 def chat_body(body: ResponsesBody, origins: list[str] | None = None, calls: dict[str, str] | None = None) -> dict:
     """The ``/v1/chat/completions`` body of a Responses request (see the module docstring).
 
@@ -132,14 +138,14 @@ def chat_body(body: ResponsesBody, origins: list[str] | None = None, calls: dict
         ApiError: 400 naming the Responses field at fault.
     """
     choice = body.tool_choice
+    same = {k: v.model_dump(exclude_none=True) if isinstance(v, BaseModel) else v
+            for k in type(body).model_fields if k in ChatCompletionBody.model_fields and k not in CONVERTED
+            and (v := getattr(body, k)) is not None}
     chat = {"messages": input_messages(body.input_items(), body.instructions, origins, calls),
             "tools": [t.chat_tool() for t in body.tools] if body.tools else None,
             "tool_choice": {"type": "function", "function": {"name": choice.name}} if isinstance(choice, NamedTool)
-            else choice, "parallel_tool_calls": body.parallel_tool_calls,
-            "temperature": body.temperature, "top_p": body.top_p, "max_tokens": body.max_output_tokens,
-            "stream": body.stream, "response_format": body.text.format.chat_format() if body.text and body.text.format
-            else None, "speculation": body.speculation.model_dump(exclude_none=True) if body.speculation else None,
-            "cache_prompt": body.cache_prompt, "cache_salt": body.cache_salt}
+            else choice, "max_tokens": body.max_output_tokens,
+            "response_format": body.text.format.chat_format() if body.text and body.text.format else None, **same}
     return {k: v for k, v in chat.items() if v is not None}
 
 

@@ -527,8 +527,8 @@ class EngineWorker:
                       else tool_constraint(eng, req.tools) if req.kind == "chat" and req.tools is not None
                       else None)
         gen = eng.generate(prompt, job.sampling, drafting,
-                           GenerationParams(max_tokens=max_tokens, stop=req.stop or self.settings.generation.stop,
-                                            min_indent=req.min_indent, newline_time_limit=req.newline_time_limit),
+                           GenerationParams(**{"stop": self.settings.generation.stop, **req.generation,
+                                               "max_tokens": max_tokens}),
                            prediction=prediction, constraint=constraint, logprobs=req.logprobs,
                            memory=self.memory.scope(req.scope) if self.memory is not None and req.memory
                            and req.cache_prompt else None, cache_prompt=req.cache_prompt)

@@ -309,6 +309,7 @@ class ResponsesBody(RequestBody):
     text: Text | None = None
     temperature: float | None = request_field(SamplingParams, "temperature")
     top_p: float | None = request_field(SamplingParams, "top_p")
+    top_k: int | None = request_field(SamplingParams, "top_k")  # llama-server's extension, as in chat
     stream: bool | None = None
     cache_prompt: CachePrompt = CACHE_PROMPT_FIELD
     parallel_tool_calls: Annotated[bool | None, said("parallel_tool_calls must be true or false")] = None

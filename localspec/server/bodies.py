@@ -24,7 +24,7 @@ from localspec.app.fim import FimInput
 from localspec.config import (AUTO_DRAFT_MAX, DraftMode, DraftParams, SamplingParams, check_stop, request_field,
                               user_error)
 from localspec.server.messages import (TOOL_CHOICE_SHAPE, ChatMessage, FunctionTool, NamedToolChoice, Prediction,
-                                       StreamOptions, an_object, joined, said)
+                                       StreamOptions, an_object, joined, said, tools_array)
 from localspec.server.openai_api import ApiError, api_error
 from localspec.server.refused import CHAT, COMPLETIONS, refused_field
 from localspec.server.structured import ResponseFormat, response_grammar
@@ -38,14 +38,6 @@ COMPLETION_LOGPROBS_MAX = 5
 def _nonempty_array(value: Any) -> Any:
     if not isinstance(value, list) or not value:
         raise user_error("messages must be a non-empty array")
-    return value
-
-
-def _tools_array(value: Any) -> Any:
-    if value is None or value == []:
-        return None
-    if not isinstance(value, list):
-        raise user_error("tools must be an array of function tools")
     return value
 
 
@@ -106,7 +98,6 @@ class GenerationRequest:
     @property
     def prompt_param(self) -> str:
         return "messages" if self.kind == "chat" else "prompt"
-
 
 
 def integral_number(v: Any) -> Any:
@@ -205,7 +196,6 @@ class RequestBody(IntegralNumbers):
         return stop
 
 
-
 class SamplingBody(RequestBody):
     """A body the worker runs as it is: the sampling fields, which take their range and help from the
     options' one declaration (:class:`~localspec.config.SamplingParams`; absent, they keep the
@@ -278,7 +268,7 @@ class ChatCompletionBody(SamplingFields):
     absent_as_null: ClassVar[tuple[str, ...]] = ("messages",)
     messages: Annotated[list[ChatMessage], BeforeValidator(_nonempty_array)] = Field(min_length=1)
     prediction: Prediction | None = None
-    tools: Annotated[list[FunctionTool] | None, BeforeValidator(_tools_array)] = None
+    tools: Annotated[list[FunctionTool] | None, BeforeValidator(lambda v: tools_array(v))] = None
     parallel_tool_calls: Annotated[bool | None, Field(strict=True),
                                    said("parallel_tool_calls must be true or false")] = None
     tool_choice: Annotated[Literal["none", "auto", "required"] | NamedToolChoice | None,

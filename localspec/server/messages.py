@@ -60,6 +60,15 @@ FunctionName = Annotated[str, Field(pattern=FUNCTION_NAME),
                          said(lambda n: f"function.name must be 1-64 letters, digits, '_', '-' or '.' (got {n!r})")]
 
 
+def tools_array(value: Any, code: str | None = None) -> Any:
+    """``tools``: absent, null and ``[]`` read as no tools; another value than an array refused (with ``code``)."""
+    if value is None or value == []:
+        return None
+    if not isinstance(value, list):
+        raise user_error("tools must be an array of function tools", code)
+    return value
+
+
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
     include_usage: bool | None = None

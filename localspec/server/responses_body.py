@@ -14,7 +14,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Fiel
 
 from localspec.config import SamplingParams, invalid_values, request_field, user_error
 from localspec.server.bodies import CACHE_PROMPT_FIELD, CachePrompt, RequestBody
-from localspec.server.messages import FunctionDefinition, NamedFunction, an_object, said
+from localspec.server.messages import FunctionDefinition, NamedFunction, an_object, said, tools_array
 from localspec.server.openai_api import ApiError
 from localspec.server.refused import INCLUDE_IGNORED, RESPONSES
 from localspec.server.structured import JsonSchemaSpec
@@ -185,14 +185,6 @@ class ResponsesTool(FunctionDefinition):
                                                                  exclude_none=True)}
 
 
-def _tools_array(value: Any) -> Any:
-    if value is None or value == []:
-        return None
-    if not isinstance(value, list):
-        raise user_error("tools must be an array of function tools", INVALID)
-    return value
-
-
 class NamedTool(NamedFunction):
     """``tool_choice`` naming one function: ``{"type": "function", "name"}`` (chat nests the name in ``function``)."""
 
@@ -301,7 +293,7 @@ class ResponsesBody(RequestBody):
         None, description="a system message put first")
     input: Input | None = Field(None, 
         description="a string, or a list of message, function_call and function_call_output items")
-    tools: Annotated[list[ResponsesTool] | None, BeforeValidator(_tools_array)] = Field(
+    tools: Annotated[list[ResponsesTool] | None, BeforeValidator(lambda v: tools_array(v, INVALID))] = Field(
         None, description='function tools: [{"type": "function", "name", "description", "parameters", "strict"}]')
     tool_choice: Annotated[Literal["none", "auto", "required"] | NamedTool | None,
                            said('tool_choice must be "none", "auto", "required" or {"type": "function", "name"}',

@@ -8,7 +8,7 @@ window's floor, the drafting modes, the cache folder, the catalog's file, the Op
 Every option is declared once, here, with :func:`option`: its type (the annotation), its
 default, its allowed range (pydantic constraints), its help, its unit and the TUI form's
 label. The command-line flags (:mod:`localspec.app.flags`), the TUI settings form
-(``tui.dialogs``) and the server's request fields (:mod:`localspec.server.openai_api`, via
+(``tui.dialogs``) and the server's request fields (:mod:`localspec.server.bodies`, via
 :func:`request_field`) are derived from these declarations. The CLI and the TUI build the
 same models; a ``pydantic.ValidationError`` becomes a readable message only there (see
 :func:`format_validation_error`).

@@ -3,7 +3,7 @@
 FastAPI + uvicorn (SSE through sse-starlette, metrics through prometheus-client). One
 engine serves one request at a time, in arrival order, from a bounded queue
 (:mod:`localspec.server.worker`); requests are parsed and checked at the edge
-(:mod:`localspec.server.openai_api`; the fields it refuses, on every endpoint, are one table in
+(:mod:`localspec.server.bodies`; the fields it refuses, on every endpoint, are one table in
 :mod:`localspec.server.refused`); the routes live in :mod:`localspec.server.app`.
 The server uses only the engine's public surface (``chat_tokens``, ``tokenize``,
 ``generate``, ``n_ctx``, ``has_draft_model``).

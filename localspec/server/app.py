@@ -54,8 +54,9 @@ from localspec.server import tools
 from localspec.server.infill import InfillBody, InfillShape, check_fim_model
 from localspec.server.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from localspec.server.errors import ERROR_RESPONSES, ApiError, is_bug, translate
-from localspec.server.openai_api import (FINISH_REASONS, MAX_JSON_DEPTH, ChatCompletionBody, CompletionBody,
-                                         GenerationRequest, ResponseShape, check_json, speculation, usage)
+from localspec.server.bodies import ChatCompletionBody, CompletionBody, GenerationRequest
+from localspec.server.openai_api import MAX_JSON_DEPTH, check_json
+from localspec.server.shapes import FINISH_REASONS, ResponseShape, speculation, usage
 from localspec.server.responses import ResponsesBody, ResponsesShape
 from localspec.server.scopes import key_scope, matching_key, scope_id
 from localspec.server.worker import EngineWorker, Failed, Finished, Job, Started, Tokens, drafting_for, sampling_for
@@ -211,12 +212,12 @@ api = APIRouter(dependencies=[Depends(authorize)], responses=ERROR_RESPONSES)
 
 @generation.post("/v1/chat/completions")
 async def chat_completions(body: ChatCompletionBody, request: Request) -> Response:
-    return await generate(request, body.request("chat"))
+    return await generate(request, body.request())
 
 
 @generation.post("/v1/completions")
 async def completions(body: CompletionBody, request: Request) -> Response:
-    req = body.request("completion")
+    req = body.request()
     if req.fim is not None:
         check_fim_model(served(request).engine, served(request).target_id, "suffix")
     return await generate(request, req)

@@ -46,20 +46,21 @@ from typing import Annotated, Any, ClassVar
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from localspec.app.fim import FimInput, check_fim, fim_prompt
-from localspec.config import SamplingParams, check_stop, request_field, user_error
+from localspec.config import user_error
 from localspec.errors import ConfigError
+from localspec.server.bodies import GenerationRequest, SamplingBody
+from localspec.server.messages import said
 from localspec.server.errors import translate
-from localspec.server.openai_api import (CACHE_SALT_FIELD, CacheSalt, GenerationRequest, SpeculationFields, TokenLogprob,
-                                         _said)
-from localspec.server.refused import INFILL, refused_field
+from localspec.server.refused import INFILL
+from localspec.server.shapes import TokenLogprob
 
 
 class ExtraChunk(BaseModel):
     """One file of ``input_extra``."""
 
     model_config = ConfigDict(extra="allow", strict=True)
-    filename: Annotated[str, _said('an input_extra chunk\'s "filename" must be a string')] = "tmp"
-    text: Annotated[str, _said('an input_extra chunk must contain a "text" field with a string value')]
+    filename: Annotated[str, said('an input_extra chunk\'s "filename" must be a string')] = "tmp"
+    text: Annotated[str, said('an input_extra chunk must contain a "text" field with a string value')]
 
     @model_validator(mode="before")
     @classmethod
@@ -75,27 +76,18 @@ def _extra_array(value: Any) -> Any:
     return value
 
 
-def _seed(v: Any) -> Any:
-    return None if v == -1 else v  # llama.cpp's "random"
-
-
-class InfillBody(BaseModel):
+class InfillBody(SamplingBody):
     """``POST /infill``: llama.cpp's request body (see the module docstring)."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
+    endpoint: ClassVar[str] = INFILL
     absent_as_null: ClassVar[tuple[str, ...]] = ("input_prefix", "input_suffix")
 
-    input_prefix: Annotated[str, _said('"input_prefix" is required: a string, the text before the cursor')]
-    input_suffix: Annotated[str, _said('"input_suffix" is required: a string, the text after the cursor')]
+    input_prefix: Annotated[str, said('"input_prefix" is required: a string, the text before the cursor')]
+    input_suffix: Annotated[str, said('"input_suffix" is required: a string, the text after the cursor')]
     input_extra: Annotated[list[ExtraChunk] | None, BeforeValidator(_extra_array)] = None
-    prompt: Annotated[str, _said('"prompt" must be a string')] = ""
+    prompt: Annotated[str, said('"prompt" must be a string')] = ""
     n_predict: int | None = Field(None, ge=-1, description="most tokens to generate; -1: no limit but the context; "
                                                            "0: only cache the prompt")
-    temperature: float | None = request_field(SamplingParams, "temperature")
-    top_k: int | None = request_field(SamplingParams, "top_k")
-    top_p: float | None = request_field(SamplingParams, "top_p")
-    min_p: float | None = request_field(SamplingParams, "min_p")
-    seed: Annotated[int | None, BeforeValidator(_seed)] = request_field(SamplingParams, "seed")
     stop: list[str] | None = Field(None, description="stop strings, not empty")
     stream: bool = False
     cache_prompt: bool = Field(True, description="false: this request neither reuses a cached prompt prefix nor "
@@ -105,49 +97,21 @@ class InfillBody(BaseModel):
                                                              "first newline, indented less (0: off)")
     t_max_predict_ms: int = Field(-1, ge=-1, le=2**63 - 1, description="milliseconds after the first token; then the "
                                                                       "output ends at the next newline (<= 0: off)")
-    speculation: SpeculationFields | None = None
-    cache_salt: CacheSalt = CACHE_SALT_FIELD
 
-    @model_validator(mode="before")
+    @field_validator("seed", mode="before")
     @classmethod
-    def _served(cls, body: Any) -> Any:
-        if not isinstance(body, dict):
-            raise user_error("the request body must be a JSON object")
-        refused = refused_field(INFILL, body)
-        if refused:
-            raise user_error(refused[1], "unsupported_parameter", at=refused[0])
-        return {**dict.fromkeys(cls.absent_as_null), **body}
+    def _random_seed(cls, v: Any) -> Any:
+        return None if v == -1 else v  # llama.cpp's "random"
 
-    @field_validator("n_predict", "seed", "top_k", "n_indent", "t_max_predict_ms", mode="before")
-    @classmethod
-    def _integral_number(cls, v: Any) -> Any:
-        """JSON has one number type: ``4.0`` is the integer 4; ``4.5`` stays refused."""
-        return int(v) if isinstance(v, float) and v.is_integer() else v
-
-    @field_validator("stop")
-    @classmethod
-    def _no_empty_stop(cls, stop: list[str] | None) -> list[str] | None:
-        try:
-            check_stop(stop or [])
-        except ValueError as e:
-            raise user_error(str(e)) from None
-        return stop
-
-    def request(self) -> GenerationRequest:
-        """The checked request: a completion whose prompt is the FIM prompt (``fim``)."""
+    def own_fields(self) -> dict[str, Any]:
+        """A completion whose prompt is the FIM prompt (``fim``)."""
         n = self.n_predict
-        req = GenerationRequest(
-            kind="completion", prompt=self.input_prefix, stop=tuple(self.stop or ()), stream=self.stream,
-            max_tokens=None if n is None or n < 0 else max(n, 1),  # n_predict 0: one token, not sent
-            sampling={k: v for k in ("temperature", "top_p", "seed", "top_k", "min_p")
-                      if (v := getattr(self, k)) is not None},
-            speculation=self.speculation.model_dump(exclude_none=True, exclude={"memory"}) if self.speculation else {},
-            memory=self.speculation is None or self.speculation.memory is not False,
-            cache_prompt=self.cache_prompt, cache_salt=self.cache_salt, min_indent=self.n_indent,
-            newline_time_limit=self.t_max_predict_ms / 1000 if self.t_max_predict_ms > 0 else None)
-        req.fim = FimInput(self.input_prefix, self.input_suffix,
-                           tuple((c.filename, c.text) for c in self.input_extra or ()), self.prompt)
-        return req
+        return {"kind": "completion", "prompt": self.input_prefix, "stream": self.stream,
+                "max_tokens": None if n is None or n < 0 else max(n, 1),  # n_predict 0: one token, not sent
+                "generation": {"min_indent": self.n_indent, "newline_time_limit": self.t_max_predict_ms / 1000
+                               if self.t_max_predict_ms > 0 else None},
+                "fim": FimInput(self.input_prefix, self.input_suffix,
+                                tuple((c.filename, c.text) for c in self.input_extra or ()), self.prompt)}
 
 
 def check_fim_model(engine, model: str, param: str) -> None:
@@ -225,7 +189,7 @@ def pick_fields(obj: dict, paths: list[str]) -> dict:
 @dataclass
 class InfillShape:
     """Builds llama.cpp's /infill answers; the app's generation path calls it as it calls
-    :class:`~localspec.server.openai_api.ResponseShape` (``complete``, ``chunk``)."""
+    :class:`~localspec.server.shapes.ResponseShape` (``complete``, ``chunk``)."""
 
     model: str
     prompt_tokens: int

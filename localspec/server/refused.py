@@ -6,8 +6,8 @@ naming the field, its message ``"<field>: <why>"``. docs/server.md's table of re
 :func:`markdown_table` of this one (tests/unit/server/test_refused_fields.py keeps them equal).
 
 Not in this table, because they are refusals of a value's shape rather than of a field: message
-roles and content part types (``localspec.server.openai_api``), Responses item and tool types
-(``localspec.server.responses``), JSON Schema keywords the grammar cannot express
+roles and content part types (``localspec.server.messages``), Responses item and tool types
+(``localspec.server.responses_body``), JSON Schema keywords the grammar cannot express
 (``localspec.server.structured.HINTS``), and a model without FIM tokens or without a tool template.
 """
 

@@ -2,7 +2,7 @@
 
 A Responses request is converted into the chat request the worker already runs (as llama.cpp's
 server does): :func:`chat_body` writes the ``/v1/chat/completions`` body, which
-:class:`~localspec.server.openai_api.ChatCompletionBody` checks, so sampling, tools, structured
+:class:`~localspec.server.bodies.ChatCompletionBody` checks, so sampling, tools, structured
 outputs and speculation behave exactly as in chat. The chat answer (a ``chat.completion``, or its
 stream of ``chat.completion.chunk`` objects) is then reshaped by :class:`ResponsesShape`.
 
@@ -53,130 +53,59 @@ import json
 import re
 import time
 import uuid
-from typing import Annotated, Any, AsyncIterator
+from typing import Any, AsyncIterator
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
+from pydantic import BaseModel, ValidationError
 
-from localspec.server.errors import ApiError, translate
-from localspec.server.openai_api import ChatCompletionBody, GenerationRequest
-from localspec.server.refused import INCLUDE_IGNORED, RESPONSES, refused_field
-
-FORMAT_SHAPE = ('text.format must be {"type": "text"}, {"type": "json_object"} or {"type": "json_schema", '
-                '"name": ..., "schema": {...}, "strict": true}')
-#: content part types read as text
-TEXT_PARTS = ("input_text", "output_text")
-MESSAGE_ROLES = ("user", "system", "developer", "assistant")
-#: chat parameter -> the Responses parameter it came from (for the errors of the chat checks)
-RENAMED = (("response_format.json_schema.schema", "text.format.schema"),
-           ("response_format.json_schema", "text.format"), ("response_format", "text.format"),
-           ("tool_choice.function", "tool_choice"), ("max_tokens", "max_output_tokens"), ("messages", "input"))
+from localspec.server.bodies import ChatCompletionBody, GenerationRequest
+from localspec.server.errors import ApiError, translate, validation_error
+from localspec.server.responses_body import (RENAMED, FunctionCallItem, FunctionCallOutputItem, MessageItem, NamedTool,
+                                             ResponsesBody, _bad, text_of)
 
 
-# The fields' shapes in /openapi.json (documentation and the fuzz's generator): the values are checked by
-# chat_body, which names the field at fault, so the model itself takes Any.
-_TEXT_CONTENT = {"anyOf": [{"type": "string"}, {"type": "array", "items": {
-    "type": "object", "properties": {"type": {"enum": list(TEXT_PARTS)}, "text": {"type": "string"}},
-    "required": ["type", "text"]}}]}
-INPUT_SCHEMA = {"anyOf": [{"type": "string", "minLength": 1}, {"type": "array", "minItems": 1, "items": {"anyOf": [
-    {"type": "object", "properties": {"type": {"const": "message"}, "role": {"enum": list(MESSAGE_ROLES)},
-                                      "content": _TEXT_CONTENT}, "required": ["role", "content"]},
-    {"type": "object", "properties": {"type": {"const": "function_call"},
-                                      "call_id": {"type": "string", "minLength": 1},
-                                      "name": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$"},
-                                      "arguments": {"type": "string"}},
-     "required": ["type", "call_id", "name", "arguments"]},
-    {"type": "object", "properties": {"type": {"const": "function_call_output"}, "call_id": {"type": "string"},
-                                      "output": {"type": "string"}}, "required": ["type", "call_id", "output"]}]}}]}
-TOOL_SCHEMA = {"type": "object", "properties": {
-    "type": {"const": "function"}, "name": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$"},
-    "description": {"type": "string"}, "parameters": {"type": "object"}, "strict": {"type": "boolean"}},
-    "required": ["type", "name"]}
-TOOL_CHOICE_SCHEMA = {"anyOf": [{"enum": ["none", "auto", "required"]}, {"type": "object", "properties": {
-    "type": {"const": "function"}, "name": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$"}},
-    "required": ["type", "name"]}, {"type": "null"}]}
-TEXT_SCHEMA = {"type": ["object", "null"], "properties": {"format": {"anyOf": [
-    {"type": "object", "properties": {"type": {"enum": ["text", "json_object"]}}, "required": ["type"]},
-    {"type": "object", "properties": {"type": {"const": "json_schema"}, "name": {"type": "string"},
-                                      "schema": {"type": "object"}, "strict": {"type": "boolean"}},
-     "required": ["type", "name", "schema"]}]}}}
+def input_messages(value: Any, instructions: str | None = None, origins: list[str] | None = None,
+                   calls: dict[str, str] | None = None) -> list[dict]:
+    """``instructions`` and ``input`` (a string or a list of items, typed or as decoded JSON) as chat
+    messages (``{"role", "content"}``, assistant messages with ``tool_calls``, ``role: tool`` messages
+    with ``tool_call_id`` and ``name``). ``origins``, when given, gets for each message the Responses
+    field it came from (``instructions``, ``input``, ``input[3]``), so a chat check's error can name
+    it; ``calls``, when given, the item of each call (``{"messages[2].tool_calls[1]": "input[4]"}``).
+
+    Raises:
+        ApiError: 400 naming the item or part at fault (``input[2].content[0].type``; a
+            function_call_output whose call_id answers no earlier call: ``unknown_call_id``).
+    """
+    if isinstance(value, list) and any(isinstance(item, dict) for item in value):
+        try:
+            value = ResponsesBody.model_validate({"input": value}).input
+        except ValidationError as e:
+            raise validation_error(e) from None
+    messages: list[dict] = []
+    origins = origins if origins is not None else []
+    if instructions is not None:
+        messages.append({"role": "system", "content": instructions})
+        origins.append("instructions")
+    if isinstance(value, str):
+        origins.append("input")
+        return [*messages, {"role": "user", "content": value}]
+    for i, item in enumerate(value):
+        param = f"input[{i}]"
+        if isinstance(item, MessageItem):
+            messages.append({"role": item.role, "content": text_of(item.content)})
+            origins.append(param)
+        elif isinstance(item, FunctionCallItem):
+            _call_message(messages, item, param, origins, calls)
+        elif isinstance(item, FunctionCallOutputItem):
+            messages.append(_output_message(messages, item, param))
+            origins.append(param)
+    return messages
 
 
-def _bad(param: str, message: str, code: str = "invalid_value") -> ApiError:
-    return ApiError(400, message if message.startswith(param) else f"{param}: {message}", param, code)
-
-
-class ResponsesBody(BaseModel):
-    """``POST /v1/responses``: the request body (the subset in this module's docstring). Values are
-    checked by :func:`chat_body`, which names the field at fault."""
-
-    model_config = ConfigDict(extra="allow", json_schema_extra={"required": ["input"]})
-
-    model: Any = Field(None, description="accepted and ignored: the loaded model answers")
-    input: Annotated[Any, WithJsonSchema(INPUT_SCHEMA)] = Field(
-        None, description="a string, or a list of message, function_call and function_call_output items")
-    instructions: Annotated[Any, WithJsonSchema({"type": ["string", "null"]})] = Field(
-        None, description="a system message put first")
-    tools: Annotated[Any, WithJsonSchema({"type": ["array", "null"], "items": TOOL_SCHEMA})] = Field(
-        None, description='function tools: [{"type": "function", "name", "description", "parameters", "strict"}]')
-    tool_choice: Annotated[Any, WithJsonSchema(TOOL_CHOICE_SCHEMA)] = Field(
-        None, description='"none", "auto", "required" or {"type": "function", "name"}')
-    parallel_tool_calls: Annotated[Any, WithJsonSchema({"type": ["boolean", "null"]})] = None
-    temperature: Annotated[Any, WithJsonSchema({"type": ["number", "null"], "minimum": 0, "maximum": 2})] = None
-    top_p: Annotated[Any, WithJsonSchema({"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1})] = None
-    max_output_tokens: Annotated[Any, WithJsonSchema({"type": ["integer", "null"], "minimum": 1})] = Field(
-        None, description="most tokens to generate (>= 1)")
-    stream: Annotated[Any, WithJsonSchema({"type": ["boolean", "null"]})] = None
-    text: Annotated[Any, WithJsonSchema(TEXT_SCHEMA)] = Field(
-        None, description='{"format": {"type": "text" | "json_object" | "json_schema", "name", "schema", "strict"}}')
-    speculation: Any = Field(None, description="localspec's extension, as in /v1/chat/completions")
-    cache_prompt: Annotated[Any, WithJsonSchema({"type": ["boolean", "null"]})] = Field(
-        None, description="llama-server's field, as in /v1/chat/completions: false, the prompt neither "
-                          "reuses a cached prefix nor leaves its own")
-    cache_salt: Annotated[Any, WithJsonSchema({"type": ["string", "null"], "minLength": 1})] = Field(
-        None, description="vLLM's field, as in /v1/chat/completions: reuse cached prompts and the draft memory "
-                          "only of requests with the same API key and salt")
-    include: Annotated[Any, WithJsonSchema({"type": ["array", "null"],
-                                            "items": {"enum": list(INCLUDE_IGNORED)}})] = Field(
-        None, description='only "reasoning.encrypted_content" (ignored)')
-    store: Any = Field(None, description="accepted and ignored: nothing is stored")
-    metadata: Annotated[Any, WithJsonSchema({"type": ["object", "null"],
-                                             "additionalProperties": {"type": "string"}})] = Field(
-        None, description="echoed in the response")
-    reasoning: Any = Field(None, description="accepted and ignored (the served models do not reason)")
-
-
-def _text_of(content: Any, param: str) -> str:
-    """A message's content (a string, or input_text/output_text parts) as one string."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise _bad(param, "content must be a string or a list of input_text parts")
-    texts = []
-    for j, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in TEXT_PARTS:
-            raise _bad(f"{param}[{j}].type", f"content parts of type {kind!r} are not supported (text only: "
-                                             f"{', '.join(TEXT_PARTS)})", "unsupported_content")
-        if not isinstance(part.get("text"), str):
-            raise _bad(f"{param}[{j}].text", "a text part needs a string text")
-        texts.append(part["text"])
-    return "\n".join(texts)
-
-
-def _string_field(item: dict, key: str, param: str) -> str:
-    value = item.get(key)
-    if not isinstance(value, str) or (key != "arguments" and not value):
-        raise _bad(f"{param}.{key}", f"{item.get('type')} items need a string {key}")
-    return value
-
-
-def _call_message(messages: list[dict], item: dict, param: str, origins: list[str],
+def _call_message(messages: list[dict], item: FunctionCallItem, param: str, origins: list[str],
                   calls: dict[str, str] | None = None) -> None:
     """A function_call item joins the assistant message before it (or starts one); ``calls`` gets the
     chat path of the call (``messages[k].tool_calls[j]``) -> ``param``."""
-    call = {"id": _string_field(item, "call_id", param), "type": "function",
-            "function": {"name": _string_field(item, "name", param),
-                         "arguments": _string_field(item, "arguments", param)}}
+    call = {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.arguments}}
     last = messages[-1] if messages else None
     if last is not None and last["role"] == "assistant":
         last.setdefault("tool_calls", []).append(call)
@@ -187,119 +116,19 @@ def _call_message(messages: list[dict], item: dict, param: str, origins: list[st
         calls[f"messages[{len(messages) - 1}].tool_calls[{len(messages[-1]['tool_calls']) - 1}]"] = param
 
 
-def _output_message(messages: list[dict], item: dict, param: str) -> dict:
+def _output_message(messages: list[dict], item: FunctionCallOutputItem, param: str) -> dict:
     """A function_call_output item: the ``role: tool`` message answering its call."""
-    call_id = _string_field(item, "call_id", param)
     calls = {c["id"]: c["function"]["name"] for m in messages for c in m.get("tool_calls") or ()}
-    if call_id not in calls:
-        raise _bad(f"{param}.call_id", f"no function_call item before it has call_id {call_id!r}",
+    if item.call_id not in calls:
+        raise _bad(f"{param}.call_id", f"no function_call item before it has call_id {item.call_id!r}",
                    "unknown_call_id")
-    output = item.get("output")
-    text = output if isinstance(output, str) else _text_of(output, f"{param}.output")
-    return {"role": "tool", "tool_call_id": call_id, "name": calls[call_id], "content": text}
+    return {"role": "tool", "tool_call_id": item.call_id, "name": calls[item.call_id], "content": text_of(item.output)}
 
 
-def input_messages(value: Any, instructions: Any = None, origins: list[str] | None = None,
-                   calls: dict[str, str] | None = None) -> list[dict]:
-    """``instructions`` and ``input`` as chat messages (``{"role", "content"}``, assistant messages
-    with ``tool_calls``, ``role: tool`` messages with ``tool_call_id`` and ``name``). ``origins``, when
-    given, gets for each message the Responses field it came from (``instructions``, ``input``,
-    ``input[3]``), so a chat check's error can name it; ``calls``, when given, the item of each call
-    (``{"messages[2].tool_calls[1]": "input[4]"}``).
-
-    Raises:
-        ApiError: 400 naming the item or part at fault (``input[2].content[0].type``).
-    """
-    messages: list[dict] = []
-    origins = origins if origins is not None else []
-    if instructions is not None:
-        if not isinstance(instructions, str):
-            raise _bad("instructions", "instructions must be a string")
-        messages.append({"role": "system", "content": instructions})
-        origins.append("instructions")
-    if isinstance(value, str) and value:
-        origins.append("input")
-        return [*messages, {"role": "user", "content": value}]
-    if not isinstance(value, list) or not value:
-        raise _bad("input", "input must be a non-empty string or a non-empty list of items")
-    for i, item in enumerate(value):
-        param = f"input[{i}]"
-        kind = item.get("type", "message") if isinstance(item, dict) else None
-        if kind == "message":
-            role = item.get("role")
-            if role not in MESSAGE_ROLES:
-                raise _bad(f"{param}.role", f"messages with role {role!r} are not supported "
-                                            f"({', '.join(MESSAGE_ROLES)})")
-            messages.append({"role": role, "content": _text_of(item.get("content"), f"{param}.content")})
-            origins.append(param)
-        elif kind == "function_call":
-            _call_message(messages, item, param, origins, calls)
-        elif kind == "function_call_output":
-            messages.append(_output_message(messages, item, param))
-            origins.append(param)
-        elif kind != "reasoning":
-            raise _bad(f"{param}.type", f"input items of type {kind!r} are not supported (message, "
-                                        "function_call, function_call_output)", "unsupported_item")
-    return messages
-
-
-def chat_tools(tools: Any) -> list[dict] | None:
-    """Flat function tools as chat's ``{"type": "function", "function": {...}}`` (``strict`` dropped:
-    a call's arguments follow the schema whenever the call grammar applies, :mod:`.tools`).
-
-    Raises:
-        ApiError: 400 naming a tool that is not a function tool (``web_search``...).
-    """
-    if tools is None or tools == []:
-        return None
-    if not isinstance(tools, list):
-        raise _bad("tools", "tools must be an array of function tools")
-    out = []
-    for i, tool in enumerate(tools):
-        kind = tool.get("type") if isinstance(tool, dict) else None
-        if kind != "function":
-            raise _bad(f"tools[{i}].type", f"tools of type {kind!r} are not supported: only function tools "
-                                           '{"type": "function", "name", "parameters"}', "unsupported_tool")
-        out.append({"type": "function", "function": {k: tool[k] for k in ("name", "description", "parameters")
-                                                       if tool.get(k) is not None}})
-    return out
-
-
-def chat_tool_choice(choice: Any) -> Any:
-    """``tool_choice`` as chat takes it (``{"type": "function", "name"}`` -> chat's nested shape)."""
-    if choice is None or choice in ("none", "auto", "required"):
-        return choice
-    if isinstance(choice, dict) and choice.get("type") == "function":
-        return {"type": "function", "function": {"name": choice.get("name")}}
-    raise _bad("tool_choice", 'tool_choice must be "none", "auto", "required" or {"type": "function", "name"}')
-
-
-def response_format(text: Any) -> dict | None:
-    """``text.format`` as chat's ``response_format`` (json_schema's flat fields nested in ``json_schema``)."""
-    if text is None:
-        return None
-    if not isinstance(text, dict):
-        raise _bad("text", 'text must be an object such as {"format": {"type": "text"}}')
-    fmt = text.get("format")
-    if fmt is None:
-        return None
-    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
-        raise _bad("text.format", FORMAT_SHAPE)
-    if fmt["type"] != "json_schema":
-        return fmt
-    return {"type": "json_schema", "json_schema": {k: v for k, v in fmt.items() if k != "type"}}
-
-
-def _check_refused(body: ResponsesBody) -> None:
-    refused = refused_field(RESPONSES, body.model_dump())
-    if refused:
-        raise _bad(refused[0], refused[1], "unsupported_parameter")
-    if body.include is not None and not isinstance(body.include, list):
-        raise _bad("include", "include must be an array")
-    if body.metadata is not None and not isinstance(body.metadata, dict):
-        raise _bad("metadata", "metadata must be an object of string keys and values")
-    if body.reasoning is not None and not isinstance(body.reasoning, dict):
-        raise _bad("reasoning", 'reasoning must be an object such as {"effort": "low"}')
+#: the Responses fields that chat also has but takes in another shape (converted by :func:`chat_body`) or
+#: ignores as we do (``model``); every other field chat has under the same name is passed on as it is
+#: (llama.cpp's server passes the whole body on, ``input`` replaced by ``messages``)
+CONVERTED = ("model", "tools", "tool_choice")
 
 
 def chat_body(body: ResponsesBody, origins: list[str] | None = None, calls: dict[str, str] | None = None) -> dict:
@@ -308,17 +137,15 @@ def chat_body(body: ResponsesBody, origins: list[str] | None = None, calls: dict
     Raises:
         ApiError: 400 naming the Responses field at fault.
     """
-    _check_refused(body)
-    max_tokens = body.max_output_tokens
-    if isinstance(max_tokens, float) and max_tokens.is_integer():  # JSON's 4.0 is the integer 4
-        max_tokens = int(max_tokens)
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
-        raise _bad("max_output_tokens", "max_output_tokens must be an integer >= 1")
-    chat = {"messages": input_messages(body.input, body.instructions, origins, calls), "tools": chat_tools(body.tools),
-            "tool_choice": chat_tool_choice(body.tool_choice), "parallel_tool_calls": body.parallel_tool_calls,
-            "temperature": body.temperature, "top_p": body.top_p, "max_tokens": max_tokens, "stream": body.stream,
-            "response_format": response_format(body.text), "speculation": body.speculation,
-            "cache_prompt": body.cache_prompt, "cache_salt": body.cache_salt}
+    choice = body.tool_choice
+    same = {k: v.model_dump(exclude_none=True) if isinstance(v, BaseModel) else v
+            for k in type(body).model_fields if k in ChatCompletionBody.model_fields and k not in CONVERTED
+            and (v := getattr(body, k)) is not None}
+    chat = {"messages": input_messages(body.input_items(), body.instructions, origins, calls),
+            "tools": [t.chat_tool() for t in body.tools] if body.tools else None,
+            "tool_choice": {"type": "function", "function": {"name": choice.name}} if isinstance(choice, NamedTool)
+            else choice, "max_tokens": body.max_output_tokens,
+            "response_format": body.text.format.chat_format() if body.text and body.text.format else None, **same}
     return {k: v for k, v in chat.items() if v is not None}
 
 
@@ -358,7 +185,7 @@ def generation_request(body: ResponsesBody, origins: list[str] | None = None,
     calls = calls if calls is not None else {}
     chat = chat_body(body, origins, calls)
     try:
-        req = ChatCompletionBody.model_validate(chat).request("chat")
+        req = ChatCompletionBody.model_validate(chat).request()
     except (ValidationError, ApiError) as e:
         raise _renamed(translate(e), origins, calls) from None
     req.include_usage = True
@@ -422,15 +249,15 @@ class ResponsesShape:
     def response(self, status: str, usage: dict | None = None, extra: dict | None = None) -> dict:
         """The ``response`` object with the output so far (``status``: in_progress, completed, incomplete)."""
         b = self.body
-        fmt = b.text.get("format") if isinstance(b.text, dict) else None
         return {"id": self.id, "object": "response", "created_at": self.created_at, "status": status, "error": None,
                 "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
                 "instructions": b.instructions, "max_output_tokens": b.max_output_tokens,
                 "metadata": b.metadata or {}, "model": self.model, "output": self.output,
                 "parallel_tool_calls": b.parallel_tool_calls is not False, "previous_response_id": None,
                 "reasoning": {"effort": None, "summary": None}, "store": False, "temperature": b.temperature,
-                "text": {"format": fmt or {"type": "text"}}, "tool_choice": b.tool_choice or "auto",
-                "tools": b.tools or [], "top_p": b.top_p, "truncation": "disabled", "usage": usage, "user": None,
+                "text": {"format": b.format_echo()},
+                "tool_choice": b.tool_choice.model_dump() if isinstance(b.tool_choice, NamedTool)
+                else b.tool_choice or "auto", "tools": [t.model_dump(exclude_unset=True) for t in b.tools or ()], "top_p": b.top_p, "truncation": "disabled", "usage": usage, "user": None,
                 **(extra or {})}
 
     def whole(self, chat: dict) -> dict:

@@ -27,10 +27,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from localspec.backend.grammar import json_schema_grammar
-from localspec.server.errors import ApiError
+from localspec.config import user_error
+from localspec.server.messages import said
+from localspec.server.errors import ApiError, validation_error
 
 #: the parameter path of the schema in errors
 SCHEMA_PARAM = "response_format.json_schema.schema"
@@ -281,28 +285,74 @@ _SHAPE = ('response_format must be {"type": "text"}, {"type": "json_object"} or 
           '"json_schema": {"name": ..., "schema": {...}, "strict": true}}')
 
 
+def _spec_key(key: str, kind: str) -> Any:
+    return said(f"response_format.json_schema.{key} must be a {kind}", "invalid_value")
+
+
+class JsonSchemaSpec(BaseModel):
+    """``json_schema``'s object: the answer is JSON following ``schema`` (strict or not)."""
+
+    model_config = ConfigDict(extra="allow", strict=True, populate_by_name=True)
+    name: Annotated[str | None, _spec_key("name", "str")] = None
+    description: Annotated[str | None, _spec_key("description", "str")] = None
+    schema_: Annotated[dict[str, Any] | None, said(f"{SCHEMA_PARAM} must be a JSON Schema object",
+                                                   "invalid_schema")] = Field(
+        None, alias="schema", description="a JSON Schema object, required (the keywords the grammar cannot express "
+                                          "are refused)")
+    strict: Annotated[bool | None, _spec_key("strict", "bool")] = None
+
+
+class ResponseFormat(BaseModel):
+    """``response_format`` (chat and completions; the Responses API's ``text.format`` becomes it):
+    ``{"type": "text"}`` (no constraint), ``{"type": "json_object"}`` (one JSON object) or
+    ``{"type": "json_schema", "json_schema": {"name", "description", "schema", "strict"}}`` (JSON
+    following ``schema``)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaSpec | None = Field(None, description='with type "json_schema": the schema')
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_format(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise user_error(_SHAPE, "invalid_value")
+        if value.get("type") not in ("text", "json_object", "json_schema"):
+            raise user_error(_SHAPE, "invalid_value", at="type")
+        spec = value.get("json_schema")
+        if value["type"] != "json_schema":
+            return {k: v for k, v in value.items() if k != "json_schema"}  # not read
+        if not isinstance(spec, dict) or "schema" not in spec:
+            raise user_error("response_format.json_schema must be an object with a schema: " + _SHAPE,
+                             "invalid_value", at="json_schema")
+        return value
+
+
+class _Holder(BaseModel):
+    response_format: ResponseFormat | None = None
+
+
+def format_grammar(fmt: ResponseFormat | None) -> str | None:
+    """The GBNF (start rule ``root``) an answer to a validated :data:`ResponseFormat` must follow, or None (text).
+
+    Raises:
+        ApiError: 400 naming the part of the schema at fault (:func:`check_schema`), with a hint.
+    """
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return _grammar({"type": "object"}, "response_format")
+    return _grammar(check_schema(fmt.json_schema.schema_), SCHEMA_PARAM)
+
+
 def response_grammar(value: Any) -> str | None:
-    """The GBNF (start rule ``root``) an answer to ``response_format`` ``value`` must follow, or None (text).
+    """The GBNF (start rule ``root``) an answer to ``response_format`` ``value`` (a decoded JSON value,
+    validated as :data:`ResponseFormat`) must follow, or None (text).
 
     Raises:
         ApiError: 400 naming the part of ``response_format`` at fault, with a hint.
     """
-    if value is None:
-        return None
-    kind = value.get("type") if isinstance(value, dict) else None
-    if kind == "text":
-        return None
-    if kind == "json_object":
-        return _grammar({"type": "object"}, "response_format")
-    if kind != "json_schema":
-        raise ApiError(400, _SHAPE, "response_format.type" if isinstance(value, dict) else "response_format",
-                       "invalid_value")
-    spec = value.get("json_schema")
-    if not isinstance(spec, dict) or "schema" not in spec:
-        raise ApiError(400, "response_format.json_schema must be an object with a schema: " + _SHAPE,
-                       "response_format.json_schema", "invalid_value")
-    for key, types in (("name", str), ("description", str), ("strict", bool)):
-        if spec.get(key) is not None and not isinstance(spec[key], types):
-            raise ApiError(400, f"response_format.json_schema.{key} must be a {types.__name__}",
-                           f"response_format.json_schema.{key}", "invalid_value")
-    return _grammar(check_schema(spec["schema"]), SCHEMA_PARAM)
+    try:
+        return format_grammar(_Holder.model_validate({"response_format": value}).response_format)
+    except ValidationError as e:
+        raise validation_error(e) from None

@@ -43,13 +43,11 @@ import json
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 from localspec.backend.grammar import json_schema_grammar
 from localspec.server.errors import ApiError
-
-if TYPE_CHECKING:  # the shapes' module imports this one (its chat body reads the tool fields)
-    from localspec.server.openai_api import ResponseShape
+from localspec.server.shapes import ResponseShape
 
 
 @dataclass(frozen=True)
@@ -143,7 +141,7 @@ class ToolRequest:
 
 def tool_request(body, messages: list[dict]) -> ToolRequest | None:
     """The tool fields of a validated chat body
-    (:class:`~localspec.server.openai_api.ChatCompletionBody`: ``tools``, ``tool_choice``,
+    (:class:`~localspec.server.bodies.ChatCompletionBody`: ``tools``, ``tool_choice``,
     ``parallel_tool_calls``) and whether its ``messages`` (as the template takes them) use tools.
 
     Returns:

@@ -43,7 +43,8 @@ from localspec.core.events import RoundStats, TokenEvent
 from localspec.backend.load import machine_is_quiet
 from localspec.app.loader import reload_lost_target
 from localspec.server.errors import ApiError, is_bug, translate
-from localspec.server.openai_api import GenerationRequest, TokenLogprob, token_logprobs
+from localspec.server.bodies import GenerationRequest
+from localspec.server.shapes import TokenLogprob, token_logprobs
 from localspec.server.infill import fim_prompt_tokens
 from localspec.server.tools import prompt_tokens, tool_constraint
 
@@ -512,8 +513,8 @@ class EngineWorker:
                       else tool_constraint(eng, req.tools) if req.kind == "chat" and req.tools is not None
                       else None)
         gen = eng.generate(prompt, job.sampling, drafting,
-                           GenerationParams(max_tokens=max_tokens, stop=req.stop or self.settings.generation.stop,
-                                            min_indent=req.min_indent, newline_time_limit=req.newline_time_limit),
+                           GenerationParams(**{"stop": self.settings.generation.stop, **req.generation,
+                                               "max_tokens": max_tokens}),
                            prediction=prediction, constraint=constraint, logprobs=req.logprobs,
                            memory=self.memory.scope(req.scope) if self.memory is not None and req.memory
                            and req.cache_prompt else None, cache_prompt=req.cache_prompt)

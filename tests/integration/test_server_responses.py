@@ -80,3 +80,18 @@ def test_errors_name_the_responses_fields(client, case, kw, param):
         assert chat_name not in err["message"], (case, err)
     if case.startswith("context overflow"):
         assert err["code"] == "context_length_exceeded" and "your input resulted in" in err["message"], err
+
+
+def test_top_k_is_honoured(client):
+    """llama-server's ``top_k`` (its /v1/responses passes the body on to chat): with ``top_k`` 1 a hot
+    temperature samples only the most probable token, so the answer is the greedy one; an invalid value is a
+    400 naming it (the field's range comes from the engine's SamplingParams)."""
+    greedy = client.responses.create(model="tiny", input=PROMPT, temperature=0, max_output_tokens=24).output_text
+    hot = dict(model="tiny", input=PROMPT, temperature=2, max_output_tokens=24)
+    for _ in range(2):
+        assert client.responses.create(**hot, extra_body={"top_k": 1}).output_text == greedy
+    assert any(client.responses.create(**hot).output_text != greedy for _ in range(3)), \
+        "temperature 2 without top_k gave the greedy answer: the check above proves nothing"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.create(model="tiny", input="hi", extra_body={"top_k": -1})
+    assert e.value.body["param"] == "top_k"

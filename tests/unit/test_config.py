@@ -6,7 +6,7 @@ from pydantic import ValidationError
 
 from localspec.config import (TEMPERATURE_MAX, DraftParams, SamplingParams, constraints, context_room, fits_context,
                               option_info)
-from localspec.server.openai_api import SamplingFields, SpeculationFields
+from localspec.server.bodies import SamplingFields, SpeculationFields
 
 
 @pytest.mark.parametrize("name", ["temperature", "top_p", "top_k", "min_p", "seed"])

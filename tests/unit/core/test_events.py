@@ -32,7 +32,7 @@ def test_every_drafter_is_named_by_its_id():
 def test_per_drafter_tallies_are_counted_once_for_the_server_and_the_bench():
     from localspec.bench.runner import drafter_tallies as bench_tallies
     from localspec.core.events import RoundStats, drafter_tallies
-    from localspec.server.openai_api import drafter_counts
+    from localspec.server.shapes import drafter_counts
 
     def rs(i, drafter, drafted, accepted):
         return RoundStats(i, drafter, (1,) * drafted, (1,) * (accepted + 1), drafted, accepted, accepted + 1, 0.0, 0.0)

@@ -11,7 +11,7 @@ from fakes import MID, PRE, SUF, FakeModel, WithFimTokens, greedy_reference
 from fake_server import app_client
 from localspec.core.engine import SpeculativeEngine
 from localspec.server.infill import InfillBody, fim_prompt_tokens
-from localspec.server.openai_api import parse_request
+from localspec.server.bodies import parse_request
 
 #: plain-text tokens of the text "<|fim_middle|>" (with special parsing it is the MID token)
 MARKER_AS_TEXT = [1, 2, 1]

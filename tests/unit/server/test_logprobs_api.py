@@ -92,7 +92,7 @@ def test_completion_keys_are_distinct_and_true():
     """Completions' keys (issue 43): a partial UTF-8 token is ``bytes:\\xNN``; two tokens with the same bytes
     keep distinct keys (the chosen one its own, the other ``token_id:N``); the chosen token is added when it
     is not among the k most probable, with its own logprob."""
-    from localspec.server.openai_api import TokenLogprob, completion_token_key, completion_top
+    from localspec.server.shapes import TokenLogprob, completion_token_key, completion_top
 
     assert completion_token_key(list("🎉".encode())[:2]) == "bytes:\\xf0\\x9f"
     assert completion_token_key(list(b"ab")) == "ab"

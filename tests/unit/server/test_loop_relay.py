@@ -5,7 +5,7 @@ import asyncio
 import threading
 
 from localspec.config import SamplingParams
-from localspec.server.openai_api import parse_request
+from localspec.server.bodies import parse_request
 from localspec.server.worker import Job, LoopRelay
 
 

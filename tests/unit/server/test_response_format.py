@@ -6,8 +6,8 @@ tests/integration/test_structured_outputs.py.
 
 import pytest
 
+from localspec.server.bodies import parse_request
 from localspec.server.errors import ApiError
-from localspec.server.openai_api import parse_request
 from localspec.server.structured import SCHEMA_PARAM, check_schema, response_grammar
 
 HELLO = [{"role": "user", "content": "hi"}]

@@ -13,8 +13,9 @@ from fake_server import SETTINGS, app_client
 from localspec.config import DraftParams, SamplingParams, ServerSettings
 from localspec.core.engine import SpeculativeEngine
 from localspec.server.app import bearer_token
+from localspec.server.bodies import parse_request
 from localspec.server.errors import ApiError
-from localspec.server.openai_api import MAX_JSON_DEPTH, check_json, parse_request
+from localspec.server.openai_api import MAX_JSON_DEPTH, check_json
 from localspec.server.worker import RELAY, EngineWorker, Failed, Finished, Job
 
 

@@ -8,15 +8,37 @@ import socket
 import statistics
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from localspec.core.costmodel import ceiling, textbook_speedup
 from localspec.core.events import GenerationStats
 from localspec.backend.load import load_average
 
-if TYPE_CHECKING:
-    from localspec.bench.runner import Run
+
+@dataclass
+class Run:
+    """One timed generation of a (task, mode) repetition, as the runner made it and the report reads it."""
+
+    task: str
+    mode: str
+    repeat: int
+    tokens: int
+    seconds: float
+    token_ids: list[int]
+    stats: dict = field(default_factory=dict)
+    rounds: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted) per round
+    drafters: dict = field(default_factory=dict)
+    reasons: dict = field(default_factory=dict)
+    decode_seconds: float = 0.0
+    overhead_per_round: float | None = None
+    predicted: float | None = None
+    totals: GenerationStats | None = None  #: the engine's statistics of this run (None for a peer's)
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
 def _median(xs):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from localspec.core.costmodel import ceiling, textbook_speedup
-from localspec.core.events import GenerationStats
+from localspec.core.events import GenerationStats, view_names
 from localspec.backend.load import load_average
 
 
@@ -154,8 +154,8 @@ def summarise(tasks, modes, runs, mismatches, verify, draft_token, t1, repeats, 
         "runs": [{"task": r.task, "mode": r.mode, "repeat": r.repeat, "tokens": r.tokens, "seconds": r.seconds,
                   "tok_s": r.rate, "speedup": r.stats.get("speedup"), "decode_seconds": r.decode_seconds,
                   "overhead_per_round": r.overhead_per_round, "predicted": r.predicted,
-                  "rounds": r.stats.get("rounds"), "drafted": r.stats.get("drafted"),
-                  "accepted": r.stats.get("accepted"), "drafters": r.drafters} for r in runs],
+                  **{k: r.stats.get(k) for k in view_names(GenerationStats, "bench")}, "drafters": r.drafters}
+                 for r in runs],
     }
 
 

@@ -98,9 +98,8 @@ def summarise(tasks, modes, runs, mismatches, verify, draft_token, t1, repeats, 
                 "tok_s": _median([r.rate for r in rs]),
                 "speedup": _median([r.stats.get("speedup") for r in rs]) if m.name != "target" else 1.0,
                 "speedups": [r.stats.get("speedup") for r in rs],
-                "acceptance_rate": a if m.ours else None,
-                "drafted": total.drafted if m.ours else None,
-                "mean_accepted_length": total.mean_accepted_length,
+                # the record's bench_row figures over the repetitions (None for a peer)
+                **(total.view("bench_row") if m.ours else dict.fromkeys(view_names(GenerationStats, "bench_row"))),
                 "tokens_per_pass": total.tokens_per_target_pass,
                 "predicted": _median([r.predicted for r in rs]) if m.ours else None,
                 "textbook": (textbook_speedup(a, m.g, draft_token / t1 if m.family == "draft" else 0.0)
@@ -154,7 +153,7 @@ def summarise(tasks, modes, runs, mismatches, verify, draft_token, t1, repeats, 
         "runs": [{"task": r.task, "mode": r.mode, "repeat": r.repeat, "tokens": r.tokens, "seconds": r.seconds,
                   "tok_s": r.rate, "speedup": r.stats.get("speedup"), "decode_seconds": r.decode_seconds,
                   "overhead_per_round": r.overhead_per_round, "predicted": r.predicted,
-                  **{k: r.stats.get(k) for k in view_names(GenerationStats, "bench")}, "drafters": r.drafters}
+                  **{k: r.stats.get(k) for k in view_names(GenerationStats, "bench_run")}, "drafters": r.drafters}
                  for r in runs],
     }
 

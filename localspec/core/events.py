@@ -90,8 +90,9 @@ class Figure:
         json: it is in :meth:`GenerationStats.as_dict` (``generate --json``'s stats line, the bench's
             runs, saved conversations).
         views: ``(view, position)`` for each named view it is in (:meth:`GenerationStats.view`):
-            ``speculation`` (the server's ``speculation`` object), ``bench`` (a bench run's
-            figures), ``line`` (``generate --json``'s round line).
+            ``speculation`` (the server's ``speculation`` object), ``bench_run`` (a bench run's
+            figures), ``bench_row`` (a bench table row's, over its repetitions), ``line``
+            (``generate --json``'s round line).
         metric: the server's ``/metrics`` series that adds it up, or None.
         parse: turns the plain value (:func:`plain`) back into the attribute's type (``EndReason``).
         derived: computed from the stored figures (a property), not stored.
@@ -279,7 +280,8 @@ class GenerationStats:
     and the TUI all read it. Each figure is declared here once, stored (:func:`stat`) or derived
     from the stored ones (:func:`derived`), with the views it is in: its name is its key in
     :meth:`as_dict` (in the order declared here), in the server's ``speculation``
-    (:meth:`view`, ``speculation=`` its position there) and in a bench run (``bench=``); its
+    (:meth:`view`, ``speculation=`` its position there) and in the bench's runs and rows
+    (``bench_run=``, ``bench_row=``); its
     ``metric`` is its ``/metrics`` series; ``summed`` figures are added up by :meth:`add`.
     Adding a figure is declaring it here and filling it in the engine. Times in seconds.
 
@@ -302,19 +304,19 @@ class GenerationStats:
         return max(0, self.prompt_tokens - self.cached_prompt_tokens)
 
     tokens: int = stat(0, summed=True, metric=Metric("localspec_tokens_predicted", "generated tokens"))
-    rounds: int = stat(0, summed=True, speculation=2, bench=0, metric=Metric(
+    rounds: int = stat(0, summed=True, speculation=2, bench_run=0, metric=Metric(
         "localspec_rounds", "speculative rounds (one target verification pass each)"))
     target_passes: int = stat(0, summed=True, speculation=3)
-    drafted: int = stat(0, summed=True, speculation=0, bench=1)
-    accepted: int = stat(0, summed=True, speculation=1, bench=2)
+    drafted: int = stat(0, summed=True, speculation=0, bench_run=1, bench_row=1)
+    accepted: int = stat(0, summed=True, speculation=1, bench_run=2)
     drafting_rounds: int = stat(0, summed=True)
 
-    @derived(speculation=4)
+    @derived(speculation=4, bench_row=0)
     def acceptance_rate(self) -> float | None:
         """accepted / drafted, in [0, 1]."""
         return self.accepted / self.drafted if self.drafted else None
 
-    @derived(speculation=5)
+    @derived(speculation=5, bench_row=2)
     def mean_accepted_length(self) -> float | None:
         """Mean number of accepted draft tokens per round that drafted."""
         return self.accepted / self.drafting_rounds if self.drafting_rounds else None
@@ -387,7 +389,8 @@ class GenerationStats:
         return {f.name: plain(getattr(self, f.name)) for f in figures(type(self)) if f.json}
 
     def view(self, name: str) -> dict:
-        """The figures of the named view ``name`` (``speculation``, ``bench``), in its order (:func:`view`)."""
+        """The figures of the named view ``name`` (``speculation``, ``bench_run``, ``bench_row``), in its order
+        (:func:`view`)."""
         return view(self, name)
 
     @classmethod

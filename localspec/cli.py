@@ -132,7 +132,8 @@ def _legend():
 def _json_line(ev) -> str:
     """``generate --json``'s line for a streamed event: a token (TokenEvent) or a round (RoundStats, its
     ``line`` view)."""
-    from localspec.core.events import TokenEvent, view
+    from localspec.core.events import TokenEvent
+    from localspec.core.figures import view
 
     if isinstance(ev, TokenEvent):
         return json.dumps({"type": "token", "id": ev.token_id, "text": ev.text, "kind": ev.kind.value,

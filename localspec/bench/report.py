@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Sequence
 
 from localspec.core.costmodel import ceiling, textbook_speedup
-from localspec.core.events import GenerationStats, view_names
+from localspec.core.events import GenerationStats
+from localspec.core.figures import view_names
 from localspec.backend.load import load_average
 
 

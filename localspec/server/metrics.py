@@ -19,7 +19,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from localspec.core.engine import Generation
-from localspec.core.events import GenerationStats, figures
+from localspec.core.events import GenerationStats
+from localspec.core.figures import figures
 from localspec.core.prefix_cache import PrefixCache
 
 disable_created_metrics()  # no ``*_created`` series: the counters start with the server

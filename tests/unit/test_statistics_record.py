@@ -13,8 +13,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from localspec.cli import _json_line, _stats_line
-from localspec.core.events import (DrafterId, EndReason, GenerationStats, RoundStats, TokenKind, figures,
-                                   view_names)
+from localspec.core.events import DrafterId, EndReason, GenerationStats, RoundStats, TokenKind
+from localspec.core.figures import figures, view_names
 from localspec.server.metrics import ServerMetrics
 from localspec.server.openai_api import speculation
 from localspec.tui.stats import LiveStats

@@ -38,19 +38,20 @@ class Metric:
 
 @dataclass(frozen=True)
 class Figure:
-    """One statistic of a record (:class:`~localspec.core.events.GenerationStats`, :class:`~localspec.core.events.RoundStats`) as it was declared
-    (:func:`stat` for a stored one, :func:`derived` for one computed from them).
+    """One statistic of a record (:class:`~localspec.core.events.GenerationStats`,
+    :class:`~localspec.core.events.RoundStats`) as it was declared (:func:`stat` for a stored one,
+    :func:`derived` for one computed from them).
 
     Attributes:
         name: the attribute, and the key everywhere it is shown (``--json``, the server, the bench).
-        order: its place in :meth:`~localspec.core.events.GenerationStats.as_dict` (declaration order).
-        summed: :meth:`~localspec.core.events.GenerationStats.add` adds it over generations (a dict per key).
-        json: it is in :meth:`~localspec.core.events.GenerationStats.as_dict` (``generate --json``'s stats line, the bench's
-            runs, saved conversations).
-        views: ``(view, position)`` for each named view it is in (:meth:`~localspec.core.events.GenerationStats.view`):
-            ``speculation`` (the server's ``speculation`` object), ``bench_run`` (a bench run's
-            figures), ``bench_row`` (a bench table row's, over its repetitions), ``line``
-            (``generate --json``'s round line).
+        order: its place in the record's ``as_dict`` (declaration order).
+        summed: the record's ``add`` adds it over generations (a dict per key).
+        json: it is in the record's ``as_dict`` (``generate --json``'s stats line, the bench's runs,
+            saved conversations).
+        views: ``(view, position)`` for each named view it is in (:func:`view`): ``speculation``
+            (the server's ``speculation`` object), ``bench_run`` (a bench run's figures),
+            ``bench_row`` (a bench table row's, over its repetitions), ``line`` (``generate
+            --json``'s round line).
         metric: the server's ``/metrics`` series that adds it up, or None.
         parse: turns the plain value (:func:`plain`) back into the attribute's type (``EndReason``).
         derived: computed from the stored figures (a property), not stored.

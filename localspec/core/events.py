@@ -165,8 +165,8 @@ class GenerationStats:
     from the stored ones (:func:`derived`), with the views it is in: its name is its key in
     :meth:`as_dict` (in the order declared here), in the server's ``speculation``
     (:meth:`view`, ``speculation=`` its position there) and in the bench's runs and rows
-    (``bench_run=``, ``bench_row=``); its
-    ``metric`` is its ``/metrics`` series; ``summed`` figures are added up by :meth:`add`.
+    (``bench_run=``, ``bench_row=``); its ``metric`` is its ``/metrics`` series; ``summed``
+    figures are added up by :meth:`add`.
     Adding a figure is declaring it here and filling it in the engine. Times in seconds.
 
     ``acceptance_rate`` is accepted / drafted and lies in [0, 1]; it is ``None``
@@ -207,6 +207,7 @@ class GenerationStats:
 
     @derived(speculation=6)
     def tokens_per_target_pass(self) -> float | None:
+        """Generated tokens per target pass (a verification pass, or a target-only step)."""
         return self.tokens / self.target_passes if self.target_passes else None
 
     @derived(speculation=7)

@@ -134,17 +134,20 @@ def _legend():
 
 
 def _json_line(ev) -> str:
-    """``generate --json``'s line for a streamed event: a token (TokenEvent) or a round (RoundStats)."""
+    """``generate --json``'s line for a streamed event: a token (TokenEvent) or a round (RoundStats, its
+    ``line`` view)."""
     from localspec.core.events import TokenEvent
+    from localspec.core.figures import view
 
     if isinstance(ev, TokenEvent):
         return json.dumps({"type": "token", "id": ev.token_id, "text": ev.text, "kind": ev.kind.value,
                            "round": ev.round, "position": ev.position}, ensure_ascii=False)
-    return json.dumps({"type": "round", "round": ev.round, "drafter": ev.drafter, "drafted": ev.drafted,
-                       "accepted": ev.accepted, "committed": ev.committed, "draft_tokens": list(ev.draft_tokens),
-                       "target_tokens": list(ev.target_tokens), "draft_seconds": ev.draft_seconds,
-                       "verify_seconds": ev.verify_seconds, "draft_len_chosen": ev.draft_len_chosen,
-                       "reason": ev.reason})
+    return json.dumps({"type": "round", **view(ev, "line")})
+
+
+def _stats_line(stats, text: str) -> str:
+    """``generate --json``'s last line: the generation's statistics (every figure of the record) and its text."""
+    return json.dumps({"type": "stats", **stats.as_dict(), "text": text}, ensure_ascii=False)
 
 
 def cmd_generate(ns: argparse.Namespace) -> int:
@@ -198,7 +201,7 @@ def cmd_generate(ns: argparse.Namespace) -> int:
             gen.close()
         stats = gen.stats
         if ns.json:
-            print(json.dumps({"type": "stats", **stats.as_dict(), "text": gen.text}, ensure_ascii=False), flush=True)
+            print(_stats_line(stats, gen.text), flush=True)
         else:
             out.print()
             err.print()

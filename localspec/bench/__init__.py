@@ -21,8 +21,8 @@ goals, table, plot), :mod:`.command` (``localspec bench``).
 """
 
 from localspec.bench.command import cli_bench
-from localspec.bench.report import format_table, oracle_row, plot, summarise
-from localspec.bench.runner import CpuMeter, Mode, Run, build_modes, run_bench, wait_for_idle
+from localspec.bench.report import Run, format_table, oracle_row, plot, summarise
+from localspec.bench.runner import CpuMeter, Mode, build_modes, run_bench, wait_for_idle
 from localspec.bench.suite import _EDIT_FILE, BUILTIN_TASKS, QUICK_TASKS, Task, load_user_prompts
 
 __all__ = ["cli_bench", "format_table", "oracle_row", "plot", "summarise", "CpuMeter", "Mode", "Run", "build_modes",

@@ -8,15 +8,38 @@ import socket
 import statistics
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from localspec.core.costmodel import ceiling, textbook_speedup
 from localspec.core.events import GenerationStats
+from localspec.core.figures import view_names
 from localspec.backend.load import load_average
 
-if TYPE_CHECKING:
-    from localspec.bench.runner import Run
+
+@dataclass
+class Run:
+    """One timed generation of a (task, mode) repetition, as the runner made it and the report reads it."""
+
+    task: str
+    mode: str
+    repeat: int
+    tokens: int
+    seconds: float
+    token_ids: list[int]
+    stats: dict = field(default_factory=dict)
+    rounds: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted) per round
+    drafters: dict = field(default_factory=dict)
+    reasons: dict = field(default_factory=dict)
+    decode_seconds: float = 0.0
+    overhead_per_round: float | None = None
+    predicted: float | None = None
+    totals: GenerationStats | None = None  #: the engine's statistics of this run (None for a peer's)
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
 def _median(xs):
@@ -76,9 +99,8 @@ def summarise(tasks, modes, runs, mismatches, verify, draft_token, t1, repeats, 
                 "tok_s": _median([r.rate for r in rs]),
                 "speedup": _median([r.stats.get("speedup") for r in rs]) if m.name != "target" else 1.0,
                 "speedups": [r.stats.get("speedup") for r in rs],
-                "acceptance_rate": a if m.ours else None,
-                "drafted": total.drafted if m.ours else None,
-                "mean_accepted_length": total.mean_accepted_length,
+                # the record's bench_row figures over the repetitions (None for a peer)
+                **(total.view("bench_row") if m.ours else dict.fromkeys(view_names(GenerationStats, "bench_row"))),
                 "tokens_per_pass": total.tokens_per_target_pass,
                 "predicted": _median([r.predicted for r in rs]) if m.ours else None,
                 "textbook": (textbook_speedup(a, m.g, draft_token / t1 if m.family == "draft" else 0.0)
@@ -132,8 +154,8 @@ def summarise(tasks, modes, runs, mismatches, verify, draft_token, t1, repeats, 
         "runs": [{"task": r.task, "mode": r.mode, "repeat": r.repeat, "tokens": r.tokens, "seconds": r.seconds,
                   "tok_s": r.rate, "speedup": r.stats.get("speedup"), "decode_seconds": r.decode_seconds,
                   "overhead_per_round": r.overhead_per_round, "predicted": r.predicted,
-                  "rounds": r.stats.get("rounds"), "drafted": r.stats.get("drafted"),
-                  "accepted": r.stats.get("accepted"), "drafters": r.drafters} for r in runs],
+                  **{k: r.stats.get(k) for k in view_names(GenerationStats, "bench_run")}, "drafters": r.drafters}
+                 for r in runs],
     }
 
 

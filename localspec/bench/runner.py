@@ -4,7 +4,7 @@ with the machine's load metered and busy repetitions run again."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -12,10 +12,10 @@ import numpy as np
 
 from localspec.config import DRAFT_MAX_LIMIT, DraftParams, GenerationParams, SamplingParams
 from localspec.core.costmodel import acceptance_by_position, expected_tokens, verify_cost
-from localspec.core.events import GenerationStats, drafter_tallies
+from localspec.core.events import drafter_tallies
 from localspec.app.run_order import run_order
 from localspec.backend.load import BUSY_THRESHOLD, CpuMeter
-from localspec.bench.report import summarise
+from localspec.bench.report import Run, summarise
 from localspec.bench.suite import Task
 
 
@@ -43,28 +43,6 @@ def build_modes(lookup_lengths: Sequence[int], peer_lookup: Sequence[int], draft
         modes += [Mode(f"draft g{g}", "draft", g) for g in draft_lengths]
     modes.append(Mode("auto", "auto"))
     return modes
-
-
-@dataclass
-class Run:
-    task: str
-    mode: str
-    repeat: int
-    tokens: int
-    seconds: float
-    token_ids: list[int]
-    stats: dict = field(default_factory=dict)
-    rounds: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted) per round
-    drafters: dict = field(default_factory=dict)
-    reasons: dict = field(default_factory=dict)
-    decode_seconds: float = 0.0
-    overhead_per_round: float | None = None
-    predicted: float | None = None
-    totals: GenerationStats | None = None  #: the engine's statistics of this run (None for a peer's)
-
-    @property
-    def rate(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
 def wait_for_idle(max_seconds: float, threshold: float = 0.1, log: Callable[[str], None] = print) -> bool:

@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from localspec.core.events import GenerationStats
+
 KINDS = ("accepted", "accepted", "resampled", "bonus", "target")
 
 
@@ -182,8 +184,8 @@ def _cli_once(settings, messages_path: Path, drafting, max_tokens: int) -> dict:
     stats = [json.loads(x) for x in r.stdout.splitlines() if x.startswith('{"type": "stats"')]
     if r.returncode != 0 or not stats:
         raise RuntimeError(f"localspec generate failed:\n{r.stderr[-2000:]}")
-    s = stats[-1]
-    return {"tokens": s["tokens"], "tok_s": s["tokens_per_second"], "decode_seconds": s["decode_seconds"]}
+    s = GenerationStats.from_dict(stats[-1])
+    return {"tokens": s.tokens, "tok_s": s.tokens_per_second, "decode_seconds": s.decode_seconds}
 
 
 def bench_decode(n_lines: int, repeats: int, target: str | None, draft: str | None) -> list[dict]:

@@ -1,5 +1,8 @@
 """What generation yields: token events, per-round statistics, and per-generation statistics.
 
+Each statistic is declared once, in :class:`GenerationStats` or :class:`RoundStats`
+(:mod:`localspec.core.figures`): its name, its place in each output, how it adds up.
+
 Terms follow the speculative-decoding literature (Leviathan et al. 2022; Chen et al. 2023):
 a *round* drafts up to ``draft_max`` tokens, runs one *verification pass* of the target
 model over them, keeps the longest accepted prefix and then exactly one target token:
@@ -9,8 +12,10 @@ model over them, keeps the longest accepted prefix and then exactly one target t
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable
+
+from localspec.core.figures import Metric, derived, figures, plain, stat, view
 
 
 class TokenKind(str, enum.Enum):
@@ -52,6 +57,7 @@ class EndReason(str, enum.Enum):
     INDENT = "indent"  #: a line indented less than ``min_indent`` began (llama.cpp's ``n_indent``); it is cut
     TIME_LIMIT = "time_limit"  #: a newline came after ``newline_time_limit`` (llama.cpp's ``t_max_predict_ms``)
     CANCELLED = "cancelled"  #: the consumer stopped the generation
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,17 +120,18 @@ class RoundStats:
             generations (:class:`~localspec.core.drafters.DraftMemory`), not from the context.
     """
 
-    round: int
-    drafter: DrafterId
-    draft_tokens: tuple[int, ...]
-    target_tokens: tuple[int, ...]
-    drafted: int
-    accepted: int
-    committed: int
-    draft_seconds: float
-    verify_seconds: float
-    draft_len_chosen: int = 0
-    reason: str = ""
+    # line: the position in ``generate --json``'s round line (:func:`view`)
+    round: int = stat(line=0)
+    drafter: DrafterId = stat(line=1)
+    draft_tokens: tuple[int, ...] = stat(line=5)
+    target_tokens: tuple[int, ...] = stat(line=6)
+    drafted: int = stat(line=2)
+    accepted: int = stat(line=3)
+    committed: int = stat(line=4)
+    draft_seconds: float = stat(line=7)
+    verify_seconds: float = stat(line=8)
+    draft_len_chosen: int = stat(0, line=9)
+    reason: str = stat("", line=10)
     catchup_tokens: int = 0
     catchup_seconds: float = 0.0
     round_seconds: float = 0.0
@@ -147,59 +154,87 @@ def drafter_tallies(rounds: Iterable[RoundStats]) -> dict[str, dict[str, int]]:
     return out
 
 
-class SpeculationRates:
-    """The ratios every statistics record derives from its counters.
+@dataclass(slots=True)
+class GenerationStats:
+    """Statistics of one generation: the one accumulator behind every figure shown, and the one
+    declaration of each figure.
 
-    Needs ``accepted``, ``drafted``, ``drafting_rounds``, ``tokens`` and ``target_passes``.
-    Each ratio is ``None`` when its denominator is 0 (shown as "n/a", never as 100%).
+    The engine fills it round by round (:meth:`add_round`, :meth:`add_token`); the CLI's
+    summary, ``--json``, the server's ``speculation`` object and ``/metrics``, ``localspec bench``
+    and the TUI all read it. Each figure is declared here once, stored (:func:`stat`) or derived
+    from the stored ones (:func:`derived`), with the views it is in: its name is its key in
+    :meth:`as_dict` (in the order declared here), in the server's ``speculation``
+    (:meth:`view`, ``speculation=`` its position there) and in the bench's runs and rows
+    (``bench_run=``, ``bench_row=``); its ``metric`` is its ``/metrics`` series; ``summed``
+    figures are added up by :meth:`add`.
+    Adding a figure is declaring it here and filling it in the engine. Times in seconds.
+
+    ``acceptance_rate`` is accepted / drafted and lies in [0, 1]; it is ``None``
+    when nothing was drafted (shown as "n/a", never as 100%); so is every ratio whose
+    denominator is 0. ``tokens_per_second`` is the decode rate: prefill (the target's prompt)
+    and draft-model catch-up excluded.
     """
 
-    __slots__ = ()
+    prompt_tokens: int = stat(0, metric=Metric("localspec_prompt_tokens", "prompt tokens of finished generations"))
+    #: prompt tokens reused from the KV cache (not prefilled)
+    cached_prompt_tokens: int = stat(0, summed=True, metric=Metric(
+        "localspec_prompt_tokens_cached", "prompt tokens reused from the KV cache (not prefilled), restored "
+        "snapshots included"))
 
-    @property
+    @derived(json=False, metric=Metric("localspec_prompt_tokens_read", "prompt tokens the target read (prompt "
+                                       "tokens less the cached ones)"))
+    def prompt_tokens_read(self) -> int:
+        """Prompt tokens the target prefilled: prompt tokens less the cached ones (>= 0)."""
+        return max(0, self.prompt_tokens - self.cached_prompt_tokens)
+
+    tokens: int = stat(0, summed=True, metric=Metric("localspec_tokens_predicted", "generated tokens"))
+    rounds: int = stat(0, summed=True, speculation=2, bench_run=0, metric=Metric(
+        "localspec_rounds", "speculative rounds (one target verification pass each)"))
+    target_passes: int = stat(0, summed=True, speculation=3)
+    drafted: int = stat(0, summed=True, speculation=0, bench_run=1, bench_row=1)
+    accepted: int = stat(0, summed=True, speculation=1, bench_run=2)
+    drafting_rounds: int = stat(0, summed=True)
+
+    @derived(speculation=4, bench_row=0)
     def acceptance_rate(self) -> float | None:
         """accepted / drafted, in [0, 1]."""
         return self.accepted / self.drafted if self.drafted else None
 
-    @property
+    @derived(speculation=5, bench_row=2)
     def mean_accepted_length(self) -> float | None:
         """Mean number of accepted draft tokens per round that drafted."""
         return self.accepted / self.drafting_rounds if self.drafting_rounds else None
 
-    @property
+    @derived(speculation=6)
     def tokens_per_target_pass(self) -> float | None:
+        """Generated tokens per target pass (a verification pass, or a target-only step)."""
         return self.tokens / self.target_passes if self.target_passes else None
 
+    @derived(speculation=7)
+    def tokens_per_second(self) -> float:
+        """Decode rate: generated tokens / :attr:`decode_seconds` (0.0 before any decoding)."""
+        decode = self.decode_seconds
+        return self.tokens / decode if decode > 0 else 0.0
 
-@dataclass(slots=True)
-class GenerationStats(SpeculationRates):
-    """Statistics of one generation: the one accumulator behind every figure shown.
+    time_to_first_token: float | None = stat(None, speculation=8)
+    prefill_seconds: float = stat(0.0, summed=True, speculation=9, metric=Metric(
+        "localspec_prefill_seconds", "seconds prefilling prompts"))
+    draft_seconds: float = stat(0.0, summed=True, metric=Metric("localspec_draft_seconds", "seconds drafting"))
+    verify_seconds: float = stat(0.0, summed=True, metric=Metric(
+        "localspec_verify_seconds", "seconds in target verification passes"))
+    catchup_tokens: int = stat(0, summed=True)
+    catchup_seconds: float = stat(0.0, summed=True)
 
-    The engine fills it round by round (:meth:`add_round`, :meth:`add_token`); the CLI's
-    summary, ``--json``, ``localspec bench`` and the TUI all read it. Times in seconds.
+    @derived()
+    def decode_seconds(self) -> float:
+        """Wall time of decoding: elapsed minus prefill and draft-model catch-up, seconds."""
+        return self.elapsed_seconds - self.prefill_seconds - self.catchup_seconds
 
-    ``acceptance_rate`` is accepted / drafted and lies in [0, 1]; it is ``None``
-    when nothing was drafted (shown as "n/a", never as 100%). ``tokens_per_second`` is
-    the decode rate: prefill (the target's prompt) and draft-model catch-up excluded.
-    """
-
-    prompt_tokens: int = 0
-    cached_prompt_tokens: int = 0  #: prompt tokens reused from the KV cache (not prefilled)
-    tokens: int = 0
-    rounds: int = 0
-    target_passes: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    drafting_rounds: int = 0
-    prefill_seconds: float = 0.0
-    draft_seconds: float = 0.0
-    verify_seconds: float = 0.0
-    elapsed_seconds: float = 0.0
-    time_to_first_token: float | None = None
-    end_reason: EndReason | None = None
-    kinds: dict[str, int] = field(default_factory=dict)
-    catchup_tokens: int = 0
-    catchup_seconds: float = 0.0
+    elapsed_seconds: float = stat(0.0, summed=True, speculation=10, metric=Metric(
+        "localspec_request_seconds", "seconds per generation (queue excluded)",
+        buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)))
+    end_reason: EndReason | None = stat(None, speculation=11, parse=EndReason)
+    kinds: dict[str, int] = stat(factory=dict, summed=True)  #: tokens given to the consumer, by TokenKind value
 
     def add_round(self, rs: RoundStats) -> None:
         """Count one finished round (its tokens are counted by :meth:`add_token`)."""
@@ -215,14 +250,17 @@ class GenerationStats(SpeculationRates):
         self.catchup_seconds += rs.catchup_seconds
 
     def add(self, other: "GenerationStats") -> None:
-        """Add another generation's counters and times: totals over several generations (a
-        benchmark's repetitions). ``prompt_tokens`` and ``time_to_first_token`` are left as they are."""
-        for name in ("tokens", "rounds", "target_passes", "drafted", "accepted", "drafting_rounds",
-                     "prefill_seconds", "draft_seconds", "verify_seconds", "elapsed_seconds", "catchup_tokens",
-                     "catchup_seconds", "cached_prompt_tokens"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        for k, v in other.kinds.items():
-            self.kinds[k] = self.kinds.get(k, 0) + v
+        """Add another generation's ``summed`` figures: totals over several generations (a
+        benchmark's repetitions); the others are left as they are."""
+        for f in figures(type(self)):
+            if not f.summed:
+                continue
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(mine, dict):
+                for k, v in theirs.items():
+                    mine[k] = mine.get(k, 0) + v
+            else:
+                setattr(self, f.name, mine + theirs)
 
     def add_token(self, kind: TokenKind | str) -> None:
         """Count one token given to the consumer."""
@@ -230,39 +268,29 @@ class GenerationStats(SpeculationRates):
         self.tokens += 1
         self.kinds[k] = self.kinds.get(k, 0) + 1
 
-    @property
-    def decode_seconds(self) -> float:
-        """Wall time of decoding: elapsed minus prefill and draft-model catch-up, seconds."""
-        return self.elapsed_seconds - self.prefill_seconds - self.catchup_seconds
-
-    @property
-    def tokens_per_second(self) -> float:
-        """Decode rate: generated tokens / :attr:`decode_seconds` (0.0 before any decoding)."""
-        decode = self.decode_seconds
-        return self.tokens / decode if decode > 0 else 0.0
-
     def as_dict(self) -> dict:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "cached_prompt_tokens": self.cached_prompt_tokens,
-            "tokens": self.tokens,
-            "rounds": self.rounds,
-            "target_passes": self.target_passes,
-            "drafted": self.drafted,
-            "accepted": self.accepted,
-            "drafting_rounds": self.drafting_rounds,
-            "acceptance_rate": self.acceptance_rate,
-            "mean_accepted_length": self.mean_accepted_length,
-            "tokens_per_target_pass": self.tokens_per_target_pass,
-            "tokens_per_second": self.tokens_per_second,
-            "time_to_first_token": self.time_to_first_token,
-            "prefill_seconds": self.prefill_seconds,
-            "draft_seconds": self.draft_seconds,
-            "verify_seconds": self.verify_seconds,
-            "catchup_tokens": self.catchup_tokens,
-            "catchup_seconds": self.catchup_seconds,
-            "decode_seconds": self.decode_seconds,
-            "elapsed_seconds": self.elapsed_seconds,
-            "end_reason": self.end_reason.value if self.end_reason else None,
-            "kinds": dict(self.kinds),
-        }
+        """Every figure declared with ``json`` (all but ``prompt_tokens_read``), in declaration order, as
+        :func:`plain` values: ``generate --json``'s stats line and what the bench and the TUI save."""
+        return {f.name: plain(getattr(self, f.name)) for f in figures(type(self)) if f.json}
+
+    def view(self, name: str) -> dict:
+        """The figures of the named view ``name`` (``speculation``, ``bench_run``, ``bench_row``), in its order
+        (:func:`view`)."""
+        return view(self, name)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "GenerationStats":
+        """The stored figures back from :meth:`as_dict` (missing ones keep their defaults; a value
+        ``parse`` refuses, such as an unknown end reason, is None)."""
+        s = cls()
+        for f in figures(cls):
+            if f.derived or f.name not in d:
+                continue
+            v = d[f.name]
+            if f.parse is not None and v is not None:
+                try:
+                    v = f.parse(v)
+                except ValueError:
+                    v = None
+            setattr(s, f.name, dict(v or {}) if isinstance(getattr(s, f.name), dict) else v)
+        return s

@@ -5,7 +5,9 @@ Names follow vLLM's speculative-decoding counters (``spec_decode_num_drafts``,
 ``spec_decode_num_accepted_tokens_per_pos``) and llama.cpp's server
 (``prompt_tokens``, ``tokens_predicted``, ``requests_processing``,
 ``requests_deferred``), with the prefix ``localspec_`` and a ``drafter`` label
-(``draft``, ``lookup``, ``prediction``). Each app has its own registry.
+(``draft``, ``lookup``, ``prediction``). Each app has its own registry. The series of a generation's
+figures are those the statistics record declares with a ``metric``
+(:class:`~localspec.core.events.GenerationStats`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from localspec.core.engine import Generation
+from localspec.core.events import GenerationStats
+from localspec.core.figures import figures
 from localspec.core.prefix_cache import PrefixCache
 
 disable_created_metrics()  # no ``*_created`` series: the counters start with the server
@@ -41,15 +45,11 @@ class ServerMetrics:
                                 ["endpoint", "status"], registry=r)
         self.cancelled = Counter("localspec_requests_cancelled", "generations ended because the client went away",
                                  registry=r)
-        self.prompt_tokens = Counter("localspec_prompt_tokens", "prompt tokens of finished generations", registry=r)
-        self.prompt_tokens_cached = Counter("localspec_prompt_tokens_cached",
-                                            "prompt tokens reused from the KV cache (not prefilled), restored "
-                                            "snapshots included", registry=r)
-        self.prompt_tokens_read = Counter("localspec_prompt_tokens_read", "prompt tokens the target read "
-                                          "(prompt tokens less the cached ones)", registry=r)
-        self.tokens_predicted = Counter("localspec_tokens_predicted", "generated tokens", registry=r)
-        self.rounds = Counter("localspec_rounds", "speculative rounds (one target verification pass each)",
-                              registry=r)
+        # one series per figure the statistics record declares with a metric (summed over generations,
+        # or a histogram of their values)
+        self.figures = [(f.name, Histogram(m.name, m.help, buckets=m.buckets, registry=r) if m.buckets
+                         else Counter(m.name, m.help, registry=r))
+                        for f in figures(GenerationStats) if (m := f.metric) is not None]
         self.drafts = Counter("localspec_spec_decode_num_drafts", "rounds that drafted, by drafter", ["drafter"],
                               registry=r)
         self.draft_tokens = Counter("localspec_spec_decode_num_draft_tokens", "tokens drafted, by drafter",
@@ -59,12 +59,6 @@ class ServerMetrics:
         self.accepted_per_pos = Counter("localspec_spec_decode_num_accepted_tokens_per_pos",
                                         "accepted draft tokens by position in the draft (0 = first)",
                                         ["drafter", "position"], registry=r)
-        self.verify_seconds = Counter("localspec_verify_seconds", "seconds in target verification passes",
-                                      registry=r)
-        self.draft_seconds = Counter("localspec_draft_seconds", "seconds drafting", registry=r)
-        self.prefill_seconds = Counter("localspec_prefill_seconds", "seconds prefilling prompts", registry=r)
-        self.request_seconds = Histogram("localspec_request_seconds", "seconds per generation (queue excluded)",
-                                         buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300), registry=r)
         Gauge("localspec_requests_deferred", "requests waiting in the queue", registry=r).set_function(waiting)
         Gauge("localspec_requests_processing", "requests being generated (0 or 1)",
               registry=r).set_function(running)
@@ -79,15 +73,11 @@ class ServerMetrics:
     def observe(self, gen: Generation) -> None:
         """Count one finished (or cancelled) generation."""
         s = gen.stats
-        self.prompt_tokens.inc(s.prompt_tokens)
-        self.prompt_tokens_cached.inc(s.cached_prompt_tokens)
-        self.prompt_tokens_read.inc(max(0, s.prompt_tokens - s.cached_prompt_tokens))
-        self.tokens_predicted.inc(s.tokens)
-        self.rounds.inc(s.rounds)
-        self.verify_seconds.inc(s.verify_seconds)
-        self.draft_seconds.inc(s.draft_seconds)
-        self.prefill_seconds.inc(s.prefill_seconds)
-        self.request_seconds.observe(s.elapsed_seconds)
+        for name, series in self.figures:
+            if isinstance(series, Histogram):
+                series.observe(getattr(s, name))
+            else:
+                series.inc(getattr(s, name))
         if s.end_reason is not None and s.end_reason.value == "cancelled":
             self.cancelled.inc()
         for r in gen.rounds:

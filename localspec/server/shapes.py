@@ -60,28 +60,13 @@ def memory_counts(rounds: list[RoundStats], enabled: bool) -> dict:
 
 def speculation(mode: str, stats: GenerationStats, rounds: list[RoundStats], draft_max: int | None = None,
                 memory: bool = False) -> dict:
-    """The extra ``speculation`` object (definitions as in ``localspec bench``): ``mode`` and
+    """The extra ``speculation`` object (definitions as in ``localspec bench``; its figures are the
+    statistics record's ``speculation`` view, :class:`~localspec.core.events.GenerationStats`): ``mode`` and
     ``draft_max`` are what this request was drafted with (the server's settings with the
     request's ``speculation`` overrides; ``draft_max`` the effective cap); ``memory``: the draft
     memory's part (:func:`memory_counts`; ``memory``: whether the request used it)."""
-    return {
-        "mode": mode,
-        "draft_max": draft_max,
-        "drafted": stats.drafted,
-        "accepted": stats.accepted,
-        "rounds": stats.rounds,
-        "target_passes": stats.target_passes,
-        "acceptance_rate": stats.acceptance_rate,
-        "mean_accepted_length": stats.mean_accepted_length,
-        "tokens_per_target_pass": stats.tokens_per_target_pass,
-        "tokens_per_second": stats.tokens_per_second,
-        "time_to_first_token": stats.time_to_first_token,
-        "prefill_seconds": stats.prefill_seconds,
-        "elapsed_seconds": stats.elapsed_seconds,
-        "end_reason": stats.end_reason.value if stats.end_reason else None,
-        "drafters": drafter_counts(rounds),
-        "memory": memory_counts(rounds, memory),
-    }
+    return {"mode": mode, "draft_max": draft_max, **stats.view("speculation"), "drafters": drafter_counts(rounds),
+            "memory": memory_counts(rounds, memory)}
 
 
 #: the logprob reported for a token the target gives no chance (-inf is not JSON; OpenAI's value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from localspec.core.events import EndReason, GenerationStats, RoundStats
+from localspec.core.events import GenerationStats, RoundStats
 
 
 _GEN_FIELDS = tuple(f.name for f in dataclasses.fields(GenerationStats))
@@ -70,17 +70,8 @@ class LiveStats(GenerationStats):
     @classmethod
     def from_dict(cls, d: dict) -> "LiveStats":
         """From :meth:`as_dict` (also reads conversations saved before catch-up was measured)."""
-        s = cls(final=True)
         legacy = {"seconds": "elapsed_seconds"}
-        for k, v in d.items():
-            k = legacy.get(k, k)
-            if k in _GEN_FIELDS and k not in ("kinds", "end_reason"):
-                setattr(s, k, v)
-        try:
-            s.end_reason = EndReason(d["end_reason"]) if d.get("end_reason") else None
-        except ValueError:
-            s.end_reason = None
-        s.kinds = dict(d.get("kinds") or {})
+        s = cls(final=True).sync(GenerationStats.from_dict({legacy.get(k, k): v for k, v in d.items()}))
         s.accepted_lengths = list(d.get("accepted_lengths") or [])
         return s
 

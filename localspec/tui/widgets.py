@@ -415,8 +415,8 @@ class StatsPanel(Vertical):
         else:
             t.add_row("mode", Text(self.mode or "-"))
         t.add_row("decode rate", fmt_rate(s.rate, " tok/s"))
-        cached = min(s.cached_prompt_tokens, s.prompt_tokens)
-        prompt = (f"{s.prompt_tokens - cached} new, {cached} cached" if cached
+        cached = s.prompt_tokens - s.prompt_tokens_read
+        prompt = (f"{s.prompt_tokens_read} new, {cached} cached" if cached
                   else plural(s.prompt_tokens, "token"))
         t.add_row("prefill", f"{s.prefill_seconds:.2f} s ({prompt})" if s.prompt_tokens else "-")
         t.add_row("draft catch-up", f"{s.catchup_seconds:.2f} s ({plural(s.catchup_tokens, 'token')})"

@@ -12,7 +12,7 @@ import numpy as np
 
 from localspec.config import DraftParams
 from localspec.core.events import DrafterId
-from localspec.core.drafters import Draft
+from localspec.core.drafters.base import Draft
 
 #: how many tokens before an n-gram match are compared to rank matches and reported as the match
 #: length (the evidence for a long draft: :class:`~localspec.core.costmodel.MatchAcceptance`)

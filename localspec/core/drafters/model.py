@@ -15,7 +15,7 @@ import numpy as np
 from localspec.config import DraftParams, SamplingParams
 from localspec.core.events import DrafterId
 from localspec.core.sampling import logits_to_probs, sample, softmax
-from localspec.core.drafters import Draft
+from localspec.core.drafters.base import Draft
 
 #: committed tokens a drafting round evaluates as part of drafting: the newest one and, after
 #: a fully accepted draft, the last drafted token (sampled but never evaluated). A longer gap

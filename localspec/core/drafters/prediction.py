@@ -22,7 +22,7 @@ import numpy as np
 
 from localspec.config import DraftParams
 from localspec.core.events import DrafterId
-from localspec.core.drafters import Draft
+from localspec.core.drafters.base import Draft
 from localspec.core.drafters.lookup import ngram_starts
 
 

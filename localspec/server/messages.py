@@ -13,7 +13,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationE
 
 from pydantic_core import PydanticCustomError
 
-from localspec.config import user_error
+from localspec.config import FUNCTION_NAME, user_error
 
 
 def _nonempty(v: Any) -> bool:
@@ -22,8 +22,6 @@ def _nonempty(v: Any) -> bool:
 
 
 
-#: OpenAI's rule for function names (plus ``.``): also keeps names free of template markup
-FUNCTION_NAME = r"^[A-Za-z0-9_.\-]{1,64}$"
 TOOL_SHAPE = 'a tool must be {"type": "function", "function": {"name": ..., "parameters": ...}}'
 PREDICTION_SHAPE = 'prediction must be {"type": "content", "content": ...}'
 TOOL_CHOICE_SHAPE = 'tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}'

@@ -52,11 +52,11 @@ from __future__ import annotations
 import json
 import re
 import time
-import uuid
 from typing import Any, AsyncIterator
 
 from pydantic import BaseModel, ValidationError
 
+from localspec.config import object_id
 from localspec.server.bodies import ChatCompletionBody, GenerationRequest
 from localspec.server.errors import ApiError, translate, validation_error
 from localspec.server.responses_body import (RENAMED, FunctionCallItem, FunctionCallOutputItem, MessageItem, NamedTool,
@@ -208,7 +208,7 @@ def _extra(chat: dict) -> dict:
 
 
 def _new_id(prefix: str) -> str:
-    return prefix + uuid.uuid4().hex[:24]
+    return object_id(prefix)
 
 
 def _text_part(text: str) -> dict:

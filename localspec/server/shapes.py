@@ -10,10 +10,10 @@ with ``completion_tokens_details.accepted_prediction_tokens`` /
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Callable, Literal, Sequence
 
+from localspec.config import object_id
 from localspec.core.events import DrafterId, EndReason, GenerationStats, RoundStats, TokenEvent, drafter_tallies
 
 FINISH_REASONS = {EndReason.EOG: "stop", EndReason.STOP: "stop", EndReason.MAX_TOKENS: "length",
@@ -163,7 +163,7 @@ class ResponseShape:
     text_offset: int = 0
 
     def __post_init__(self) -> None:
-        self.id = self.id or ("chatcmpl-" if self.kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+        self.id = self.id or object_id("chatcmpl-" if self.kind == "chat" else "cmpl-")
         self.created = self.created or int(time.time())
 
     def _head(self, obj: str) -> dict:

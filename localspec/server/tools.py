@@ -41,11 +41,11 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from localspec.backend.grammar import json_schema_grammar
+from localspec.config import object_id
 from localspec.server.errors import ApiError
 from localspec.server.shapes import ResponseShape
 
@@ -351,7 +351,7 @@ class ToolCall:
 
     name: str
     arguments: str
-    id: str = field(default_factory=lambda: "call_" + uuid.uuid4().hex[:24])
+    id: str = field(default_factory=lambda: object_id("call_"))
 
     def message_dict(self) -> dict:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}

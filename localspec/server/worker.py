@@ -35,7 +35,7 @@ from typing import Callable
 
 from pydantic import ValidationError
 
-from localspec.config import DraftParams, GenerationParams, SamplingParams, Settings, context_room, fits_context
+from localspec.config import QUEUE_SIZE, DraftParams, GenerationParams, SamplingParams, Settings, context_room, fits_context
 from localspec.core.drafters import DraftMemories
 from localspec.core.engine import Generation
 from localspec.errors import LocalspecError, WorkerError
@@ -237,7 +237,7 @@ class EngineWorker:
             out (``speculation.memory: false``, ``cache_prompt: false``); None: none.
     """
 
-    def __init__(self, engine, settings: Settings, max_queue: int = 8, default_max_tokens: int | None = None,
+    def __init__(self, engine, settings: Settings, max_queue: int = QUEUE_SIZE, default_max_tokens: int | None = None,
                  on_finished=None, memory: DraftMemories | None = None) -> None:
         self.engine = engine
         self.memory = memory

@@ -21,7 +21,7 @@ ALLOWED = {
     "localspec/bench/command.py:cli_bench": (
         94, "the bench command's whole flow (settings, repack, calibration, runs, report, files), "
             "each step a few lines of progress output"),
-    "localspec/bench/report.py:summarise": (86, "one flat mapping from the run's records to the report's fields"),
+    "localspec/bench/report.py:summarise": (85, "one flat mapping from the run's records to the report's fields"),
     "localspec/bench/report.py:format_table": (81, "one table, column by column"),
     "localspec/bench/runner.py:run_bench": (
         114, "the paired run order (modes alternating within a repetition), timed side by side in one loop"),

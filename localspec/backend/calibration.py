@@ -45,14 +45,13 @@ from localspec.core.costmodel import (EngineCosts, calibration_points, context_p
                                       verify_cost)
 from localspec.config import MIN_DEFAULT_CONTEXT, cache_root
 from localspec.errors import BackendError, LocalspecError
-from localspec.backend.load import BUSY_THRESHOLD, CpuMeter, load_average
+from localspec.backend.calibration_timing import StepFn, cpu_meter, fill_to, filler_tokens, model_name, ticker, time_points
+from localspec.backend.load import BUSY_THRESHOLD, load_average
 
 #: models.md: time of one decode of b tokens / time of one token, Qwen2.5-Coder-1.5B Q4_K_M,
 #: 2 threads. Used only until a measurement exists (see :func:`default_curve`).
 DEFAULT_TARGET_RATIOS = {1: 1.0, 2: 1.68, 3: 2.26, 4: 2.57, 5: 3.21, 8: 5.95, 16: 8.53}
 COST_FORMAT = 3  #: 3: the longer contexts timed at a few points (context_points)
-#: (what is measured, steps done, steps in all) -> None: calibration progress for a front-end
-StepFn = Callable[[str, int, int], None]
 #: cache lengths (tokens) at which calibration times the verify curve (see calibration_contexts):
 #: the long one's fill is a timed prefill (the catch-up cost) and the largest single cost of a first
 #: calibration (~5 s per model on a 2-core CPU at 512; 1,024 took twice that)
@@ -75,34 +74,6 @@ def _flash_attn_mode(model) -> str:
         return str(mode)
     fa = getattr(model, "flash_attn", None)
     return "default" if fa is None else ("on" if fa else "off")
-
-
-def _ticker(progress: "StepFn | None", what: str, total: int) -> Callable[[], None]:
-    """``tick()`` for one measurement of ``total`` steps: reports ``progress(what, done, total)``
-    (0 at once, then after each step)."""
-    done = [0]
-    if progress:
-        progress(what, 0, total)
-
-    def tick() -> None:
-        done[0] += 1
-        if progress:
-            progress(what, min(done[0], total), total)
-
-    return tick
-
-
-def _model_name(model) -> str:
-    return Path(str(getattr(model, "path", "model"))).name
-
-
-def _meter(model) -> CpuMeter:
-    """The meter of other processes' CPU share while ``model`` is timed: its own child process
-    (:class:`~localspec.backend.isolated.IsolatedModel`) counts as this process. RPC workers on this
-    machine (loopback) do the passes' work, so no share can be told apart: the meter then reports
-    nothing (None) and the curve is not judged disturbed."""
-    loopback = any(ep.startswith(("127.", "localhost:")) for ep in getattr(model, "rpc", ()))
-    return CpuMeter(also=getattr(model, "child_pids", ()), blind=loopback)
 
 
 def model_cost_key(model) -> dict:
@@ -246,68 +217,6 @@ class ModelCosts:
                    context_points=[int(b) for b in d.get("context_points", [])])
 
 
-def _filler_tokens(model, n: int, seed: int = 0) -> list[int]:
-    rng = np.random.default_rng(seed)
-    hi = max(2, min(model.n_vocab, 30000))
-    toks = [int(t) for t in rng.integers(1, hi, size=n)]
-    return [t if not model.is_eog(t) else 1 for t in toks]
-
-
-#: a batch size whose first samples differ by more than this fraction is timed once more (median of 3):
-#: for a disturbed sample, not this VM's minute-to-minute variation of ~15 % (at 10 %, half the points
-#: of a quiet calibration were timed a third time)
-SPREAD = 0.20
-
-
-def _time_points(model, toks: Sequence[int], base: int, points: Sequence[int], repeats: int,
-                 tick: Callable[[], None] | None = None, given: dict[int, list[float]] | None = None) -> list[float]:
-    """Median seconds of a decode of b tokens (logits for all) with ``base`` cached, for each b in
-    ``points`` (each <= len(toks)); ``tick`` is called after each repetition.
-
-    ``repeats`` repetitions, alternating forwards and backwards over the points; then each point
-    whose samples differ by more than :data:`SPREAD` is timed once more, so that one disturbed
-    sample does not decide a median of two. ``given[b]``: samples of b already timed the same
-    way (same model, settings and ``base``; :func:`compare_flash_attn`'s); each counts as one of
-    b's repetitions.
-    """
-    samples: list[list[float]] = [list((given or {}).get(b, ())) for b in points]
-    if any(len(s) < max(1, repeats) for s in samples):
-        model.decode(toks[:1], logits_for="all")  # warm up
-        model.truncate(base)
-
-    def once(j: int) -> None:
-        t0 = time.perf_counter()
-        model.decode(toks[: points[j]], logits_for="all")
-        samples[j].append(time.perf_counter() - t0)
-        model.truncate(base)
-
-    for r in range(max(1, repeats)):
-        for j in (range(len(points)) if r % 2 == 0 else range(len(points) - 1, -1, -1)):
-            if len(samples[j]) <= r:
-                once(j)
-        if tick:
-            tick()
-    for j, s in enumerate(samples):
-        if len(s) >= 2 and max(s) > (1.0 + SPREAD) * min(s):
-            once(j)
-    return [float(np.median(s)) for s in samples]
-
-
-def _fill_to(model, c: int, seed: int) -> tuple[int, float]:
-    """Make the model's cache hold exactly ``c`` tokens: cut a longer one, or decode filler tokens.
-
-    Returns:
-        (tokens decoded, seconds they took); (0, 0.0) when the cache was cut or already held ``c``.
-    """
-    base = model.n_cached
-    if base >= c:
-        model.truncate(c)
-        return 0, 0.0
-    t0 = time.perf_counter()
-    model.decode(_filler_tokens(model, c - base, seed=seed), logits_for=())
-    return c - base, time.perf_counter() - t0
-
-
 def calibration_contexts(model, max_batch: int, long_context: int = LONG_CONTEXT) -> list[int]:
     """The cache lengths calibration measures at: :data:`SHORT_CONTEXT` and ``long_context``,
     the latter capped so ``long_context + max_batch`` fits the model's context window."""
@@ -333,12 +242,12 @@ def _sweep_contexts(model, toks: list[int], wanted: Sequence[int], pts: list[int
     medians: list[list[float]] = []
     prefill = None
     for c in wanted:
-        n, secs = _fill_to(model, c, seed=1 + len(medians))
+        n, secs = fill_to(model, c, seed=1 + len(medians))
         if medians:
             tick()
             if n >= 32:
                 prefill = secs / n
-        medians.append(_time_points(model, toks, c, lpts if medians else pts, repeats, tick,
+        medians.append(time_points(model, toks, c, lpts if medians else pts, repeats, tick,
                                     None if medians else given))
     return medians, prefill
 
@@ -354,7 +263,7 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 2, contexts: Sequ
     for all of them (as the engine's verification pass does, truncating back after each) for
     each b in ``points`` (default :func:`~localspec.core.costmodel.calibration_points`: every b up
     to 8, then 12, 16, 32, 64, ... and max_batch), ``repeats`` times in alternating order
-    (plus a third sample where two disagree, :func:`_time_points`), and joins the medians into a
+    (plus a third sample where two disagree, :func:`~localspec.backend.calibration_timing.time_points`), and joins the medians into a
     curve (:func:`~localspec.core.costmodel.interpolate_curve`). Then for each longer context it fills
     the cache to it (timed: a batched prefill, what a catch-up costs per token) and times only
     ``long_points`` (default :func:`~localspec.core.costmodel.context_points`: 1, 8, about a third
@@ -375,16 +284,16 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 2, contexts: Sequ
     Raises:
         ContextOverflowError: the model's context cannot hold ``contexts[-1] + max_batch`` tokens.
     """
-    t_start, meter = time.perf_counter(), _meter(model)
+    t_start, meter = time.perf_counter(), cpu_meter(model)
     load = (load_average() or [-1.0])[0]
     wanted = sorted(set(contexts if contexts is not None else calibration_contexts(model, max_batch)))
     pts = _batch_sizes(calibration_points(max_batch) if points is None else points, max_batch)
     lpts = _batch_sizes(context_points(max_batch) if long_points is None else long_points, max_batch)
     n0 = min(model.n_cached, wanted[0])
     model.truncate(n0)
-    toks = _filler_tokens(model, max_batch, seed=2)
+    toks = filler_tokens(model, max_batch, seed=2)
     steps = len(wanted) * max(1, repeats) + len(wanted) - 1  # the repetitions, and each fill to a longer context
-    tick = _ticker(progress, label or f"measuring decode costs of {_model_name(model)}", steps)
+    tick = ticker(progress, label or f"measuring decode costs of {model_name(model)}", steps)
     try:
         medians, prefill = _sweep_contexts(model, toks, wanted, pts, lpts, repeats, tick, given)
     finally:
@@ -440,11 +349,11 @@ def compare_flash_attn(model, max_batch: int, repeats: int = 2, context: int = S
     Raises:
         BackendError: neither setting could be created.
     """
-    toks = _filler_tokens(model, max_batch, seed=2)
+    toks = filler_tokens(model, max_batch, seed=2)
     pts = sorted({1, max_batch})
     samples: dict[str, dict[int, list[float]]] = {}  # setting -> b -> seconds, one per visit
     failed: set[str] = set()
-    tick = _ticker(progress, f"comparing flash attention off and on for {_model_name(model)}", 2 * max(1, repeats))
+    tick = ticker(progress, f"comparing flash attention off and on for {model_name(model)}", 2 * max(1, repeats))
     for r in range(max(1, repeats)):
         for name in (("off", "on") if r % 2 == 0 else ("on", "off")):
             try:
@@ -454,12 +363,12 @@ def compare_flash_attn(model, max_batch: int, repeats: int = 2, context: int = S
                 failed.add(name)
             if name in failed:
                 continue
-            _fill_to(model, context, seed=1)
-            for b, sec in zip(pts, _time_points(model, toks, context, pts, 1)):
+            fill_to(model, context, seed=1)
+            for b, sec in zip(pts, time_points(model, toks, context, pts, 1)):
                 samples.setdefault(name, {}).setdefault(b, []).append(sec)
             tick()
     if not samples:
-        raise BackendError(f"{_model_name(model)}: no llama.cpp context could be created with flash attention off or on",
+        raise BackendError(f"{model_name(model)}: no llama.cpp context could be created with flash attention off or on",
                            "check n_ctx and the free memory")
     scores = flash_attn_scores({name: [min(by_b[b]) for b in pts] for name, by_b in samples.items()})
     on = "on" in scores and ("off" not in scores or scores["on"] * (1.0 + FLASH_ATTN_MARGIN) < scores["off"])
@@ -475,16 +384,16 @@ def calibrate_model(model, max_batch: int, repeats: int = 2, contexts: Sequence[
     The model's KV cache is then empty when flash attention was compared (switching recreates the
     context), else cut as :func:`measure_decode_costs` says. ``progress`` as there.
     """
-    model_name = _model_name(model)
+    name = model_name(model)
     if _flash_attn_mode(model) != "auto" or not hasattr(model, "set_flash_attn"):
         return measure_decode_costs(model, max_batch, repeats, contexts, progress,
-                                    f"measuring decode costs of {model_name}")
-    t0, meter = time.perf_counter(), _meter(model)
+                                    f"measuring decode costs of {name}")
+    t0, meter = time.perf_counter(), cpu_meter(model)
     short = min(contexts) if contexts else SHORT_CONTEXT
     scores, timed = compare_flash_attn(model, max_batch, repeats, short, progress)
     setting = "on" if model.flash_attn else "off"
     costs = measure_decode_costs(model, max_batch, repeats, contexts, progress,
-                                 f"measuring decode costs of {model_name}, flash attention {setting}", given=timed)
+                                 f"measuring decode costs of {name}, flash attention {setting}", given=timed)
     model.truncate(0)  # filler, not a prefix of anything the engine will decode
     costs.flash_attn, costs.flash_attn_scores = bool(model.flash_attn), scores
     costs.key = model_cost_key(model)

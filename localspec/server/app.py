@@ -1,24 +1,24 @@
 """The FastAPI app: routes (module-level routers reading ``app.state.served``), authentication,
 body limit, errors as OpenAI's error object.
 
-Routes: ``GET /health``, ``GET /v1/models``, ``GET /v1/models/{id}``,
-``POST /v1/chat/completions`` (with tool calling, :mod:`.tools`), ``POST /v1/completions`` (with
-``suffix``: fill in the middle), ``POST /v1/responses`` (OpenAI's Responses API, run as a chat
-request: :mod:`.responses`), ``POST /infill`` (llama.cpp's, :mod:`.infill`),
-``GET /metrics``, and ``GET /openapi.json`` (the request bodies' schemas). Cross-origin
-requests (CORS, for browser-based clients) get no CORS headers unless origins are allowed
-(``cors_origins`` of :class:`~localspec.config.ServerSettings`); then preflight ``OPTIONS``
-requests are answered. With API keys, every route but ``/health`` and ``/openapi.json`` needs
-``Authorization: Bearer KEY`` with one of them (the scheme case-insensitive, RFC 9110 §11.1; every key
-compared, each in constant time); each key, narrowed by a request's ``cache_salt``, is a scope
-(:mod:`.scopes`) whose requests reuse and draft from only what the same scope sent. A request body over ``max_body_mb`` MiB is refused with 413 without being
-kept in memory; one that is not JSON, nests deeper than
-:data:`~localspec.server.openai_api.MAX_JSON_DEPTH` or holds a lone UTF-16 surrogate gets a
-400. No error sends a traceback to the client; a bug is logged and answered with a 500.
-Every answer of the generation endpoints, 401s included, is counted in
-``localspec_requests_total``. On SIGTERM or Ctrl-C (:func:`serve`) the server stops
-accepting, answers waiting requests 503, lets the running answer finish within the grace
-period (else ends it with an error event saying why) and exits 0.
+Why these hold together: every route, the middleware around them and the server's start and stop read
+the one ``app.state.served``; the bodies, the worker and the answers they call live in their own modules.
+
+Routes: ``GET /health``, ``GET /v1/models``, ``GET /v1/models/{id}``, ``POST /v1/chat/completions`` (with tool
+calling, :mod:`.tools`), ``POST /v1/completions`` (with ``suffix``: fill in the middle), ``POST /v1/responses``
+(OpenAI's Responses API, run as a chat request: :mod:`.responses`), ``POST /infill`` (llama.cpp's, :mod:`.infill`),
+``GET /metrics``, and ``GET /openapi.json`` (the request bodies' schemas). Cross-origin requests (CORS, for
+browser-based clients) get no CORS headers unless origins are allowed (``cors_origins`` of
+:class:`~localspec.config.ServerSettings`); then preflight ``OPTIONS`` requests are answered. With API keys, every
+route but ``/health`` and ``/openapi.json`` needs ``Authorization: Bearer KEY`` with one of them (the scheme
+case-insensitive, RFC 9110 §11.1; every key compared, each in constant time); each key, narrowed by a request's
+``cache_salt``, is a scope (:mod:`.scopes`) whose requests reuse and draft from only what the same scope sent. A
+request body over ``max_body_mb`` MiB is refused with 413 without being kept in memory; one that is not JSON, nests
+deeper than :data:`~localspec.server.openai_api.MAX_JSON_DEPTH` or holds a lone UTF-16 surrogate gets a 400. No error
+sends a traceback to the client; a bug is logged and answered with a 500. Every answer of the generation endpoints,
+401s included, is counted in ``localspec_requests_total``. On SIGTERM or Ctrl-C (:func:`serve`) the server stops
+accepting, answers waiting requests 503, lets the running answer finish within the grace period (else ends it with an
+error event saying why) and exits 0.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """One engine, one request at a time, in arrival order.
 
+Why these hold together: the queue, the one thread that owns the engine and the messages it posts
+back are one protocol between the event loop and that thread (its lock, its order, its shutdown).
+
 The engine is not thread-safe, so one worker thread owns it and takes jobs from a
 bounded FIFO queue (a deque under a lock: arrival order). A job posts its messages back
 to the request's event loop (``call_soon_threadsafe``): :class:`Started` once the prompt

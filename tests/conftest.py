@@ -181,17 +181,28 @@ def _real_models_are_marked(request, monkeypatch):
         pytest.fail(f"loads {big[0]} (more than the tiny model) without the pair marker")
 
 
-@pytest.fixture(scope="session")
-def try_agents():
-    """``scripts/try_agents.py`` loaded from its file (the scripts folder is no package), for the unit tests
-    of its pure pieces (Qwen Code's log, opencode's config and verdict)."""
+def script_module(name: str):
+    """``scripts/<name>.py`` loaded from its file (the scripts folder is no package), for the unit tests of a
+    script's pure pieces: a generator for a fixture (yields the module, then forgets it)."""
     import importlib.util
     import sys
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "try_agents.py"
-    spec = importlib.util.spec_from_file_location("try_agents_script", script)
+    script = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_script", script)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     yield module
     sys.modules.pop(spec.name, None)
+
+
+@pytest.fixture(scope="session")
+def try_agents():
+    """``scripts/try_agents.py`` (Qwen Code's log, opencode's config and verdict)."""
+    yield from script_module("try_agents")
+
+
+@pytest.fixture(scope="session")
+def replay_tool_calls():
+    """``scripts/replay_tool_calls.py`` (which recorded requests it replays, calls left as text)."""
+    yield from script_module("replay_tool_calls")

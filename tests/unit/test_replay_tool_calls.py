@@ -3,10 +3,7 @@ hold a call left as text (issue 45 item 3). The scripts folder is no package: lo
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -15,14 +12,8 @@ TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"type": "ob
 
 
 @pytest.fixture(scope="module")
-def replay():
-    script = Path(__file__).resolve().parents[2] / "scripts" / "replay_tool_calls.py"
-    spec = importlib.util.spec_from_file_location("replay_tool_calls_script", script)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+def replay(replay_tool_calls):
+    return replay_tool_calls
 
 
 @pytest.mark.parametrize("content, held", [

@@ -46,7 +46,20 @@ Two designs (``--design``):
   of X)), marked so in the row; their median; and whether the answers were equal. The pairs
   are the issue's: lp-pred vs ls-ngram on every code edit (goal >= 1.0x each and >= 1.2x as
   the median over the edits), lp-auto vs ls-ngram on the code edits (median >= 1.0x), and
-  chat: lp-auto vs ls-plain (>= 0.97x).
+  chat: lp-auto vs ls-plain (>= 1.0x).
+
+  Two regimes of the paired design (``--regime cold|warm|both``, default both, each with its own freshly
+  started servers, one after the other; the same visiting order, nonces and pairing): *cold* is the
+  design above (the opt-outs, ``--fresh-ngram``: nothing remembered); *warm* keeps each side's state
+  (localspec's defaults: draft memory and prefix cache; llama-server's ngram-mod pool and
+  ``cache_prompt``; no opt-outs, no restarts) and sends each request twice in a row to the same server
+  with the same prompt (the same edit or question asked again), timing the second; the first send's
+  seconds and tokens are kept beside it. Warm's comparisons: the edits as cold, chat lp-auto vs ls-ngram
+  (>= 1.0x: a question asked again drafted from memory at least as well as ngram-mod's pool) and vs
+  ls-plain, and the rename lp-auto vs lp-pred (>= 0.9x: without a prediction within 10 % of with one).
+  Each regime's tables are printed with the CPU's name and flags and the load average;
+  ``--curve-json`` writes every request's figures (no texts) per regime in the format of the shared
+  ``cpu-curves/<cpu>_vs-llama-server.json`` files (:func:`curve_record`).
 * ``sequential`` (the earlier design): one server process at a time (each started, warmed up
   with one short request, used for every task of the repetition, stopped), the order of the
   servers alternating (forwards, backwards) between repetitions; no opt-outs sent.
@@ -70,7 +83,8 @@ Usage::
 
     .venv/bin/python scripts/bench_llama_server.py --llama-server /path/to/llama-server \\
         [--design paired|sequential] [--tasks code-edit,colorsys-docstrings,fnmatch-rename,chat] \\
-        [--repeats 3] [--seed 0] [--no-opt-outs] [--target T.gguf --draft D.gguf] [--json out.json]
+        [--regime cold|warm|both] [--repeats 3] [--seed 0] [--no-opt-outs] [--target T.gguf --draft D.gguf] \\
+        [--json out.json] [--curve-json CPU_vs-llama-server.json]
 """
 
 from __future__ import annotations
@@ -104,7 +118,23 @@ REFERENCE = "ls-plain"
 #: "edits" = every task but chat. The speedup of X over Y is seconds of Y / seconds of X.
 COMPARISONS = (("lp-pred", "ls-ngram", "edits", 1.0, 1.2),
                ("lp-auto", "ls-ngram", "edits", None, 1.0),
-               ("lp-auto", "ls-plain", "chat", None, 0.97))
+               ("lp-auto", "ls-plain", "chat", None, 1.0))
+#: the warm regime's comparisons (issue 44): the edits as cold; chat against ngram-mod (a question asked again is
+#: drafted from memory at least as well as its pool does); the rename without a prediction within 10 % of with one
+WARM_COMPARISONS = (("lp-pred", "ls-ngram", "edits", 1.0, 1.2),
+                    ("lp-auto", "ls-ngram", "edits", None, 1.0),
+                    ("lp-auto", "ls-ngram", "chat", None, 1.0),
+                    ("lp-auto", "ls-plain", "chat", None, None),
+                    ("lp-auto", "lp-pred", "fnmatch-rename", None, 0.9))
+#: regime -> (what it keeps, its comparisons)
+REGIMES = {
+    "cold": ("nothing kept between requests: cache_prompt false to all, speculation.memory false to localspec, "
+             "llama-server ngram-mod restarted before each request (--fresh-ngram); a nonce per repetition",
+             COMPARISONS),
+    "warm": ("both sides keep their state (localspec's defaults: draft memory and prefix cache; llama-server's "
+             "ngram-mod pool and cache_prompt); each request sent twice in a row, the second timed; a nonce per "
+             "repetition, the same for both sends", WARM_COMPARISONS),
+}
 EDIT_TAIL = "Change nothing else. Reply with the complete updated file only, no explanation."
 
 
@@ -358,8 +388,11 @@ def compare(runs: list[dict], names: list[str], comparisons=COMPARISONS) -> list
     return out
 
 
-def print_comparisons(comps: list[dict]) -> None:
-    """The paired ratios, one row per task and pair; each comparison's median over its tasks."""
+def print_comparisons(comps: list[dict], cpu: str = "", regime: str = "") -> None:
+    """The paired ratios, one row per task and pair; each comparison's median over its tasks; the CPU
+    (:func:`cpu_description`) and the load average above the table."""
+    print(f"\n{regime + ' regime; ' if regime else ''}CPU: {cpu or cpu_description()}; "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("\n| task | X vs Y | speedup of X over Y = s(Y)/s(X) each rep (> 1: X faster) | median | tokens X/Y "
           "each rep | answers equal | goal |")
     print("|---|---|---|---|---|---|---|")
@@ -376,6 +409,48 @@ def print_comparisons(comps: list[dict]) -> None:
         goal = "" if c["goal"] is None else f"; goal >= {c['goal']:.2f}x {'met' if c['met'] else 'NOT met'}"
         print(f"{c['x']} vs {c['y']} ({c['tasks']}, {len(c['rows'])} task(s)): median of the tasks' medians "
               f"{c['median']:.2f}x{goal}")
+
+
+#: the per-request record's variant legend (the curve files name the servers this way)
+VARIANTS = {
+    "ls-plain": "llama-server, no speculation", "ls-ngram": "llama-server --spec-type ngram-mod (defaults)",
+    "ls-draft": "llama-server -md DRAFT --spec-type draft-simple", "lp-auto": "localspec serve, mode auto",
+    "lp-pred": "localspec serve, mode auto, the original file as prediction", "lp-none": "localspec serve --mode none",
+    "lp-lookup": "localspec serve --mode lookup", "lp-auto-8": "lp-auto with --draft-max 8",
+    "lp-pred-8": "lp-pred with --draft-max 8",
+}
+
+
+def curve_rows(runs: list[dict]) -> list[dict]:
+    """Every request's figures as the shared ``*_vs-llama-server.json`` files hold them (no answer texts):
+    rep, task, variant, seconds (end to end), tokens, prefill (seconds: localspec's ``prefill_seconds``,
+    llama-server's ``timings.prompt_ms`` / 1000; None when not reported), spec (localspec's ``speculation``
+    statistics; ``{}`` for llama-server), and llama-server's ``timings`` where it sent them; in the warm
+    regime also ``first`` (the untimed first send's seconds, tokens, drafted/accepted, same answer)."""
+    rows = []
+    for r in runs:
+        spec, timings = r.get("speculation") or {}, r.get("timings") or None
+        prefill = spec.get("prefill_seconds")
+        if prefill is None and timings and "prompt_ms" in timings:
+            prefill = timings["prompt_ms"] / 1000
+        row = {"rep": r["rep"], "task": r["task"], "variant": r["server"], "seconds": r["latency"],
+               "tokens": r["tokens"], "prefill": prefill, "spec": spec}
+        if timings:
+            row["timings"] = timings
+        if r.get("first"):
+            row["first"] = {"seconds": r["first"]["latency"], **{k: v for k, v in r["first"].items() if k != "latency"}}
+        rows.append(row)
+    return rows
+
+
+def curve_record(cpu: str, setup: str, regimes: dict[str, list[dict]], comparisons: dict[str, list[dict]]) -> dict:
+    """The shared per-CPU record of a comparison with llama-server (``cpu-curves/<cpu>_vs-llama-server.json``):
+    ``{"cpu", "setup", "variants", "regimes": {regime: {"design", "rows", "comparisons"}}}``, ``rows`` from
+    :func:`curve_rows`, ``comparisons`` from :func:`compare` (each repetition's paired ratio and medians)."""
+    return {"cpu": cpu, "setup": setup,
+            "variants": {v: VARIANTS[v] for v in sorted({r["server"] for rs in regimes.values() for r in rs})},
+            "regimes": {name: {"design": REGIMES[name][0], "rows": curve_rows(rs), "comparisons": comparisons.get(name, [])}
+                        for name, rs in regimes.items()}}
 
 
 def memory_check(servers: list[str], target: str, draft: str) -> None:
@@ -414,12 +489,16 @@ def start_all(stack: ExitStack, servers: list[str], argv_of, tmp: Path, extra_of
     return procs
 
 
-def run_paired(args, servers: list[str], names: list[str], all_tasks: dict, argv_of, tmp: Path
-               ) -> tuple[list[dict], list[list[tuple[str, str]]]]:
-    """Every server loaded at once; per repetition every (task, server) in :func:`visit_order`."""
+def run_paired(args, servers: list[str], names: list[str], all_tasks: dict, argv_of, tmp: Path,
+               regime: str = "cold") -> tuple[list[dict], list[list[tuple[str, str]]]]:
+    """Every server loaded at once (fresh for this ``regime``); per repetition every (task, server) in
+    :func:`visit_order`. ``cold``: the opt-outs (``args.opt_outs``) and ls-ngram restarted before each
+    request (``args.fresh_ngram``); ``warm``: neither, and each request is sent twice in a row to the same
+    server with the same prompt, the second timed (the first's seconds and tokens kept as ``first``)."""
     runs: list[dict] = []
     orders = []
-    extra_of = (lambda s: opt_outs(s) if args.opt_outs else None)
+    warm = regime == "warm"
+    extra_of = (lambda s: opt_outs(s) if args.opt_outs and not warm else None)
     with ExitStack() as stack:
         procs = start_all(stack, servers, argv_of, tmp, extra_of)
         clients = {s: openai.OpenAI(base_url=p.base_url + "/v1", api_key="none", max_retries=0, timeout=3600)
@@ -427,11 +506,12 @@ def run_paired(args, servers: list[str], names: list[str], all_tasks: dict, argv
         for rep in range(args.repeats):
             order = visit_order(names, servers, args.seed, rep)
             orders.append(order)
-            print(f"rep {rep} order (seed {args.seed} + {rep}): " + ", ".join(f"{t}/{s}" for t, s in order), flush=True)
+            print(f"{regime} rep {rep} order (seed {args.seed} + {rep}): " + ", ".join(f"{t}/{s}" for t, s in order),
+                  flush=True)
             nonces = {t: f"(request {rep}.{time.time_ns() % 10**6}.{i})\n" for i, t in enumerate(names)}
             for task, server in order:
                 message, original, max_tokens = all_tasks[task]
-                fresh = args.fresh_ngram and server == "ls-ngram"
+                fresh = args.fresh_ngram and server == "ls-ngram" and not warm
                 if fresh:  # an empty n-gram table, as localspec's "memory": false
                     procs[server].stop()
                     procs[server] = stack.enter_context(
@@ -439,16 +519,25 @@ def run_paired(args, servers: list[str], names: list[str], all_tasks: dict, argv
                     clients[server] = openai.OpenAI(base_url=procs[server].base_url + "/v1", api_key="none",
                                                     max_retries=0, timeout=3600)
                     timed_request(clients[server], "Say hello.", None, 8, "(warm-up)\n", extra_of(server))
-                r = timed_request(clients[server], message, original if server.startswith("lp-pred") else None,
-                                  max_tokens, nonces[task], extra_of(server))
-                r.update(task=task, server=server, rep=rep, restarted=fresh)
+                prediction = original if server.startswith("lp-pred") else None
+                sends = [timed_request(clients[server], message, prediction, max_tokens, nonces[task], extra_of(server))
+                         for _ in range(2 if warm else 1)]
+                r = sends[-1]
+                r.update(task=task, server=server, rep=rep, restarted=fresh, regime=regime)
+                if warm:
+                    r["first"] = {k: sends[0][k] for k in ("latency", "tokens", "drafted", "accepted")}
+                    r["first"]["same_text"] = sends[0]["text"] == r["text"]
                 runs.append(r)
                 print_run(r)
     return runs, orders
 
 
 def print_run(r: dict) -> None:
-    print(f"rep {r['rep']} {r['task']:20s} {r['server']:9s} {r['latency']:7.2f} s  {r['tokens']:5d} tokens  "
+    first = r.get("first")
+    if first:
+        print(f"  (warm: the first send {first['latency']:.2f} s, {first['tokens']} tokens, drafted/accepted "
+              f"{first['drafted']}/{first['accepted']}; the second, timed:)", flush=True)
+    print(f"{r.get('regime', '')} rep {r['rep']} {r['task']:20s} {r['server']:9s} {r['latency']:7.2f} s  {r['tokens']:5d} tokens  "
           f"decode {r['decode_tps']:6.1f} tok/s  drafted/accepted {r['drafted']}/{r['accepted']}", flush=True)
 
 
@@ -488,6 +577,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help=f"the server the per-server table's ratios are taken against (default {REFERENCE})")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=0, help="the paired order of repetition r is shuffled with seed + r")
+    p.add_argument("--regime", choices=["cold", "warm", "both"], default="both",
+                   help="paired: cold = nothing kept between requests (the opt-outs, --fresh-ngram); warm = both "
+                        "sides keep their state (localspec's draft memory and prefix cache, llama-server's ngram "
+                        "pool and cache_prompt), each request sent twice in a row and the second timed; both = "
+                        "cold, then warm, each with freshly started servers (default)")
     p.add_argument("--opt-outs", action=argparse.BooleanOptionalAction, default=True,
                    help='paired: send "cache_prompt": false to every server and "speculation": {"memory": false} '
                         "to localspec (default on; --no-opt-outs for a localspec server without these fields)")
@@ -506,6 +600,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="weight repacking on both sides; auto = localspec's probe decides (default)")
     p.add_argument("--recalibrate", action="store_true", help="measure localspec's calibration again first")
     p.add_argument("--json", default=None, help="write every measurement here")
+    p.add_argument("--curve-json", default=None,
+                   help="paired: write every request's figures (no texts) per regime in the format of the shared "
+                        "cpu-curves/<cpu>_vs-llama-server.json files here")
     return p.parse_args(argv)
 
 
@@ -549,26 +646,46 @@ def main(argv: list[str]) -> int:
     def argv_of(server: str) -> list[str]:
         return server_argv(server, args.llama_server, target, draft, args.threads, args.n_ctx, repack, args.rpc)
 
-    orders: list = []
-    comps: list[dict] = []
+    t_start = time.perf_counter()
+    regimes = ["cold", "warm"] if args.regime == "both" else [args.regime]
+    by_regime: dict[str, list[dict]] = {}
+    orders: dict[str, list] = {}
+    comps: dict[str, list[dict]] = {}
     if args.design == "paired":
         memory_check(servers, target, draft)
-        print("opt-outs: " + ("cache_prompt false to all; speculation.memory false to localspec" if args.opt_outs
-                              else "none sent (--no-opt-outs)")
-              + ("; ls-ngram restarted before each request (an empty n-gram table)" if args.fresh_ngram else ""))
-        runs, orders = run_paired(args, servers, names, all_tasks, argv_of, tmp)
+        for regime in regimes:
+            print(f"\n== {regime} regime: {REGIMES[regime][0]}")
+            if regime == "cold":
+                print("opt-outs: " + ("cache_prompt false to all; speculation.memory false to localspec"
+                                      if args.opt_outs else "none sent (--no-opt-outs)")
+                      + ("; ls-ngram restarted before each request (an empty n-gram table)" if args.fresh_ngram
+                         else ""))
+            by_regime[regime], orders[regime] = run_paired(args, servers, names, all_tasks, argv_of, tmp, regime)
+        for regime in regimes:
+            print(f"\n== {regime} regime ({args.repeats} repetition(s))")
+            print_table(by_regime[regime], names, servers, cpu, cal, args.reference, summary_lines=False)
+            comps[regime] = compare(by_regime[regime], names, REGIMES[regime][1])
+            print_comparisons(comps[regime], cpu, regime)
+        runs = [r for regime in regimes for r in by_regime[regime]]
     else:
         runs = run_sequential(args, servers, names, all_tasks, argv_of, tmp)
-    print_table(runs, names, servers, cpu, cal, args.reference, summary_lines=args.design == "sequential")
-    if args.design == "paired":
-        comps = compare(runs, names)
-        print_comparisons(comps)
+        print_table(runs, names, servers, cpu, cal, args.reference, summary_lines=True)
+    wall = time.perf_counter() - t_start
+    print(f"\nthe runs took {wall / 60:.1f} min (servers' starts included, calibration not)")
     if args.json:
         Path(args.json).write_text(json.dumps(
-            {"cpu": cpu, "design": args.design, "seed": args.seed, "opt_outs": args.opt_outs and args.design == "paired",
+            {"cpu": cpu, "design": args.design, "regimes": regimes if args.design == "paired" else [],
+             "seed": args.seed, "opt_outs": args.opt_outs and args.design == "paired",
              "fresh_ngram": args.fresh_ngram and args.design == "paired",
              "target": target, "draft": draft, "repack": repack, "threads": args.threads, "n_ctx": args.n_ctx,
-             "calibration": cal, "orders": orders, "comparisons": comps, "runs": runs}, indent=1))
+             "calibration": cal, "orders": orders, "comparisons": comps, "runs": runs, "wall_seconds": wall},
+            indent=1))
+    if args.curve_json and args.design == "paired":
+        setup = (f"scripts/bench_llama_server.py --design paired --regime {args.regime} --repeats {args.repeats} "
+                 f"--seed {args.seed}; llama-server {args.llama_server} -c {args.n_ctx} -t {args.threads} -np 1"
+                 f"{'' if repack else ' --no-repack'} vs localspec serve --n-ctx {args.n_ctx} --repack "
+                 f"{'on' if repack else 'off'}; target {Path(target).name}, draft {Path(draft).name}; greedy")
+        Path(args.curve_json).write_text(json.dumps(curve_record(cpu, setup, by_regime, comps), indent=1))
     return 0
 
 if __name__ == "__main__":

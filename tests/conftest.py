@@ -203,6 +203,12 @@ def try_agents():
 
 
 @pytest.fixture(scope="session")
+def bench_llama_server():
+    """``scripts/bench_llama_server.py`` (the paired design's order, ratios, regimes and records)."""
+    yield from script_module("bench_llama_server")
+
+
+@pytest.fixture(scope="session")
 def replay_tool_calls():
     """``scripts/replay_tool_calls.py`` (which recorded requests it replays, calls left as text)."""
     yield from script_module("replay_tool_calls")

@@ -142,13 +142,41 @@ def best_match(haystack: np.ndarray, end: int, context: np.ndarray, n: int,
     return s, k
 
 
+def agreement(haystack: np.ndarray, s: int, context: np.ndarray, n: int, limit: int) -> int:
+    """How many tokens before ``haystack[s]`` agree with the tokens before the last ``n`` of ``context``,
+    counted backwards up to ``limit`` (one vectorised comparison; :func:`best_match` counts up to
+    :data:`MAX_CONTEXT` only).
+
+    Args:
+        haystack: shape (H,) integer token ids (separators, -1, agree with no token).
+        s: the start of the match in ``haystack`` (0 <= s <= H).
+        context: shape (L,) integer token ids, L >= n.
+        n: the n-gram length, >= 0.
+        limit: most tokens compared, >= 0.
+
+    Returns:
+        tokens agreeing, in [0, min(limit, s, L - n)].
+    """
+    L = context.shape[0]
+    m = min(int(limit), int(s), L - n)
+    if m <= 0:
+        return 0
+    diff = np.flatnonzero(haystack[s - m : s][::-1] != context[L - n - m : L - n][::-1])
+    return int(diff[0]) if diff.size else m
+
+
 class PromptLookupDrafter:
     """Drafter that proposes tokens by prompt lookup (point-mass draft: no probabilities).
 
     Args:
         memory: earlier texts to copy from as well (:class:`~localspec.core.drafters.memory.DraftMemory`),
             or None. Its proposal is used when its place agrees with the end of the context over more
-            tokens than the context's own best match does (ties: the context's own).
+            tokens than the context's own best match does. When both agree over the whole compared
+            span (:data:`MAX_CONTEXT` tokens before the n-gram), the one that agrees further back wins
+            (:func:`agreement`, over the whole context; ties: the context's own): asked the same edit
+            again, the memory's earlier answer agrees since the answer began, while the prompt's file
+            agrees only since the last place the edit changed, and breaks at the next (a rename: every
+            renamed site), so the capped comparison alone chose the prompt in every long unchanged stretch.
     """
 
     name = DrafterId.LOOKUP
@@ -161,12 +189,20 @@ class PromptLookupDrafter:
         """Up to ``draft_len`` ids copied after the best n-gram match (:func:`locate_match`) in the context
         (``source_position``: where in ``context`` the copy starts) or, when it agrees longer, in the
         memory (then ``from_memory``, ``source_position`` -1); probs None."""
-        tokens, _, m, at = locate_match(context, drafting.max_ngram, drafting.min_ngram, draft_len)
+        tokens, n, m, at = locate_match(context, drafting.max_ngram, drafting.min_ngram, draft_len)
         if self.memory is not None:
-            remembered, _, m_mem = self.memory.find(context, drafting.max_ngram, drafting.min_ngram, draft_len)
-            if remembered and m_mem > m:
+            remembered, n_mem, m_mem, far = self.memory.locate(context, drafting.max_ngram, drafting.min_ngram,
+                                                               draft_len, far=len(context))
+            if remembered and (m_mem > m or (m_mem == m and m == n + MAX_CONTEXT and n_mem == n
+                                              and far > self._agreement(context, at - n, n))):
                 return Draft(tuple(remembered), None, self.name, m_mem, from_memory=True)
         return Draft(tuple(tokens), None, self.name, m, source_position=at)
+
+    @staticmethod
+    def _agreement(context: Sequence[int], s: int, n: int) -> int:
+        """How far back the context's own match at ``s`` agrees with the end of the context (:func:`agreement`)."""
+        t = np.asarray(context, dtype=np.int64)
+        return agreement(t, s, t, n, t.shape[0])
 
     def catchup_tokens(self, context: Sequence[int]) -> int:
         return 0

@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from localspec.config import DRAFT_MEMORY_BYTES_PER_TOKEN
-from localspec.core.drafters.lookup import best_match
+from localspec.core.drafters.lookup import MAX_CONTEXT, agreement, best_match
 
 #: bytes a remembered token takes: int32 in the searched array, int64 position + int32 token in the index
 #: (the settings' help states it: one number, :data:`localspec.config.DRAFT_MEMORY_BYTES_PER_TOKEN`;
@@ -135,6 +135,12 @@ class DraftMemory:
 
     def find(self, context: Sequence[int] | np.ndarray, max_ngram: int, min_ngram: int,
              draft_max: int) -> tuple[list[int], int, int]:
+        """:meth:`locate` without the far agreement: (proposed ids, matched n-gram length, match length)."""
+        copied, n, m, _ = self.locate(context, max_ngram, min_ngram, draft_max)
+        return copied, n, m
+
+    def locate(self, context: Sequence[int] | np.ndarray, max_ngram: int, min_ngram: int,
+               draft_max: int, far: int = 0) -> tuple[list[int], int, int, int]:
         """A continuation of ``context`` copied from the remembered texts, ranked as
         :func:`~localspec.core.drafters.lookup.find_match` ranks places in the context itself.
 
@@ -148,15 +154,19 @@ class DraftMemory:
             context: shape (L,) integer token ids (prompt and output so far).
             max_ngram, min_ngram: n-gram lengths tried, longest first (1 <= min <= max).
             draft_max: most tokens proposed.
+            far: where the place agrees over the whole compared span (:data:`~localspec.core.drafters.lookup.MAX_CONTEXT`
+                tokens before the n-gram), also count how far back it agrees, up to ``far`` tokens
+                (:func:`~localspec.core.drafters.lookup.agreement`; 0: not counted).
 
         Returns:
-            (proposed ids, matched n-gram length, match length), as :func:`find_match` returns them;
-            ``([], 0, 0)`` when nothing matches.
+            (proposed ids, matched n-gram length, match length, far agreement): the first three as
+            :func:`find_match` returns them; the far agreement is the tokens before the n-gram that agree
+            (more than ``MAX_CONTEXT`` only when counted with ``far``); ``([], 0, 0, 0)`` when nothing matches.
         """
         hay, order, tokens = self._index  # one consistent snapshot: add() swaps in a new one
         t = np.asarray(context, dtype=np.int64)
         if draft_max <= 0 or hay.size == 0 or t.shape[0] == 0:
-            return [], 0, 0
+            return [], 0, 0, 0
         lo, hi = np.searchsorted(tokens, t[-1], "left"), np.searchsorted(tokens, t[-1], "right")
         last = order[lo:hi]  # every position of the context's last token, increasing
         for n in range(max_ngram, min_ngram - 1, -1):
@@ -173,8 +183,9 @@ class DraftMemory:
             copied = hay[s + n : s + n + draft_max]
             ends = np.flatnonzero(copied == SEPARATOR)
             copied = copied[: ends[0]] if ends.size else copied
-            return copied.tolist(), n, n + k
-        return [], 0, 0
+            reach = agreement(hay, s, t, n, far) if far > MAX_CONTEXT and k == MAX_CONTEXT else k
+            return copied.tolist(), n, n + k, reach
+        return [], 0, 0, 0
 
 
 class DraftMemories:

@@ -110,6 +110,46 @@ def test_prompt_lookup_uses_the_memory_only_where_it_agrees_longer():
     assert PromptLookupDrafter().draft([1, 21, 22, 23], 3, drafting).tokens == ()
 
 
+def test_where_both_agree_past_the_compared_span_the_source_agreeing_further_back_wins():
+    """The same rename asked again (issue 44, item 5): the file in the prompt and the first answer in the memory
+    both agree with the answer so far over the whole compared span (``MAX_CONTEXT``), but the prompt's file only
+    since the last renamed site; its copy would break at the next site (50 tokens on), the memory's would not."""
+    drafting = DraftParams(mode="lookup", max_ngram=3, min_ngram=1)
+    rng = np.random.default_rng(0)
+    file = [int(t) for t in rng.permutation(np.arange(1000, 1000 + 800))]  # no n-gram occurs twice
+    old, new = file[100], 7  # the token renamed at two sites: 100 and 500 tokens into the file
+    file[500] = old
+    answer = [new if t == old else t for t in file]
+    prompt = [1, 2, 3, *file, 4, 5]
+    memory = DraftMemory(10_000)
+    memory.add(prompt + answer)  # the first time the edit was asked
+    context = prompt + answer[:450]  # asked again: 350 tokens past the first site, 50 before the second
+    d = PromptLookupDrafter(memory).draft(context, 64, drafting)
+    assert d.match_length == 3 + MAX_CONTEXT and d.from_memory  # a tie at the cap, broken by the far agreement
+    assert list(d.tokens) == answer[450:514] and d.tokens[50] == new
+    # the context's own copy (no memory) breaks at the site
+    own = PromptLookupDrafter().draft(context, 64, drafting)
+    assert own.match_length == 3 + MAX_CONTEXT and own.tokens[50] == old
+    # where the prompt's file agrees further back than the memory (an earlier, other version remembered),
+    # the context's own copy still wins
+    memory2 = DraftMemory(10_000)
+    memory2.add([9, 9, *answer[40:]])
+    ahead = prompt + file[:450]
+    d = PromptLookupDrafter(memory2).draft(ahead, 64, drafting)
+    assert d.match_length == 3 + MAX_CONTEXT and not d.from_memory and list(d.tokens) == file[450:514]
+
+
+def test_agreement_counts_backwards_to_the_first_difference_up_to_the_limit():
+    from localspec.core.drafters.lookup import agreement
+
+    hay = np.array([5, 1, 2, 3, 9, 9])
+    ctx = np.array([0, 1, 2, 3, 4, 4])  # its last n=2 tokens are the n-gram; before them: 0 1 2 3
+    assert agreement(hay, 4, ctx, 2, 100) == 3  # 3 2 1 agree, then 5 != 0
+    assert agreement(hay, 4, ctx, 2, 2) == 2  # the limit
+    assert agreement(hay, 0, ctx, 2, 100) == 0  # nothing before the start
+    assert agreement(np.array([-1, 1, 2, 3]), 4, ctx, 2, 100) == 3  # a separator agrees with nothing
+
+
 def test_find_reads_a_consistent_snapshot_while_another_thread_adds():
     import threading
 

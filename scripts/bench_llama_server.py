@@ -453,6 +453,24 @@ def curve_record(cpu: str, setup: str, regimes: dict[str, list[dict]], compariso
                         for name, rs in regimes.items()}}
 
 
+def merge_records(old: dict, new: dict) -> dict:
+    """Two :func:`curve_record` records of one CPU as one (the edits' run and chat's run in one file): the
+    setups joined with " | ", the variants united, each regime's rows and comparisons appended to the old ones.
+
+    Raises:
+        ValueError: the records name different CPUs.
+    """
+    if old.get("cpu") != new.get("cpu"):
+        raise ValueError(f"the records are of different CPUs: {old.get('cpu')!r} and {new.get('cpu')!r}")
+    out = {"cpu": new["cpu"], "setup": " | ".join(x for x in (old.get("setup"), new.get("setup")) if x),
+           "variants": {**old.get("variants", {}), **new.get("variants", {})}, "regimes": dict(old.get("regimes", {}))}
+    for name, reg in new["regimes"].items():
+        had = out["regimes"].get(name, {"design": reg["design"], "rows": [], "comparisons": []})
+        out["regimes"][name] = {"design": reg["design"], "rows": had["rows"] + reg["rows"],
+                                "comparisons": had.get("comparisons", []) + reg.get("comparisons", [])}
+    return out
+
+
 def memory_check(servers: list[str], target: str, draft: str) -> None:
     """Print the GGUF bytes the servers map (an upper bound: mapped files are shared) against MemAvailable."""
     need = sum(Path(target).stat().st_size + (Path(draft).stat().st_size
@@ -602,7 +620,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--json", default=None, help="write every measurement here")
     p.add_argument("--curve-json", default=None,
                    help="paired: write every request's figures (no texts) per regime in the format of the shared "
-                        "cpu-curves/<cpu>_vs-llama-server.json files here")
+                        "cpu-curves/<cpu>_vs-llama-server.json files here (added to the file's rows if it exists)")
     return p.parse_args(argv)
 
 
@@ -685,7 +703,11 @@ def main(argv: list[str]) -> int:
                  f"--seed {args.seed}; llama-server {args.llama_server} -c {args.n_ctx} -t {args.threads} -np 1"
                  f"{'' if repack else ' --no-repack'} vs localspec serve --n-ctx {args.n_ctx} --repack "
                  f"{'on' if repack else 'off'}; target {Path(target).name}, draft {Path(draft).name}; greedy")
-        Path(args.curve_json).write_text(json.dumps(curve_record(cpu, setup, by_regime, comps), indent=1))
+        record, out = curve_record(cpu, setup, by_regime, comps), Path(args.curve_json)
+        if out.is_file():  # a second run (chat after the edits) adds its rows to the same file
+            record = merge_records(json.loads(out.read_text()), record)
+        out.write_text(json.dumps(record, indent=1))
+        print(f"per-request figures: {out}")
     return 0
 
 if __name__ == "__main__":

@@ -119,3 +119,18 @@ def test_warm_compares_chat_with_ngram_mod_and_the_rename_without_a_prediction_w
     rename = comps[("lp-auto", "lp-pred", "fnmatch-rename")]
     assert rename["median"] == pytest.approx(0.92) and rename["met"] is True  # within 10 %
     assert comps[("lp-pred", "ls-ngram", "edits")]["median"] == pytest.approx(2.0)
+
+
+def test_two_runs_records_of_one_cpu_merge_and_of_two_cpus_do_not(bench_llama_server):
+    bench = bench_llama_server
+
+    def record(cpu, task, server):
+        r = {"rep": 0, "task": task, "server": server, "latency": 1.0, "tokens": 10, "text": "x"}
+        return bench.curve_record(cpu, f"{task} run", {"cold": [r], "warm": [r]}, {"cold": [{"x": task}]})
+
+    merged = bench.merge_records(record("zen4", "fnmatch-rename", "lp-pred"), record("zen4", "chat", "ls-plain"))
+    assert merged["setup"] == "fnmatch-rename run | chat run" and set(merged["variants"]) == {"lp-pred", "ls-plain"}
+    assert [r["task"] for r in merged["regimes"]["warm"]["rows"]] == ["fnmatch-rename", "chat"]
+    assert merged["regimes"]["cold"]["comparisons"] == [{"x": "fnmatch-rename"}, {"x": "chat"}]
+    with pytest.raises(ValueError, match="different CPUs"):
+        bench.merge_records(record("zen4", "chat", "lp-auto"), record("xeon", "chat", "lp-auto"))

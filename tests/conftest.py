@@ -206,3 +206,9 @@ def try_agents():
 def replay_tool_calls():
     """``scripts/replay_tool_calls.py`` (which recorded requests it replays, calls left as text)."""
     yield from script_module("replay_tool_calls")
+
+
+@pytest.fixture(scope="session")
+def bench_agents():
+    """``scripts/bench_agents.py`` (session files, reusable tokens, streamed answers, the goals)."""
+    yield from script_module("bench_agents")

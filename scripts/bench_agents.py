@@ -50,7 +50,8 @@ Usage::
 With no ``--localspec``: ``localspec serve`` on the default pair with its defaults; ``--llama-server-bin``
 adds llama-server on the same pair (``-md DRAFT --spec-type draft-simple``, ``-c 32768 -t 2 -np 1``) as
 ``llama-server`` (its defaults: ``cache_prompt`` on, the slot prompt cache in RAM ``--cache-ram``) and
-``llama-server-reuse`` (``--cache-reuse 256``, the value llama.cpp's docs and users set).
+``llama-server-reuse`` (``--cache-reuse 256``, the value llama.cpp's docs and users set); ``--no-repack`` on a
+CPU with AMX, where llama-server crashes otherwise.
 """
 
 from __future__ import annotations
@@ -375,8 +376,11 @@ def parse_server(kind: str, text: str, index: int = 0) -> ServerSpec:
 
 
 def isolated_cache(real: Path, into: Path) -> Path:
-    """A ``$LOCALSPEC_CACHE`` at ``into`` linking every entry of ``real`` but ``prompts/`` (no snapshots)."""
+    """A ``$LOCALSPEC_CACHE`` at ``into`` linking every entry of ``real`` but ``prompts/`` (no snapshots);
+    ``costs/`` and ``repack/`` are made in ``real`` first, so a calibration measured by one start serves the next."""
     into.mkdir(parents=True, exist_ok=True)
+    for shared in ("costs", "repack"):
+        (real / shared).mkdir(parents=True, exist_ok=True)
     if real.is_dir():
         for entry in real.iterdir():
             if entry.name != "prompts" and not (into / entry.name).exists():
@@ -385,10 +389,11 @@ def isolated_cache(real: Path, into: Path) -> Path:
 
 
 def cpu_description() -> str:
-    """The CPU's model name and the machine's core count."""
-    from localspec.backend.machine import cpu_model
+    """The CPU's model name, the machine's core count and the AVX-512 / AMX flags."""
+    from localspec.backend.machine import cpu_model, vector_extensions
 
-    return f"{cpu_model()}, {os.cpu_count()} logical CPUs"
+    wide = [f for f in vector_extensions() if f.startswith(("avx512", "amx"))]
+    return f"{cpu_model()}, {os.cpu_count()} logical CPUs, {' '.join(wide) or 'no AVX-512, no AMX'}"
 
 
 def read_rate(folder: Path, nbytes: int = 256 << 20) -> float:
@@ -539,6 +544,10 @@ def default_servers(args) -> tuple[list[ServerSpec], list[ServerSpec]]:
         base = [args.llama_server_bin, "-m", str(resolve_model(pair.target)), "-md", str(resolve_model(pair.draft)),
                 "--spec-type", "draft-simple", "--host", "127.0.0.1", "--port", "{port}", "-c", str(args.n_ctx),
                 "-t", str(os.cpu_count() or 2), "-np", "1", "--no-webui"]
+        from localspec.backend.machine import vector_extensions
+
+        if "amx_int8" in vector_extensions():  # llama-server crashes on its first batched decode otherwise (peers.md)
+            base.append("--no-repack")
         peers = [ServerSpec("llama-server", "llama-server", base),
                  ServerSpec("llama-server", "llama-server-reuse", [*base, "--cache-reuse", str(CACHE_REUSE)])]
     return ours, peers

@@ -172,7 +172,7 @@ def test_the_isolated_cache_links_all_but_the_snapshots(bench, tmp_path):
     (real / "prompts").mkdir()
     (real / "repack.json").write_text("{}")
     got = bench.isolated_cache(real, tmp_path / "iso")
-    assert sorted(p.name for p in got.iterdir()) == ["costs", "repack.json"]
+    assert sorted(p.name for p in got.iterdir()) == ["costs", "repack", "repack.json"]
     assert (got / "costs").is_symlink() and not (got / "prompts").exists()
 
 

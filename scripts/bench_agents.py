@@ -177,6 +177,7 @@ class Streamed:
     ttft: float | None = None
     usage: dict | None = None
     timings: dict | None = None
+    speculation: dict | None = None  # localspec's statistics of the answer
     error: str | None = None
 
 
@@ -219,7 +220,18 @@ def read_stream(lines: Iterable[tuple[float, str]]) -> Streamed:
             out.usage = d["response"]["usage"]
         if d.get("timings"):
             out.timings = d["timings"]
+        if d.get("speculation"):
+            out.speculation = d["speculation"]
     return out
+
+
+def prefill_seconds(s: Streamed) -> float | None:
+    """Seconds the server says it spent reading the prompt (localspec's ``speculation.prefill_seconds``,
+    llama-server's ``timings.prompt_ms``), or None: TTFT less this is queueing, rendering, restoring a snapshot
+    and the first decode."""
+    if s.timings and "prompt_ms" in s.timings:
+        return s.timings["prompt_ms"] / 1000
+    return (s.speculation or {}).get("prefill_seconds")
 
 
 def reuse_of(s: Streamed) -> tuple[int | None, int | None]:
@@ -250,6 +262,7 @@ class Row:
     read_seconds: float = 0.0  # snapshot read estimate (restart phase, localspec)
     bound: float | None = None
     error: str | None = None
+    prefill: float | None = None  # the server's own prompt-reading seconds (:func:`prefill_seconds`)
 
 
 def ttft_bound(new_tokens: int, prefill_rate: float, read_seconds: float = 0.0) -> float:
@@ -510,7 +523,7 @@ def replay(server: Server, session: str, turns: list[Turn], prompts: Callable, m
             rate = prompt / s.ttft
             print(f"prefill rate: {rate:.1f} tokens/s (turn {turn.turn}: {prompt} tokens read cold in {s.ttft:.1f} s)")
         row = Row(session, server.spec.label, phase, turn.turn, prompt, len(ids[-1]), reusable, reused, s.ttft,
-                  read_s, bound, s.error)
+                  read_s, bound, s.error, prefill_seconds(s))
         rows.append(row)
         print_row(row, flush=True)
     return rows, rate
@@ -525,6 +538,8 @@ def print_row(r: Row, flush: bool = False) -> None:
     note = r.error or ("" if r.prompt in (None, r.ids) else f"bench counted {r.ids} prompt tokens")
     if r.read_seconds:
         note = f"snapshot read ~{r.read_seconds:.2f} s {note}"
+    if r.prefill is not None:
+        note = f"server prefill {r.prefill:.2f} s {note}"
     ttft = f"{r.ttft:.2f}" if r.ttft is not None else "-"
     print(f"{r.server:<20} {r.phase:<8} {r.turn:>4} {r.prompt if r.prompt is not None else '-':>7} {r.reusable:>8} "
           f"{r.reused if r.reused is not None else '-':>7} {share:>6} {ttft:>7} {r.bound or 0:>7.2f}  {note}",

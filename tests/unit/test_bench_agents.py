@@ -89,18 +89,19 @@ def test_a_chat_stream_times_the_first_answer_chunk_not_keepalives(bench):
     keepalive = {"choices": [{"index": 0, "delta": {}, "finish_reason": None}]}
     role = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
     call = {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": "f"}}]}}]}
-    usage = {"choices": [], "usage": {"prompt_tokens": 900, "prompt_tokens_details": {"cached_tokens": 850}}}
+    usage = {"choices": [], "usage": {"prompt_tokens": 900, "prompt_tokens_details": {"cached_tokens": 850}},
+             "speculation": {"prefill_seconds": 0.25}}
     s = bench.read_stream(sse(keepalive, role, keepalive, call, usage))
     assert s.ttft == 2.0 and s.error is None
-    assert bench.reuse_of(s) == (900, 850)
+    assert bench.reuse_of(s) == (900, 850) and bench.prefill_seconds(s) == 0.25
 
 
 def test_llama_server_timings_give_its_reuse(bench):
     text = {"choices": [{"index": 0, "delta": {"content": "Hi"}}]}
     last = {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
-            "timings": {"cache_n": 700, "prompt_n": 12}, "usage": {"prompt_tokens": 712}}
+            "timings": {"cache_n": 700, "prompt_n": 12, "prompt_ms": 1500.0}, "usage": {"prompt_tokens": 712}}
     s = bench.read_stream(sse(text, last))
-    assert s.ttft == 0.5 and bench.reuse_of(s) == (712, 700)
+    assert s.ttft == 0.5 and bench.reuse_of(s) == (712, 700) and bench.prefill_seconds(s) == 1.5
 
 
 def test_a_responses_stream_and_an_error_event(bench):

@@ -549,8 +549,9 @@ def print_row(r: Row, flush: bool = False) -> None:
 def default_servers(args) -> tuple[list[ServerSpec], list[ServerSpec]]:
     """The servers of the command line, or the defaults: localspec serve (default pair, its defaults), and with
     ``--llama-server-bin`` llama-server on the same pair without and with ``--cache-reuse``."""
-    ours = [parse_server("localspec", t, i) for i, t in enumerate(args.localspec or [])] or [
-        ServerSpec("localspec", "localspec", [sys.executable, "-m", "localspec.cli", "serve", "--port", "{port}"])]
+    ours = [parse_server("localspec", t, i) for i, t in enumerate(args.localspec or []) if t != "none"]
+    if not args.localspec:
+        ours = [ServerSpec("localspec", "localspec", [sys.executable, "-m", "localspec.cli", "serve", "--port", "{port}"])]
     peers = [parse_server("llama-server", t, i) for i, t in enumerate(args.llama_server or [])]
     if args.llama_server_bin and not peers:
         from localspec.app.catalog import load_catalog, resolve_model
@@ -568,11 +569,40 @@ def default_servers(args) -> tuple[list[ServerSpec], list[ServerSpec]]:
     return ours, peers
 
 
+def report(rows: list[Row], kinds: dict[str, str]) -> list[Goal]:
+    """Print the goals over ``rows`` (``kinds``: server label -> ``localspec`` / ``llama-server``) and what each
+    llama-server variant after the first adds in reused tokens; return the goals."""
+    ours = [k for k, v in kinds.items() if v == "localspec"]
+    peers = [k for k, v in kinds.items() if v == "llama-server"]
+    goals = check_goals(rows, ours, peers)
+    print("\nGoals:")
+    for g in goals:
+        print(f"  {'PASS' if g.ok else 'FAIL'}  {g.name}" + "".join(f"\n          {m}" for m in g.missed))
+    for other in peers[1:]:
+        gain = cache_reuse_gain(rows, peers[0], other)
+        print(f"\n{other} reused tokens less {peers[0]}'s, per turn: "
+              + ", ".join(f"{s} {ph} {t}: {d:+d}" for s, ph, t, d in gain))
+    return goals
+
+
+def merged(paths: list[str]) -> tuple[list[Row], dict[str, str]]:
+    """The rows and server kinds of earlier runs' ``--json`` files (runs of different servers, side by side)."""
+    rows, kinds = [], {}
+    for path in paths:
+        d = json.loads(Path(path).read_text())
+        rows += [Row(**r) for r in d["rows"]]
+        kinds.update(d.get("servers") or {r["server"]: "llama-server" if r["server"].startswith("llama") else
+                                         "localspec" for r in d["rows"]})  # files written before "servers"
+    return rows, kinds
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("sessions", nargs="+", help="session files (.jsonl, one request a line)")
+    p.add_argument("sessions", nargs="*", help="session files (.jsonl, one request a line)")
+    p.add_argument("--merge", nargs="+", metavar="JSON", help="no replay: the goals over earlier runs' --json files")
     p.add_argument("--localspec", action="append", metavar="[LABEL=]CMD|URL",
-                   help="a localspec server: a command with {port}, or a running server's URL; repeatable")
+                   help="a localspec server: a command with {port}, or a running server's URL; repeatable; "
+                   "'none': no localspec server (default: localspec serve with its defaults)")
     p.add_argument("--llama-server", action="append", metavar="[LABEL=]CMD|URL", help="a llama-server; repeatable")
     p.add_argument("--llama-server-bin", help="llama-server's binary: adds it on the default pair, without and "
                    f"with --cache-reuse {CACHE_REUSE} (when no --llama-server is given)")
@@ -587,6 +617,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--read-test-mib", type=int, default=256, help="size of the file whose read rate is measured")
     p.add_argument("--json", help="write every row and goal here")
     a = p.parse_args(argv)
+    if a.merge:
+        return 0 if all(g.ok for g in report(*merged(a.merge))) else 1
+    if not a.sessions:
+        p.error("give session files to replay, or --merge")
     try:
         sessions = {Path(s).stem: read_session(s) for s in a.sessions}
         ours, peers = default_servers(a)
@@ -628,19 +662,13 @@ def main(argv: list[str] | None = None) -> int:
                     rows += replay(server, name, turns, prompts, a.max_tokens, "restart", rate, bps)[0]
                 finally:
                     server.stop()
-    goals = check_goals(rows, [s.label for s in ours], [s.label for s in peers])
-    print("\nGoals:")
-    for g in goals:
-        print(f"  {'PASS' if g.ok else 'FAIL'}  {g.name}" + "".join(f"\n          {m}" for m in g.missed))
-    for other in peers[1:]:
-        gain = cache_reuse_gain(rows, peers[0].label, other.label)
-        print(f"\n{other.label} reused tokens less {peers[0].label}'s, per turn: "
-              + ", ".join(f"{s} {ph} {t}: {d:+d}" for s, ph, t, d in gain))
+    kinds = {s.label: s.kind for s in [*ours, *peers]}
+    goals = report(rows, kinds)
     if a.json:
         Path(a.json).write_text(json.dumps({"rows": [asdict(r) for r in rows], "goals": [asdict(g) for g in goals],
                                             "prefill_rates": {f"{s} {l}": r for (s, l), r in rates.items()},
                                             "read_bytes_per_second": bps, "cpu": cpu_description(),
-                                            "max_tokens": a.max_tokens}, indent=1))
+                                            "max_tokens": a.max_tokens, "servers": kinds}, indent=1))
     return 0 if all(g.ok for g in goals) else 1
 
 

@@ -184,3 +184,16 @@ def test_stored_bytes_reads_the_longest_match_per_role(bench, tmp_path):
     (tmp_path / "junk.json").write_text("{")
     assert bench.stored_bytes(tmp_path, [1, 2, 3, 4]) == 400
     assert bench.stored_bytes(tmp_path / "none", [1]) == 0
+
+
+def test_runs_of_different_servers_merge_into_one_verdict(bench, tmp_path, capsys):
+    ours, theirs = tmp_path / "ours.json", tmp_path / "theirs.json"
+    ours.write_text(json.dumps({"servers": {"ls": "localspec"},
+                                "rows": [vars(row(bench, "ls", 1, 0, 0)), vars(row(bench, "ls", 2, 100, 99))]}))
+    theirs.write_text(json.dumps({"servers": {"peer": "llama-server", "peer-reuse": "llama-server"},
+                                  "rows": [vars(row(bench, "peer", 2, 100, 99)),
+                                           vars(row(bench, "peer-reuse", 2, 100, 100))]}))
+    assert bench.main(["--merge", str(ours), str(theirs)]) == 1  # peer-reuse reused one token more on turn 2
+    out = capsys.readouterr().out
+    assert "PASS  ls: reused >= peer's" in out and "FAIL  ls: reused >= peer-reuse's" in out
+    assert "peer-reuse reused tokens less peer's, per turn: s warm 2: +1" in out

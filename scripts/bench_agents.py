@@ -332,12 +332,15 @@ class LocalspecPrompts:
         from localspec.server.bodies import parse_request
         from localspec.server.responses import ResponsesShape
         from localspec.server.responses_body import ResponsesBody
+        from localspec.server.tool_parser import tool_format
         from localspec.server.worker import request_prompt
 
         if turn.path == "/v1/responses":
             req = ResponsesShape("bench", ResponsesBody.model_validate(turn.body)).request()
         else:
             req = parse_request(turn.body, "chat")
+        if req.tools is not None and (req.tools.tools or req.tools.history):  # as the route does (app.generate)
+            req.tools.format = tool_format(self.engine.chat_template())
         return request_prompt(self.engine, req)
 
 

@@ -212,3 +212,9 @@ def bench_llama_server():
 def replay_tool_calls():
     """``scripts/replay_tool_calls.py`` (which recorded requests it replays, calls left as text)."""
     yield from script_module("replay_tool_calls")
+
+
+@pytest.fixture(scope="session")
+def bench_agents():
+    """``scripts/bench_agents.py`` (session files, reusable tokens, streamed answers, the goals)."""
+    yield from script_module("bench_agents")

@@ -194,6 +194,25 @@ class LoopRelay:
 RELAY = LoopRelay()
 
 
+def request_prompt(engine, req: GenerationRequest, default_max_tokens: int | None = None) -> list[int]:
+    """The prompt token ids the worker reads for ``req``: FIM's, a raw prompt tokenized, or the chat rendered
+    with the target's template (with the tools when the request has any). ``engine``: what it reads of one
+    (``tokenize``, ``chat_tokens``; a :class:`~localspec.core.engine.SpeculativeEngine` over a tokenizer-only
+    model will do: ``scripts/bench_agents.py`` counts an agent's reusable prompt tokens with it).
+
+    Raises:
+        ApiError: 400 for special-token text in the tools or history calls; ConfigError: the template refuses
+            the messages.
+    """
+    if req.fim is not None:
+        return fim_prompt_tokens(engine, req, default_max_tokens)
+    if req.kind != "chat":
+        return engine.tokenize(req.prompt)
+    if req.tools is not None and req.tools.format is not None:
+        return prompt_tokens(engine, req.messages, req.tools)
+    return engine.chat_tokens(req.messages)
+
+
 def sampling_for(settings: Settings, req: GenerationRequest) -> SamplingParams:
     """The server's sampling settings with the request's overrides. Raises ApiError (400)."""
     try:
@@ -473,14 +492,7 @@ class EngineWorker:
                 prompt alone leaves no room for one generated token.
         """
         eng = self.engine
-        if req.fim is not None:
-            prompt = fim_prompt_tokens(eng, req, self.default_max_tokens)
-        elif req.kind != "chat":
-            prompt = eng.tokenize(req.prompt)
-        elif req.tools is not None and req.tools.format is not None:
-            prompt = prompt_tokens(eng, req.messages, req.tools)
-        else:
-            prompt = eng.chat_tokens(req.messages)
+        prompt = request_prompt(eng, req, self.default_max_tokens)
         n_ctx = eng.n_ctx
         # worded as OpenAI's, which LiteLLM, aider and langchain recognise as a context-window error
         what = "messages" if req.kind == "chat" else "prompt"

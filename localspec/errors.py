@@ -63,8 +63,9 @@ class CacheRollbackError(BackendError):
 class DecodeAborted(BackendError):
     """A decode was stopped by :meth:`localspec.backend.llama.LlamaModel.abort` (a cancel), not by a fault.
 
-    The KV cache is rolled back to where it was before the call; the engine ends the
-    generation with end reason ``cancelled``.
+    The KV cache keeps the ``n_batch`` chunks of the call read before the abort (a long prompt's read is
+    not thrown away: a retry of the prompt goes on from there) and drops the chunk it stopped; the engine
+    ends the generation with end reason ``cancelled`` and rolls its caches back to what was committed.
     """
 
 

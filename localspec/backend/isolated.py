@@ -384,7 +384,8 @@ class IsolatedModel:
 
         Raises:
             WorkerError: the child died (a worker was lost) or missed its deadline.
-            DecodeAborted: :meth:`abort` was called; when the child did not stop within
+            DecodeAborted: :meth:`abort` was called (the cache keeps the chunks read before it, as
+                LlamaModel's does); when the child did not stop within
                 :attr:`cancel_grace` seconds it was ended and the model is lost (see the module).
             As LlamaModel.decode otherwise."""
         tokens = [int(t) for t in tokens]
@@ -393,11 +394,19 @@ class IsolatedModel:
             self._set_buffer(k)
         want = logits_for if isinstance(logits_for, str) else [int(i) for i in logits_for]
         batch = max(1, self.n_batch)
-        # each n_batch batch gets its own deadline; the child reports after each but the last
-        n, n_cached = self._call("decode", tokens, want, doing=f"a {len(tokens)}-token pass",
-                                 seconds=self.allowance(min(batch, len(tokens))),
-                                 next_seconds=lambda done: self.allowance(min(batch, len(tokens) - done)))
+        before = len(self.cached_tokens)
+        # recorded first, as the child records them: its error reply trims the mirror to what it kept (an
+        # aborted read keeps the chunks it read); a model lost, or no reply, leaves it as it was
         self.cached_tokens.extend(tokens)
+        try:
+            # each n_batch batch gets its own deadline; the child reports after each but the last
+            n, n_cached = self._call("decode", tokens, want, doing=f"a {len(tokens)}-token pass",
+                                     seconds=self.allowance(min(batch, len(tokens))),
+                                     next_seconds=lambda done: self.allowance(min(batch, len(tokens) - done)))
+        except BaseException as e:
+            if self.lost or not isinstance(e, LocalspecError):
+                del self.cached_tokens[before:]
+            raise
         del self.cached_tokens[n_cached:]
         if progress is not None:
             progress(len(tokens), len(tokens))

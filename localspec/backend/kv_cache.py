@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from localspec.errors import CacheRollbackError
+from localspec.errors import CacheRollbackError, DecodeAborted
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,7 +122,8 @@ class KvCache:
     def _decode_on_copy(self, tokens: Sequence[int], logits_for, progress) -> np.ndarray:
         """:meth:`_decode` on the prefill copy, its KV cache then copied here. If the copy gives no state or
         this context refuses it, the copy is dropped and the tokens are read here: only ``tokens`` where the
-        cache still holds what it held, all of it again where the refusal emptied the cache."""
+        cache still holds what it held, all of it again where the refusal emptied the cache. Aborted
+        (:class:`~localspec.errors.DecodeAborted`): the chunks the copy read before the abort are copied here."""
         pc = self._prefill_copy
         model = pc.model
         held = list(self.cached_tokens)
@@ -134,7 +135,12 @@ class KvCache:
                 model.reset()
                 model._decode(held, ())
         t0 = time.perf_counter()
-        rows = model._decode(tokens, logits_for, progress)
+        try:
+            rows = model._decode(tokens, logits_for, progress)
+        except DecodeAborted:  # a cancel: the chunks the copy read are kept here too, as a read here keeps them
+            if model.n_cached > len(held) and (state := model.save_state()) is not None:
+                self.load_state(state)  # refused: this cache is as it was, or empty (cached_tokens says which)
+            raise
         pc.seconds += time.perf_counter() - t0
         pc.tokens += len(tokens)
         state = model.save_state()

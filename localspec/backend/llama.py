@@ -312,8 +312,9 @@ class LlamaModel(Vocabulary, LlamaContext, KvCache, NativeResource):
     def abort(self) -> None:
         """Stop the running (or next) :meth:`decode` within about one graph node; thread-safe.
 
-        The decode raises :class:`~localspec.errors.DecodeAborted` with the cache rolled back
-        to where it was before the call. The flag stays set until :meth:`clear_abort`.
+        The decode raises :class:`~localspec.errors.DecodeAborted`; the cache keeps the ``n_batch`` chunks
+        of the call already read (a long prompt's read goes on from there) and drops the chunk being read.
+        The flag stays set until :meth:`clear_abort`.
         """
         self._abort_flag[0] = b"\x01"
         if getattr(self, "_prefill_copy", None) is not None:
@@ -444,7 +445,8 @@ class LlamaModel(Vocabulary, LlamaContext, KvCache, NativeResource):
 
         Raises:
             ContextOverflowError: the tokens do not fit in the context window.
-            DecodeAborted: :meth:`abort` was called (the cache is rolled back to where it was).
+            DecodeAborted: :meth:`abort` was called: the cache keeps the chunks read before it (their
+                positions are :attr:`cached_tokens`), not the one it stopped.
             BackendError: llama_decode failed (the cache is rolled back to where it was).
         """
         t0 = time.perf_counter()
@@ -498,10 +500,12 @@ class LlamaModel(Vocabulary, LlamaContext, KvCache, NativeResource):
             self.cached_tokens.extend(int(t) for t in chunk)
             rc = 2 if self.abort_requested else lc.llama_decode(self._ctx, batch)
             if rc != 0:
-                # drop whatever part of this call reached the cache
-                lc.llama_memory_seq_rm(self._mem, 0, start, -1)
-                del self.cached_tokens[start:]
-                if rc == 2 and self.abort_requested:
+                # a cancel keeps the chunks already read (a retry reads on from there); a failure drops the call's
+                aborted = rc == 2 and self.abort_requested
+                keep = start + chunk_start if aborted else start
+                lc.llama_memory_seq_rm(self._mem, 0, keep, -1)
+                del self.cached_tokens[keep:]
+                if aborted:
                     raise DecodeAborted("decode stopped on request", "")
                 raise BackendError(f"llama_decode failed with status {rc}{last_error()}",
                                    "raise n_ctx or lower n_batch")

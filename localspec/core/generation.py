@@ -160,7 +160,9 @@ class Generation:
 
         The llama.cpp decode running now (a prefill, a verification pass, a draft) stops within
         about one graph node (:meth:`SpeculativeEngine.abort`); the caches are left consistent
-        with the tokens already committed.
+        with the tokens already committed. A prompt's read stopped this way keeps the ``n_batch``
+        chunks it read in the KV cache (only the chunk being read is lost), so the same prompt sent
+        again reads on from there (``cached_prompt_tokens``), as after any read.
         """
         self._cancel = True
         with self._abort_lock:  # not between _finish's end of running and its clearing of the flag

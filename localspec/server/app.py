@@ -56,9 +56,10 @@ from localspec.server.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from localspec.server.errors import ERROR_RESPONSES, ApiError, is_bug, translate
 from localspec.server.bodies import ChatCompletionBody, CompletionBody, GenerationRequest
 from localspec.server.openai_api import MAX_JSON_DEPTH, check_json
-from localspec.server.shapes import FINISH_REASONS, ResponseShape, speculation, usage
+from localspec.server.shapes import FINISH_REASONS, ResponseShape, usage
 from localspec.server.responses import ResponsesBody, ResponsesShape
 from localspec.server.scopes import key_scope, matching_key, scope_id
+from localspec.server.streams import extra, sse
 from localspec.server.worker import EngineWorker, Failed, Finished, Job, Started, Tokens, drafting_for, sampling_for
 
 log = logging.getLogger("localspec.server")
@@ -281,7 +282,13 @@ async def generate(request: Request, req: GenerationRequest, shape_for: Callable
                    responses: ResponsesShape | None = None) -> Response:
     """Queue a checked request and answer it: a stream of server-sent events or one JSON object.
     ``shape_for(started)``: the answer's shape (default OpenAI's :class:`ResponseShape`);
-    ``responses``: reshape the chat answer as a Responses API answer."""
+    ``responses``: reshape the chat answer as a Responses API answer.
+
+    A stream's ``200`` goes out when its prompt is checked (an error found before keeps its status: a ``400``
+    for a prompt that does not fit), except that a stream without ``shape_for`` (chat, completions,
+    responses) starts at once when it waits behind another request, and after ``stream_keepalive`` seconds
+    at the latest: its keepalive chunks then show it alive while it waits, and an error found later is the
+    stream's last event (:mod:`localspec.server.streams`)."""
     s = served(request)
     if req.tools is not None and (req.tools.tools or req.tools.history):
         if s.tool_fmt is None:
@@ -290,48 +297,64 @@ async def generate(request: Request, req: GenerationRequest, shape_for: Callable
     req.scope = scope_id(getattr(request.state, "key_scope", ""), req.cache_salt)
     job = Job(req, sampling_for(s.settings, req), asyncio.get_running_loop(),
               drafting=drafting_for(s.settings, req, s.engine.has_draft_model))
-    s.worker.submit(job)
-    first = await next_message(job, request)
-    if first is None:  # gone while waiting (its place in the queue is freed)
-        return Response(status_code=499)
-    if isinstance(first, Failed):
-        raise first.error
-    assert isinstance(first, Started)
-    shape = shape_for(first) if shape_for is not None else ResponseShape(req.kind, s.target_id)
-    if req.stream:
-        # sse-starlette ends streams when uvicorn begins to shut down; give the running answer
-        # the grace period (the worker ends it then, with an error event saying why)
-        return EventSourceResponse(_stream(s, job, req, shape, responses), sep="\n",
-                                   shutdown_grace_period=s.server.shutdown_grace + 2)
-    answer = await _collect(s, job, request, shape, req)
+    ahead = s.worker.submit(job)
+    watch = asyncio.ensure_future(_cancel_when_gone(request, job))  # until the stream's own watch takes over
+    try:
+        # a stream's headers go out when its prompt is checked (an error before that keeps its status), or, when
+        # it waits behind another request, at once (its errors are then the stream's last event)
+        early = req.stream and shape_for is None
+        first = await next_message(job, (0 if ahead else s.server.stream_keepalive or None) if early else None)
+        if first is None:  # gone while waiting (its place in the queue is freed)
+            return Response(status_code=499)
+        if isinstance(first, Failed):
+            raise first.error
+        shape = shape_for(first) if shape_for is not None else ResponseShape(req.kind, s.target_id)
+        if req.stream:
+            watch.cancel()  # sse-starlette watches the connection from here on
+            # sse-starlette ends streams when uvicorn begins to shut down; give the running answer
+            # the grace period (the worker ends it then, with an error event saying why)
+            return EventSourceResponse(sse(s, job, req, shape, responses), sep="\n",
+                                       shutdown_grace_period=s.server.shutdown_grace + 2)
+        answer = await _collect(s, job, shape, req)
+    finally:
+        watch.cancel()
     if responses is None or not isinstance(answer, dict):
         return answer if isinstance(answer, Response) else JSONResponse(answer)
     return JSONResponse(responses.whole(answer))
 
 
-async def next_message(job: Job, request: Request):
-    """The job's next message; cancels the job if the client goes away while waiting."""
-    while True:
-        try:
-            return await asyncio.wait_for(job.out.get(), timeout=0.25)
-        except asyncio.TimeoutError:
-            if await request.is_disconnected():
-                job.cancel()
-                return None
+#: what :func:`next_message` returns when its ``patience`` ran out
+WAITING = object()
+#: what :func:`_cancel_when_gone` puts in a job's messages when its client went away
+GONE = None
 
 
-def _extra(s: Served, job: Job, gen) -> dict:
-    drafting = job.drafting or s.settings.drafting
-    memory = s.worker.memory is not None and job.request.memory and job.request.cache_prompt
-    return {"speculation": speculation(drafting.mode, gen.stats, gen.rounds, drafting.cap, memory),
-            "queue": {"arrival": job.arrival, "served": job.served, "wait_seconds": job.wait_seconds}}
+async def _cancel_when_gone(request: Request, job: Job) -> None:
+    """Cancel ``job`` as soon as its client goes away (a disconnect, a client's timeout): the ASGI server's
+    ``receive()`` answers ``http.disconnect`` then (the body was read already), and the job's reader gets
+    :data:`GONE`. A cancelled job leaves the queue at once, or its generation stops within one llama.cpp
+    pass, keeping what its prompt's read put in the KV cache (:meth:`~localspec.server.worker.Job.cancel`)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    job.cancel()
+    job.out.put_nowait(GONE)
 
 
-async def _collect(s: Served, job: Job, request: Request, shape: ResponseShape, req: GenerationRequest
-                   ) -> dict | Response:
+async def next_message(job: Job, patience: float | None = None):
+    """The job's next message; None (:data:`GONE`) once the client went away; :data:`WAITING` when none came
+    within ``patience`` seconds (None: no limit; 0: only one already there)."""
+    if patience is not None and patience <= 0:
+        return WAITING if job.out.empty() else job.out.get_nowait()
+    try:
+        return await asyncio.wait_for(job.out.get(), timeout=patience)
+    except asyncio.TimeoutError:
+        return WAITING
+
+
+async def _collect(s: Served, job: Job, shape: ResponseShape, req: GenerationRequest) -> dict | Response:
     logprobs: list | None = [] if req.logprobs is not None else None  # every output token's entry
     while True:
-        msg = await next_message(job, request)
+        msg = await next_message(job)
         if msg is None:
             return Response(status_code=499)
         if isinstance(msg, Failed):
@@ -341,103 +364,11 @@ async def _collect(s: Served, job: Job, request: Request, shape: ResponseShape, 
         if isinstance(msg, Finished):
             gen = msg.generation
             getattr(shape, "finished", lambda g: None)(gen)
-            extra = {"usage": usage(gen.stats, gen.rounds), **_extra(s, job, gen)}
+            fields = {"usage": usage(gen.stats, gen.rounds), **extra(s, job, gen)}
             if req.tools is not None and req.tools.parses:
-                return tools.complete(shape, req.tools, gen.text, FINISH_REASONS[gen.stats.end_reason], extra,
+                return tools.complete(shape, req.tools, gen.text, FINISH_REASONS[gen.stats.end_reason], fields,
                                       logprobs)
-            return shape.complete(gen.text, FINISH_REASONS[gen.stats.end_reason], extra, logprobs)
-
-
-async def _stream(s: Served, job: Job, req: GenerationRequest, shape: ResponseShape,
-                  responses: ResponsesShape | None = None):
-    """Server-sent events; sse-starlette cancels this when the client disconnects. ``responses``:
-    the chat chunks become Responses API events."""
-    try:
-        if responses is not None:
-            async for event in responses.events(_chunks(s, job, req, shape)):
-                yield event
-            return
-        async for chunk in _chunks(s, job, req, shape):
-            if chunk is KEEPALIVE:  # chat: an empty delta, as OpenAI's last chunk has; completions: text ""
-                chunk = shape.chunk(None, include_usage=req.include_usage)
-                if chunk is None:  # a shape that sends nothing then (/infill with n_predict 0)
-                    continue
-            yield (json.dumps(chunk.body()) if isinstance(chunk, ApiError) else
-                   json.dumps(chunk) if isinstance(chunk, dict) else chunk)
-    finally:
-        job.cancel()  # no effect once finished; otherwise the generation ends after this round
-
-
-#: what :func:`_chunks` yields when nothing came for ``stream_keepalive`` seconds
-KEEPALIVE = object()
-
-
-async def _messages(job: Job, keepalive: float):
-    """The job's messages as they come, and :data:`KEEPALIVE` after each ``keepalive`` seconds
-    without one (0: never)."""
-    getter: asyncio.Future | None = None
-    try:
-        while True:
-            getter = getter or asyncio.ensure_future(job.out.get())
-            done, _ = await asyncio.wait({getter}, timeout=keepalive or None)
-            if not done:  # nothing for a while (a long prompt being read)
-                yield KEEPALIVE
-                continue
-            msg, getter = getter.result(), None
-            yield msg
-    finally:
-        if getter is not None:
-            getter.cancel()
-
-
-async def _chunks(s: Served, job: Job, req: GenerationRequest, shape: ResponseShape):
-    """The answer's chunks (dicts), then ``"[DONE]"`` (where the shape sends it), or an ApiError;
-    :data:`KEEPALIVE` whenever nothing was sent for ``stream_keepalive`` seconds (the prompt is being
-    read, a round is slow, or the rounds release nothing: a tool call is held until complete): an
-    agent's idle timer (Qwen Code's 240 s) counts the chunks its client parses, not SSE comments, so
-    the stream shows it is alive with a chunk that carries nothing."""
-    keepalive = s.server.stream_keepalive
-    calls = tools.ToolStream(shape, req.tools, req.include_usage) if req.tools and req.tools.parses else None
-    opening = shape.chunk("", first=True, include_usage=req.include_usage)
-    if opening is not None:
-        yield opening
-    sent = time.monotonic()
-    async for msg in _messages(job, keepalive):
-        out: list = [msg] if msg is KEEPALIVE else []
-        if isinstance(msg, Tokens):
-            text = "".join(t.text for t in msg.tokens)
-            if calls is not None:
-                out = list(calls.feed(text, msg.tokens, msg.logprobs))
-            elif msg.tokens and (chunk := shape.chunk(text, tokens=msg.tokens, include_usage=req.include_usage,
-                                                      logprobs=msg.logprobs)) is not None:
-                out = [chunk]
-            if not out and keepalive and time.monotonic() - sent >= keepalive:
-                out = [KEEPALIVE]
-        elif isinstance(msg, Finished):
-            for chunk in _last_chunks(s, job, req, shape, msg.generation, calls):
-                yield chunk
-            return
-        elif isinstance(msg, Failed):
-            yield msg.error
-            return
-        for chunk in out:
-            yield chunk
-        sent = time.monotonic() if out else sent
-
-
-def _last_chunks(s: Served, job: Job, req: GenerationRequest, shape: ResponseShape, gen, calls) -> list:
-    """A finished stream's last events: pending calls, the finish chunk, the usage chunk, ``[DONE]``."""
-    out: list = []
-    getattr(shape, "finished", lambda g: None)(gen)
-    reason = FINISH_REASONS[gen.stats.end_reason]
-    if calls is not None:
-        out += calls.finish()
-        reason = calls.finish_reason(reason)
-    extra = _extra(s, job, gen)
-    out.append(shape.chunk(None, reason, include_usage=req.include_usage, extra=extra))
-    if req.include_usage:
-        out.append(shape.usage_chunk(usage(gen.stats, gen.rounds), extra))
-    return [*out, "[DONE]"] if getattr(shape, "done_event", True) else out
+            return shape.complete(gen.text, FINISH_REASONS[gen.stats.end_reason], fields, logprobs)
 
 
 # -- errors as OpenAI's error object (localspec.server.errors) -------------------------------

@@ -353,6 +353,12 @@ class ResponsesShape:
         return [*out, self._event(done, response=self.response(status, response_usage(final.get("usage")),
                                                                final.get("extra")))]
 
+    def error_event(self, e: ApiError) -> dict:
+        """The stream's ``error`` event of ``e`` (its last: the stream ends after it), naming the Responses
+        fields (:meth:`renamed`)."""
+        e = self.renamed(e)
+        return self._event("error", code=e.code, message=e.message, param=e.param)
+
     async def events(self, chunks: AsyncIterator[Any]) -> AsyncIterator[dict]:
         """The Responses events of a chat stream: ``chunks`` yields chat chunk dicts, then ``"[DONE]"``
         (or an :class:`~localspec.server.errors.ApiError`, which ends the stream with an ``error`` event)."""
@@ -361,12 +367,11 @@ class ResponsesShape:
         final: dict = {}
         async for chunk in chunks:
             if isinstance(chunk, ApiError):
-                chunk = self.renamed(chunk)
-                yield self._event("error", code=chunk.code, message=chunk.message, param=chunk.param)
+                yield self.error_event(chunk)
                 return
             if chunk == "[DONE]":
                 break
-            if not isinstance(chunk, dict):  # a keepalive (localspec.server.app.KEEPALIVE): still in progress
+            if not isinstance(chunk, dict):  # a keepalive (localspec.server.streams.KEEPALIVE): still in progress
                 yield self._event("response.in_progress", response=self.response("in_progress"))
                 continue
             for event in self._feed(chunk, final):

@@ -8,8 +8,9 @@ bounded FIFO queue (a deque under a lock: arrival order). A job posts its messag
 to the request's event loop (``call_soon_threadsafe``): :class:`Started` once the prompt
 is checked, :class:`Tokens` after every round, then :class:`Finished` or :class:`Failed`.
 A cancelled job (the client went away) leaves the queue at once, freeing its place, and,
-while it runs, ends after the current round (``Generation.cancel``); the engine keeps both KV caches
-consistent with what was committed, so the next request runs as from a fresh start,
+while it runs, stops within one llama.cpp pass (``Generation.cancel``); the engine keeps both KV caches
+consistent with what was committed, and a prompt's read stopped this way keeps the batches it read (a
+client that gave up and sends the same prompt again reads on from there), so the next request runs as from a fresh start,
 reusing the common prefix of the KV cache (an agent resending a growing conversation
 prefills only the new part) or of the prompt prefixes the engine keeps as snapshots
 (``--prompt-cache-mb``: an agent alternating between long prompts reads neither again), unless
@@ -350,8 +351,9 @@ class EngineWorker:
         self.engine.clear_cache(keep=True)
         cache.store.flush()
 
-    def submit(self, job: Job) -> None:
-        """Queue ``job`` in arrival order.
+    def submit(self, job: Job) -> int:
+        """Queue ``job`` in arrival order; returns how many requests are ahead of it (the running one and
+        those waiting before it; 0: the engine takes it next).
 
         Raises:
             ApiError: 429 with ``Retry-After`` (seconds) when ``max_queue`` live requests wait (an idle
@@ -371,8 +373,10 @@ class EngineWorker:
             job.arrival = self._arrivals
             self._arrivals += 1
             job._withdraw = self._withdraw
+            ahead = len(self._queue) + self.busy
             self._queue.append(job)
             self._ready.notify()
+            return ahead
 
     def _withdraw(self, job: Job) -> None:
         """Take a cancelled job out of the queue (no effect once it runs or has left)."""

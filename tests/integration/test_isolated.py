@@ -156,3 +156,46 @@ def test_a_model_that_does_not_load_closes_its_tokenizer_copy(tiny_path, monkeyp
         IsolatedModel(tiny_path, rpc=(f"127.0.0.1:{free_port()}",), n_ctx=256, n_threads=1, huge_pages=False)
     assert "refused" in str(e.value) or "RPC" in str(e.value)
     assert len(made) == 1 and made[0]._model is None  # the tokenizer copy, closed
+
+
+def test_an_abort_keeps_the_batches_the_child_read(tiny_path):
+    """A cancel in the middle of a long read (issue 45): the child's cache keeps the 32-token batches it read,
+    the mirror here says the same, and reading on from there gives the logits of one uncut read."""
+    from localspec.errors import DecodeAborted
+
+    child = IsolatedModel(tiny_path, n_ctx=256, n_batch=32, n_threads=1, huge_pages=False, flash_attn=False)
+    local = LlamaModel(tiny_path, n_ctx=256, n_batch=32, n_threads=1, huge_pages=False, flash_attn=False)
+    try:
+        ids = child.tokenize("def f(x):\n    return x\n" * 30)[:200]
+        assert len(ids) == 200
+        conn = child._conn
+
+        class AbortAfterTwoBatches:
+            """The pipe to the child: aborts once the child reported two batches read."""
+            alive = 0
+
+            def __getattr__(self, name):
+                return getattr(conn, name)
+
+            def recv(self):
+                reply = conn.recv()
+                if reply[0] == "alive":
+                    AbortAfterTwoBatches.alive += 1
+                    if AbortAfterTwoBatches.alive == 2:
+                        child.abort()
+                return reply
+
+        child._conn = AbortAfterTwoBatches()
+        try:
+            with pytest.raises(DecodeAborted):
+                child.decode(ids, logits_for=())
+        finally:
+            child._conn = conn
+            child.clear_abort()
+        n = child.n_cached
+        assert n % 32 == 0 and 64 <= n < 200 and child.cached_tokens == ids[:n] and not child.lost
+        rows = child.decode(ids[n:], "last")
+        np.testing.assert_array_equal(rows, local.decode(ids, "last"))
+    finally:
+        child.close()
+        local.close()

@@ -147,6 +147,28 @@ def test_abort_reaches_the_copy_and_leaves_the_cache_as_it_was(models):
     _same_next_logits(main, ref, toks[110])
 
 
+def test_an_abort_in_the_middle_of_a_read_on_the_copy_keeps_its_batches_here(models):
+    """Issue 45: a cancel after the copy read one 256-token batch of a long prompt; that batch is copied into
+    the model's cache (as a read here keeps its batches) and reading on from there equals one uncut read."""
+    main, copy, ref = models
+    toks = _tokens(main, 480)
+    main.decode(toks[:10], ())
+
+    def abort_after_the_first_batch(done, total):
+        if done == 256:
+            main.abort()
+
+    with pytest.raises(DecodeAborted):
+        main.decode(toks[10:470], (), progress=abort_after_the_first_batch)
+    assert main.prefill_copy.model is copy and copy.cached_tokens == toks[:266]
+    assert main.cached_tokens == toks[:266]
+    main.clear_abort()
+    main.decode(toks[266:470], ())
+    ref.decode(toks[:10], ())
+    ref.decode(toks[10:470], ())
+    _same_next_logits(main, ref, toks[470])
+
+
 def test_a_copy_of_another_window_is_refused(tiny_path):
     main, other = _model(tiny_path), _model(tiny_path, n_ctx=256)
     try:

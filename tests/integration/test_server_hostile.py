@@ -164,10 +164,12 @@ def sse_events(response: httpx.Response) -> list:
 
 
 def sigterm_while_streaming(tiny_path, tmp_path, grace: float, max_tokens: int):
-    """Start a server, stream a long answer, queue one more request, SIGTERM the server.
+    """Start a server, stream a long answer, queue two more requests (one streamed: its headers go out at once,
+    issue 45), SIGTERM the server.
 
     Returns (stream events, queued response, seconds from SIGTERM to exit, exit code, log,
-    whether a new connection was refused 0.5 s after SIGTERM while the process still ran).
+    whether a new connection was refused 0.5 s after SIGTERM while the process still ran); ``box["stream"]``
+    of the queued stream: (its status, its data events), kept in :data:`QUEUED_STREAM`.
     """
     proc = tiny_lookup_process(tiny_path, tmp_path, KEY, (*SERVE, "--shutdown-grace", str(grace)))
     box: dict = {}
@@ -178,14 +180,22 @@ def sigterm_while_streaming(tiny_path, tmp_path, grace: float, max_tokens: int):
             box["queued"] = httpx.post(base + "/v1/chat/completions", json={"messages": HELLO, "max_tokens": 3},
                                        headers=AUTH, timeout=60)
 
+        def queued_stream():
+            with httpx.stream("POST", base + "/v1/chat/completions", headers=AUTH, timeout=60,
+                              json={"messages": HELLO, "max_tokens": 3, "stream": True}) as r:
+                QUEUED_STREAM[:] = [r.status_code, sse_events(r)]
+
         with httpx.stream("POST", base + "/v1/completions", headers=AUTH, timeout=60,
                           json={**LONG, "max_tokens": max_tokens}) as running:
             lines = running.iter_lines()
             first = next(lines)
             waiter = threading.Thread(target=queued)
             waiter.start()
+            streamer = threading.Thread(target=queued_stream)
+            QUEUED_STREAM.clear()
+            streamer.start()
             deadline = time.monotonic() + 30
-            while httpx.get(base + "/health").json()["waiting"] < 1:
+            while httpx.get(base + "/health").json()["waiting"] < 2:
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
             proc.proc.send_signal(signal.SIGTERM)
@@ -203,10 +213,23 @@ def sigterm_while_streaming(tiny_path, tmp_path, grace: float, max_tokens: int):
                     data = line[len("data: "):]
                     events.append(data if data == "[DONE]" else json.loads(data))
         waiter.join(30)
+        streamer.join(30)
         code = proc.proc.wait(30)
         seconds = time.monotonic() - t0
         log = proc.log_tail(1 << 20)
     return events, box.get("queued"), seconds, code, log, refused
+
+
+#: the queued stream of :func:`sigterm_while_streaming`: its status and data events
+QUEUED_STREAM: list = []
+
+
+def assert_queued_stream_told_of_the_shutdown() -> None:
+    """Queued behind the running answer, the stream got its 200 at once; the shutdown is its last event."""
+    status, events = QUEUED_STREAM
+    assert status == 200 and "[DONE]" not in events
+    assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert events[-1]["error"]["code"] == "server_shutdown" and events[-1]["error"]["type"] == "server_error"
 
 
 def test_sigterm_lets_the_running_answer_finish(tiny_path, tmp_path):
@@ -216,6 +239,7 @@ def test_sigterm_lets_the_running_answer_finish(tiny_path, tmp_path):
     assert sum(len(e["choices"][0].get("tokens", [])) for e in events[:-1]) == 60
     assert queued is not None and queued.status_code == 503
     assert queued.json()["error"]["code"] == "server_shutdown"
+    assert_queued_stream_told_of_the_shutdown()
     assert code == 0 and "Traceback" not in log
 
 
@@ -229,5 +253,6 @@ def test_sigterm_ends_a_long_answer_after_the_grace_period_saying_why(tiny_path,
     assert last["error"]["code"] == "server_shutdown" and "grace period" in last["error"]["message"]
     assert all("choices" in e for e in events[:-1])
     assert queued is not None and queued.status_code == 503
+    assert_queued_stream_told_of_the_shutdown()
     assert code == 0 and seconds < 1.5 + 6, f"exit took {seconds:.1f} s"
     assert "Traceback" not in log and "timeout graceful shutdown exceeded" not in log

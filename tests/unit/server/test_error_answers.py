@@ -8,6 +8,9 @@ with an error event, a whole answer still gets the status)."""
 from __future__ import annotations
 
 import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -17,6 +20,7 @@ from localspec.config import ServerSettings
 from localspec.core.engine import SpeculativeEngine
 from localspec.errors import BackendError, ConfigError, ContextOverflowError, WorkerError
 from localspec.server.errors import ANSWERS, INTERNAL, ApiError, answer_for, translate
+from localspec.server.shapes import ResponseShape
 
 KEY = {"Authorization": "Bearer k"}
 
@@ -39,14 +43,19 @@ class FailingGeneration:
 
 
 class FailingEngine(SpeculativeEngine):
-    """Raises ``failure[0]`` when asked to generate (``failure[1]`` "before") or at the first round ("during")."""
+    """Raises ``failure[0]`` when asked to generate (``failure[1]`` "before") or at the first round ("during");
+    with ``hold``, the next generation waits until it is set (the running request a queued one waits behind)."""
 
     failure: tuple[Exception, str] | None = None
+    hold: threading.Event | None = None
 
     def generate(self, *a, **kw):
-        if self.failure is None:
+        hold, self.hold, failure = self.hold, None, self.failure
+        if hold is not None:
+            assert hold.wait(30), "the held generation was never released"
+        if failure is None:
             return super().generate(*a, **kw)
-        error, when = self.failure
+        error, when = failure
         if when == "before":
             raise error
         return FailingGeneration(super().generate(*a, **kw), error)
@@ -162,3 +171,86 @@ def test_the_table_answers_each_exception_by_its_nearest_class():
     assert translate(ConfigError("no FIM tokens", "use a coder model"), "suffix", "fim_unsupported").body() == {
         "error": {"message": "no FIM tokens (use a coder model)", "type": "invalid_request_error", "param": "suffix",
                   "code": "fim_unsupported"}}
+
+
+# -- issue 45: a queued stream starts at once; what goes wrong later is its last event --------------------
+def until(check, what: str, seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, f"waited {seconds:g} s for {what}"
+        time.sleep(0.005)
+
+
+def behind_a_running_request(c, path: str, body: dict, while_queued=None):
+    """POST ``body`` streamed to ``path`` while another request runs (its generation held until the streamed one
+    waits in the queue; ``while_queued(worker)`` runs then); returns (the running answer, the streamed one)."""
+    engine, worker = c.app.state.served.engine, c.app.state.worker
+    hold = engine.hold = threading.Event()
+    with ThreadPoolExecutor(2) as pool:
+        running = pool.submit(post, c, "/v1/completions", {"prompt": "t3 t5", "max_tokens": 2}, False)
+        until(lambda: worker.busy and engine.hold is None, "the running request")
+        queued = pool.submit(post, c, path, body, True)
+        until(lambda: worker.waiting == 1, "the queued request")
+        if while_queued is not None:
+            while_queued(worker)
+        hold.set()
+        return running.result(30), queued.result(30)
+
+
+STREAMED = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
+
+
+@pytest.mark.parametrize("path", STREAMED)
+def test_a_queued_streams_late_context_overflow_is_its_last_event(client, path):
+    """Its headers went out while it waited, so the prompt found too long when its turn came cannot be a 400:
+    the stream's last event is the error object of the same 400 (one translator), not a cut connection."""
+    running, r = behind_a_running_request(client, path, ENDPOINTS[path] | TOO_LONG[path])
+    assert running.status_code == 200
+    assert answered(r, path, True)[:4] == (200, None if path == "/v1/responses" else "invalid_request_error",
+                                           PROMPT[path], "context_length_exceeded")
+    assert "[DONE]" not in r.text
+    assert post(client, path, ENDPOINTS[path] | TOO_LONG[path], True).status_code == 400  # nothing ahead: the status
+
+
+@pytest.mark.parametrize("path", STREAMED)
+@pytest.mark.parametrize("kind", ["backend", "worker", "bug"])
+def test_a_queued_streams_engine_error_is_its_last_event(client, path, kind, caplog):
+    error, (status, type_, param, code) = ENGINE_ERRORS[kind]
+
+    def fail_next(worker):
+        client.app.state.served.engine.failure = (error, "before")
+
+    try:
+        _, r = behind_a_running_request(client, path, ENDPOINTS[path], fail_next)
+    finally:
+        client.app.state.served.engine.failure = None
+    got = answered(r, path, True)
+    assert got[:4] == (200, None if path == "/v1/responses" else type_, None, code), got
+    assert got[4] == INTERNAL if kind == "bug" else error.message in got[4]
+
+
+@pytest.mark.parametrize("path", STREAMED)
+def test_a_queued_stream_at_shutdown_ends_with_server_shutdown(path):
+    from fake_server import app_client
+
+    with app_client(FimChatModel(), ServerSettings(api_key="k"), FailingEngine) as c:
+        running, r = behind_a_running_request(c, path, ENDPOINTS[path], lambda worker: worker.drain(grace=30))
+        assert running.status_code == 200  # within the grace period
+        assert answered(r, path, True)[:4] == (200, None if path == "/v1/responses" else "server_error", None,
+                                               "server_shutdown")
+
+
+@pytest.mark.parametrize("path", STREAMED)
+def test_a_bug_shaping_a_streamed_answer_is_its_last_event_not_a_cut(client, path, monkeypatch, caplog):
+    real = ResponseShape.chunk
+
+    def broken(self, text, *a, **kw):
+        if text:  # the answer's text, not the opening chunk
+            raise RuntimeError("secret shaping detail")
+        return real(self, text, *a, **kw)
+
+    monkeypatch.setattr(ResponseShape, "chunk", broken)
+    r = post(client, path, ENDPOINTS[path], True)
+    got = answered(r, path, True)
+    assert got[:4] == (200, None if path == "/v1/responses" else "server_error", None, None), got
+    assert got[4] == INTERNAL and "secret shaping detail" in caplog.text and "secret" not in r.text

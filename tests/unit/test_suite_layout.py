@@ -50,7 +50,7 @@ def test_a_conftest_fixture_is_defined_once():
 
 
 #: the documents a newcomer reads, and the code's, tests' and scripts' comments: every file path they name exists
-_CITED = re.compile(r"(?<![\w/.~$-])((?:localspec|tests|scripts|models|docs)/[\w./-]+\.(?:py|toml|md|tcss|json))")
+_CITED = re.compile(r"(?<![\w/.~$-])((?:localspec|tests|scripts|models|docs)/[\w./-]+\.(?:py|toml|md|tcss|jsonl|json))(?![\w])")
 
 
 def test_the_paths_the_docs_and_docstrings_name_exist():

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Record an agent's session with a server: a reverse proxy that forwards every request unchanged and
-writes each request's body to a JSONL file, for replaying the session later (``scripts/bench_agents.py``).
+writes each request's body to a JSONL file, for replaying the session later (the replay benchmark of issue 45).
 
     localspec serve --port 8080 &
     python scripts/record_agent_session.py --upstream http://127.0.0.1:8080 --port 8090 \\
-        --out tests/data/agent-sessions/qwen-read.jsonl --log /tmp/qwen-read.log.jsonl &
+        --out /tmp/session.jsonl --log /tmp/session.log.jsonl &
     OPENAI_BASE_URL=http://127.0.0.1:8090/v1 qwen -p "..."    # the agent talks to the proxy
 
 The recording (``--out``, appended to): one line per request, in the order the requests arrived::

@@ -1,5 +1,5 @@
 """scripts/record_agent_session.py against a tiny fake upstream (control flow only; the real server's
-recording is tests/integration/test_record_agent_session.py): what a line of the recording holds and
+recording is tests/integration/test_record_agent_session_server.py): what a line of the recording holds and
 leaves out, answers passed on chunk by chunk, a client's disconnect reaching the upstream, the stable
 placeholders of values that differ between runs, and the answer summaries of the log. Both the proxy and
 the fake upstream are served by uvicorn on loopback ports, as in use."""

@@ -58,7 +58,11 @@ DATE_FORMATS = ("%A, %B %-d, %Y", "%a %b %d %Y", "%B %-d, %Y", "%b %-d, %Y", "%Y
                 "%d.%m.%Y")
 #: ids that localspec (and OpenAI) make up for an answer, which the client sends back in later turns
 SERVER_ID = re.compile(r"\b(call_|chatcmpl-|cmpl-|resp_|msg_|fc_)([0-9a-f]{24})\b")
-UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I)
+UUID = re.compile(r"(?<![0-9a-f])[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(?![0-9a-f])", re.I)
+#: a Unix time in seconds (10 digits) or milliseconds (13 digits) inside a string
+EPOCH = re.compile(r"(?<!\d)1\d{9}(?:\d{3})?(?!\d)")
+#: a number within this many seconds of the recording's start is taken for a timestamp
+EPOCH_WINDOW = 3 * 86400
 
 
 class Normalizer:
@@ -66,13 +70,19 @@ class Normalizer:
 
     Each distinct server id (``call_`` + 24 hex digits and the like) becomes the same prefix + its number
     in order of first appearance, zero-padded to 24 digits (``call_000000000000000000000001``); each
-    distinct UUID becomes ``00000000-0000-4000-8000-`` + its 12-digit number; ``today`` in each spelling of
-    :data:`DATE_FORMATS` becomes :data:`FIXED_DATE` in the same spelling. Applied to every string of a JSON
-    value, keys included; numbers, booleans and null are kept."""
+    distinct UUID (also inside an id such as Codex's ``msg_<uuid>``) becomes ``00000000-0000-4000-8000-`` +
+    its 12-digit number; ``today`` in each spelling of :data:`DATE_FORMATS` becomes :data:`FIXED_DATE` in
+    the same spelling; a Unix time within :data:`EPOCH_WINDOW` of ``now`` (seconds), in seconds or
+    milliseconds, as a number or in a string (Codex's ``turn_started_at_unix_ms``), becomes FIXED_DATE's
+    midnight UTC in the same unit. Applied to every string of a JSON value, keys included; other numbers,
+    booleans and null are kept. Applying it to its own output changes nothing."""
 
-    def __init__(self, today: dt.date | None = None):
+    def __init__(self, today: dt.date | None = None, now: float | None = None):
         self.ids: dict[str, str] = {}
         self.uuids: dict[str, str] = {}
+        self.now = time.time() if now is None else now
+        self.fixed_epoch = int(dt.datetime(FIXED_DATE.year, FIXED_DATE.month, FIXED_DATE.day,
+                                           tzinfo=dt.timezone.utc).timestamp())
         today = today or dt.date.today()
         self.dates = [(today.strftime(f), FIXED_DATE.strftime(f)) for f in DATE_FORMATS]
         self.dates = [(a, b) for a, b in self.dates if a != b]
@@ -83,8 +93,16 @@ class Normalizer:
     def _uuid(self, m: re.Match) -> str:
         return self.uuids.setdefault(m.group(0).lower(), f"00000000-0000-4000-8000-{len(self.uuids) + 1:012d}")
 
+    def _epoch(self, n: int) -> int | None:
+        """FIXED_DATE's midnight in ``n``'s unit when ``n`` is a Unix time near ``now``, else None."""
+        for scale in (1, 1000):
+            if abs(n / scale - self.now) <= EPOCH_WINDOW:
+                return self.fixed_epoch * scale
+        return None
+
     def text(self, s: str) -> str:
         s = UUID.sub(self._uuid, SERVER_ID.sub(self._id, s))
+        s = EPOCH.sub(lambda m: str(self._epoch(int(m.group(0))) or m.group(0)), s)
         for today, fixed in self.dates:
             s = s.replace(today, fixed)
         return s
@@ -97,6 +115,8 @@ class Normalizer:
             return [self.value(x) for x in v]
         if isinstance(v, dict):
             return {self.text(k): self.value(x) for k, x in v.items()}
+        if isinstance(v, int) and not isinstance(v, bool):
+            return self._epoch(v) or v
         return v
 
 
@@ -309,9 +329,20 @@ def main() -> int:
     p.add_argument("--upstream", default="http://127.0.0.1:8080", help="the server's root URL (no /v1)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8090, help="where the proxy listens")
-    p.add_argument("--out", type=Path, required=True, help="the recording (JSONL, appended to)")
+    p.add_argument("--out", type=Path, help="the recording (JSONL, appended to)")
     p.add_argument("--log", type=Path, help="one line per answer: status, timings, text and tool calls (JSONL)")
+    p.add_argument("--normalize", type=Path, nargs="+", metavar="RECORDING", help="instead of serving: rewrite "
+                   "these recordings with today's Normalizer (for recordings made by an older version of it)")
     ns = p.parse_args()
+    if ns.normalize:
+        for path in ns.normalize:
+            norm = Normalizer()
+            lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+            path.write_text("".join(json.dumps({**x, "body": norm.value(x["body"])}, ensure_ascii=False) + "\n"
+                                    for x in lines))
+        return 0
+    if ns.out is None:
+        p.error("--out is required (or --normalize)")
     import uvicorn
 
     app = Proxy(ns.upstream, Recorder(ns.out, ns.log))

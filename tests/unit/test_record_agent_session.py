@@ -155,6 +155,19 @@ def test_values_that_differ_between_runs_become_the_same_placeholder_everywhere(
                       "key": "00000000-0000-4000-8000-000000000001"}
 
 
+def test_codex_ids_and_timestamps_become_placeholders_and_normalizing_twice_changes_nothing(record_agent_session):
+    now = 1796527488.0  # 2026-12-06, when Codex's first session here was recorded
+    norm = record_agent_session.Normalizer(today=dt.date(2026, 12, 6), now=now)
+    body = {"input": [{"type": "message", "id": "msg_6d87c758-037e-5168-a9f3-c0450af0c53b"}],
+            "client_metadata": {"meta": '{"turn_started_at_unix_ms":1796527488802,"n":1234567890123}'},
+            "created": 1796527400, "max_tokens": 32768, "seed": 1796527488802 * 10}
+    once = norm.value(body)
+    assert once == {"input": [{"type": "message", "id": "msg_00000000-0000-4000-8000-000000000001"}],
+                    "client_metadata": {"meta": '{"turn_started_at_unix_ms":1767225600000,"n":1234567890123}'},
+                    "created": 1767225600, "max_tokens": 32768, "seed": 17965274888020}
+    assert record_agent_session.Normalizer(today=dt.date(2026, 12, 6), now=now).value(once) == once
+
+
 def test_the_summary_joins_streamed_text_and_tool_calls_and_skips_keepalives(record_agent_session):
     m = record_agent_session
     keepalive = {"choices": [{"index": 0, "delta": {}}]}

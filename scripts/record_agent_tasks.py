@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -198,16 +199,23 @@ def main() -> int:
     before = try_agents.server_metrics(ns.upstream + "/v1", "none")
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     t0 = time.perf_counter()
+    # its own process group: Qwen Code runs itself again as a child node process, which a timeout must stop too
+    agent = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             stdin=subprocess.DEVNULL, start_new_session=True)
     try:
-        r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=ns.timeout,
-                           stdin=subprocess.DEVNULL)
-        stdout, stderr, rc = r.stdout, r.stderr, r.returncode
-    except subprocess.TimeoutExpired as e:
-        stdout, stderr, rc = (e.stdout or b"").decode(), (e.stderr or b"").decode(), None
+        stdout, stderr = agent.communicate(timeout=ns.timeout)
+        rc = agent.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(agent.pid, signal.SIGKILL)
+        stdout, stderr = agent.communicate()
+        rc = None
     seconds = time.perf_counter() - t0
     time.sleep(1)
     proxy.terminate()
-    proxy.wait(10)
+    try:
+        proxy.wait(30)
+    except subprocess.TimeoutExpired:
+        proxy.kill()
     after = try_agents.server_metrics(ns.upstream + "/v1", "none")
     delta = {k.removeprefix("localspec_").removesuffix("_total"): round(after[k] - before[k], 1) for k in after}
     printed = stdout

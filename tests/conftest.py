@@ -209,6 +209,12 @@ def bench_llama_server():
 
 
 @pytest.fixture(scope="session")
+def record_agent_session():
+    """``scripts/record_agent_session.py`` (the recording proxy, its placeholders and answer summaries)."""
+    yield from script_module("record_agent_session")
+
+
+@pytest.fixture(scope="session")
 def replay_tool_calls():
     """``scripts/replay_tool_calls.py`` (which recorded requests it replays, calls left as text)."""
     yield from script_module("replay_tool_calls")

@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from localspec.backend.machine import describe  # noqa: E402
 import try_agents  # noqa: E402  (the scripts folder is no package)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -230,7 +231,7 @@ def main() -> int:
     ns.docs.mkdir(parents=True, exist_ok=True)
     exit_text = "timed out" if rc is None else f"exit {rc}"
     md = [f"# {ns.client} ({version}), task `{ns.task}`", "",
-          f"Recorded {started} on a 2-core AMD EPYC (Zen 4 class, AVX-512, no AMX) shared with other work. "
+          f"Recorded {started} on this machine: {describe()}, load average {os.getloadavg()[0]:.1f}. "
           f"{ns.server_note}", "",
           f"Task: {TASKS[ns.task]}", "",
           f"Command: `{' '.join(cmd[:-1])} \"<task>\"` (`scripts/record_agent_tasks.py --client {ns.client} "

@@ -79,6 +79,7 @@ class KvCache:
     n_batch: int
     flash_attn: bool | None
     cached_tokens: list[int]
+    llama_decode_seconds: float
     _prefill_copy: PrefillCopy | None
 
     @property
@@ -133,9 +134,10 @@ class KvCache:
             if state is None or not model.load_state(state):
                 model.reset()
                 model._decode(held, ())
-        t0 = time.perf_counter()
+        t0, in_llama = time.perf_counter(), model.llama_decode_seconds
         rows = model._decode(tokens, logits_for, progress)
         pc.seconds += time.perf_counter() - t0
+        self.llama_decode_seconds += model.llama_decode_seconds - in_llama  # llama.cpp's pass, there
         pc.tokens += len(tokens)
         state = model.save_state()
         if state is None or not self.load_state(state):

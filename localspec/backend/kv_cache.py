@@ -211,11 +211,25 @@ class KvCache:
         Returns the number of positions now cached (``<= len(tokens) - 1``); the caller
         then decodes ``tokens[n:]``.
         """
-        limit = len(tokens) - 1
-        common = 0
         cached = self.cached_tokens
-        m = min(len(cached), limit)
-        while common < m and cached[common] == tokens[common]:
-            common += 1
+        common = _common_prefix(cached, tokens, min(len(cached), len(tokens) - 1))
         self.truncate(common)
         return common
+
+
+def _common_prefix(a: list[int], b: Sequence[int], n: int) -> int:
+    """The length of the common prefix of ``a[:n]`` and ``b[:n]``: slices compared at C speed, the span holding
+    the first difference halved (a round's rollback compares the whole context, thousands of tokens, every round)."""
+    b = b[:n] if isinstance(b, list) else list(b[:n])
+    if a[:n] == b:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo]; the first difference lies in [lo, hi)
+    while hi - lo > 16:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    while a[lo] == b[lo]:
+        lo += 1
+    return lo

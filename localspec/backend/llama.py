@@ -505,7 +505,8 @@ class LlamaModel(Vocabulary, LlamaContext, KvCache, NativeResource):
         if copy is not None and len(want) <= 1 and (not want or want[0] == n - 1) and copy.pays(self.n_cached, n):
             rows = self._decode_on_copy(tokens, logits_for, progress)
             return rows if take is None else take(rows)
-        want_set = set(want)
+        wanted = np.zeros(n, dtype=np.int8)
+        wanted[want] = 1
         lc = self._lc
         start = self.n_cached
         taken: list[np.ndarray] = []
@@ -513,7 +514,7 @@ class LlamaModel(Vocabulary, LlamaContext, KvCache, NativeResource):
             progress(0, n)
         for chunk_start in range(0, n, self.n_batch):
             chunk = tokens[chunk_start : chunk_start + self.n_batch]
-            n_out = self._pass(chunk, start, chunk_start, want_set)
+            n_out = self._pass(chunk, start, chunk_start, wanted)
             if progress is not None:
                 progress(min(chunk_start + len(chunk), n), n)
             if n_out:
@@ -525,27 +526,37 @@ class LlamaModel(Vocabulary, LlamaContext, KvCache, NativeResource):
             return empty if take is None else take(empty)
         return taken[0] if len(taken) == 1 else np.concatenate(taken)
 
-    def _pass(self, chunk: Sequence[int], start: int, chunk_start: int, want_set: set[int]) -> int:
+    def _batch_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The batch's ``token``, ``pos`` and ``logits`` arrays as numpy views (int32, int32, int8; ``n_batch``
+        each), filled a pass at a time at C speed; every slot's sequence is set to 0 once, here."""
+        views = getattr(self, "_batch_views", None)
+        if views is None or views[0] is not self._batch:
+            batch, n = self._batch, self._ctx_args[1]  # the size llama_batch_init allocated
+            for j in range(n):
+                batch.n_seq_id[j] = 1
+                batch.seq_id[j][0] = 0
+            arrays = tuple(np.ctypeslib.as_array(a, shape=(n,)) for a in (batch.token, batch.pos, batch.logits))
+            views = self._batch_views = (batch, arrays)
+        return views[1]
+
+    def _pass(self, chunk: Sequence[int], start: int, chunk_start: int, wanted: np.ndarray) -> int:
         """One ``llama_decode`` of ``chunk`` (at most ``n_batch`` tokens, at positions ``start + chunk_start``
-        on), logits asked for the indices in ``want_set`` (of the whole call); its time is added to
-        :attr:`llama_decode_seconds`. Returns how many rows of logits it made.
+        on), logits asked where ``wanted`` (int8, one flag per token of the whole call) is 1; its time is added
+        to :attr:`llama_decode_seconds`. Returns how many rows of logits it made.
 
         Raises:
             DecodeAborted, BackendError: as :meth:`decode` (the cache rolled back to ``start``).
         """
         lc, batch = self._lc, self._batch
-        batch.n_tokens = len(chunk)
-        n_out = 0
-        for j, tok in enumerate(chunk):
-            batch.token[j] = int(tok)
-            batch.pos[j] = start + chunk_start + j
-            batch.n_seq_id[j] = 1
-            batch.seq_id[j][0] = 0
-            flag = chunk_start + j in want_set
-            batch.logits[j] = flag
-            n_out += flag
+        m = len(chunk)
+        token, pos, logits = self._batch_arrays()
+        batch.n_tokens = m
+        token[:m] = chunk
+        pos[:m] = np.arange(start + chunk_start, start + chunk_start + m)
+        logits[:m] = wanted[chunk_start : chunk_start + m]
+        n_out = int(np.count_nonzero(logits[:m]))
         # record first: an interrupt after llama_decode must not hide cached positions
-        self.cached_tokens.extend(int(t) for t in chunk)
+        self.cached_tokens.extend(map(int, chunk))
         if self.abort_requested:
             rc = 2
         else:

@@ -64,6 +64,10 @@ class FakeModel:
                 rows.append(self.logits_after(self.cached_tokens))
         return np.stack(rows) if rows else np.empty((0, N_VOCAB), np.float32)
 
+    def decode_argmax(self, tokens, logits_for="all", width=None):
+        """LlamaModel.decode_argmax, over :meth:`decode` (so a subclass's or a test's decode sees the pass)."""
+        return np.argmax(self.decode(tokens, logits_for)[:, :width], axis=1)
+
     def truncate(self, n: int) -> None:
         del self.cached_tokens[n:]
 

@@ -147,7 +147,7 @@ def _serve(conn, abort_conn, model) -> None:
                 out = {a: getattr(model, a, None) for a in _MIRRORED}
             else:  # truncate, reset, sync
                 out = getattr(model, cmd)(*args)
-            conn.send(("ok", out, len(model.cached_tokens), model.decode_seconds))
+            conn.send(("ok", out, len(model.cached_tokens), model.decode_seconds, model.llama_decode_seconds))
         except LocalspecError as e:
             conn.send(("error", type(e).__name__, e.message, e.hint, len(model.cached_tokens)))
         except (ValueError, TypeError) as e:
@@ -192,6 +192,7 @@ class IsolatedModel:
         self.n_vocab = self._tok.n_vocab
         self.cached_tokens: list[int] = []
         self.decode_seconds = 0.0
+        self.llama_decode_seconds = 0.0  #: the child's model's (:attr:`LlamaModel.llama_decode_seconds`)
         self.repack_verdict = None
         self.flash_attn_mode = kwargs.get("flash_attn_mode")
         self.lost = False
@@ -364,7 +365,7 @@ class IsolatedModel:
         if reply[0] == "error":
             del self.cached_tokens[reply[4]:]
             raise _error_of(*reply[1:4])
-        _, out, n_cached, self.decode_seconds = reply
+        _, out, n_cached, self.decode_seconds, self.llama_decode_seconds = reply
         return out, n_cached
 
     def restart(self) -> None:
@@ -411,6 +412,15 @@ class IsolatedModel:
         if progress is not None:
             progress(len(tokens), len(tokens))
         return self._rows[:n].copy()
+
+    def decode_argmax(self, tokens: Sequence[int], logits_for: Sequence[int] | str = "all",
+                      width: int | None = None) -> np.ndarray:
+        """:meth:`LlamaModel.decode_argmax <localspec.backend.llama.LlamaModel.decode_argmax>`: here the rows
+        come over the shared buffer (:meth:`decode`) and the argmax is taken on them. int64 (k,).
+
+        Raises:
+            As :meth:`decode`."""
+        return np.argmax(self.decode(tokens, logits_for)[:, :width], axis=1)
 
     def truncate(self, n: int) -> None:
         """The KV cache to its first ``n`` tokens. A lost model has no cache left to roll back: only the

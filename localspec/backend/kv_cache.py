@@ -79,6 +79,7 @@ class KvCache:
     n_batch: int
     flash_attn: bool | None
     cached_tokens: list[int]
+    llama_decode_seconds: float
     _prefill_copy: PrefillCopy | None
 
     @property
@@ -134,7 +135,7 @@ class KvCache:
             if state is None or not model.load_state(state):
                 model.reset()
                 model._decode(held, ())
-        t0 = time.perf_counter()
+        t0, in_llama = time.perf_counter(), model.llama_decode_seconds
         try:
             rows = model._decode(tokens, logits_for, progress)
         except DecodeAborted:  # a cancel: the chunks the copy read are kept here too, as a read here keeps them
@@ -142,6 +143,7 @@ class KvCache:
                 self.load_state(state)  # refused: this cache is as it was, or empty (cached_tokens says which)
             raise
         pc.seconds += time.perf_counter() - t0
+        self.llama_decode_seconds += model.llama_decode_seconds - in_llama  # llama.cpp's pass, there
         pc.tokens += len(tokens)
         state = model.save_state()
         if state is None or not self.load_state(state):
@@ -215,11 +217,25 @@ class KvCache:
         Returns the number of positions now cached (``<= len(tokens) - 1``); the caller
         then decodes ``tokens[n:]``.
         """
-        limit = len(tokens) - 1
-        common = 0
         cached = self.cached_tokens
-        m = min(len(cached), limit)
-        while common < m and cached[common] == tokens[common]:
-            common += 1
+        common = _common_prefix(cached, tokens, min(len(cached), len(tokens) - 1))
         self.truncate(common)
         return common
+
+
+def _common_prefix(a: list[int], b: Sequence[int], n: int) -> int:
+    """The length of the common prefix of ``a[:n]`` and ``b[:n]``: slices compared at C speed, the span holding
+    the first difference halved (a round's rollback compares the whole context, thousands of tokens, every round)."""
+    b = b[:n] if isinstance(b, list) else list(b[:n])
+    if a[:n] == b:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo]; the first difference lies in [lo, hi)
+    while hi - lo > 16:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    while a[lo] == b[lo]:
+        lo += 1
+    return lo

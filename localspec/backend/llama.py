@@ -424,15 +424,20 @@ class LlamaModel(Vocabulary, LlamaContext, KvCache, NativeResource):
     #: RPC workers (HOST:PORT) holding this model's layers, set by the loader; part of the cost cache key
     rpc: tuple[str, ...] = ()
 
-    #: seconds spent in :meth:`decode` since the model was loaded (wall time; benchmarks
-    #: take differences of it to separate llama.cpp's work from the engine's own)
+    #: seconds spent in :meth:`decode` and :meth:`decode_argmax` since the model was loaded (wall time;
+    #: benchmarks take differences of it to separate llama.cpp's work from the engine's own)
     decode_seconds: float = 0.0
+    #: seconds spent inside ``llama_decode`` itself since the model was loaded (wall time): llama.cpp's
+    #: passes, without the Python around them (filling the batch, copying or reducing the logits). The
+    #: round's overhead is its time less this (:attr:`localspec.core.events.GenerationStats.pass_seconds`).
+    llama_decode_seconds: float = 0.0
 
     def decode(self, tokens: Sequence[int], logits_for: Sequence[int] | str = "last",
                progress: Callable[[int, int], None] | None = None) -> np.ndarray:
         """Append ``tokens`` to the KV cache and return logits for the positions asked.
 
-        The call's wall time is added to :attr:`decode_seconds`.
+        The call's wall time is added to :attr:`decode_seconds`. The rows are copied once, from
+        llama.cpp's output buffer (``llama_get_logits``) into the array returned.
 
         Args:
             tokens: ids to evaluate at positions ``n_cached .. n_cached + len(tokens) - 1``.
@@ -455,8 +460,35 @@ class LlamaModel(Vocabulary, LlamaContext, KvCache, NativeResource):
         finally:
             self.decode_seconds += time.perf_counter() - t0
 
+    def decode_argmax(self, tokens: Sequence[int], logits_for: Sequence[int] | str = "all",
+                      width: int | None = None) -> np.ndarray:
+        """:meth:`decode`, returning only the argmax of each row asked: what greedy decoding reads.
+
+        The argmax is taken in llama.cpp's output buffer, where the logits are: nothing is copied (a
+        verification pass of 49 tokens of a 151,936-id vocabulary would copy 30 MB). Equal to
+        ``np.argmax(decode(tokens, logits_for)[:, :width], axis=1)`` (ties: the lowest id).
+
+        Args:
+            tokens, logits_for: as :meth:`decode`.
+            width: the argmax is taken over ids ``0 .. width - 1`` (None: the whole vocabulary).
+
+        Returns:
+            int64 array of shape (k,), one id per position asked, in order.
+
+        Raises:
+            As :meth:`decode`.
+        """
+        t0 = time.perf_counter()
+        try:
+            return self._decode(tokens, logits_for, None, lambda view: np.argmax(view[:, :width], axis=1))
+        finally:
+            self.decode_seconds += time.perf_counter() - t0
+
     def _decode(self, tokens: Sequence[int], logits_for: Sequence[int] | str,
-                progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+                progress: Callable[[int, int], None] | None = None,
+                take: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+        """:meth:`decode`; ``take(view)`` (default: a copy) reads each chunk's rows, a (k, n_vocab) float32
+        view of llama.cpp's output buffer valid only during the call, into what is returned."""
         n = len(tokens)
         if n == 0:
             raise ValueError("decode needs at least one token")
@@ -473,46 +505,75 @@ class LlamaModel(Vocabulary, LlamaContext, KvCache, NativeResource):
             want = sorted(int(i) for i in logits_for)
         copy = self._prefill_copy
         if copy is not None and len(want) <= 1 and (not want or want[0] == n - 1) and copy.pays(self.n_cached, n):
-            return self._decode_on_copy(tokens, logits_for, progress)
-        want_set = set(want)
+            rows = self._decode_on_copy(tokens, logits_for, progress)
+            return rows if take is None else take(rows)
+        wanted = np.zeros(n, dtype=np.int8)
+        wanted[want] = 1
         lc = self._lc
         start = self.n_cached
-        rows: list[np.ndarray] = []
-        batch = self._batch
+        taken: list[np.ndarray] = []
         if progress is not None:
             progress(0, n)
         for chunk_start in range(0, n, self.n_batch):
             chunk = tokens[chunk_start : chunk_start + self.n_batch]
-            m = len(chunk)
-            batch.n_tokens = m
-            out_idx = []
-            for j, tok in enumerate(chunk):
-                i = chunk_start + j
-                batch.token[j] = int(tok)
-                batch.pos[j] = start + i
+            n_out = self._pass(chunk, start, chunk_start, wanted)
+            if progress is not None:
+                progress(min(chunk_start + len(chunk), n), n)
+            if n_out:
+                # the rows asked, contiguous and in batch order (llama.h, llama_get_logits)
+                view = np.ctypeslib.as_array(lc.llama_get_logits(self._ctx), shape=(n_out, self.n_vocab))
+                taken.append(view.copy() if take is None else take(view))
+        if not taken:
+            empty = np.empty((0, self.n_vocab), dtype=np.float32)
+            return empty if take is None else take(empty)
+        return taken[0] if len(taken) == 1 else np.concatenate(taken)
+
+    def _batch_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The batch's ``token``, ``pos`` and ``logits`` arrays as numpy views (int32, int32, int8; ``n_batch``
+        each), filled a pass at a time at C speed; every slot's sequence is set to 0 once, here."""
+        views = getattr(self, "_batch_views", None)
+        if views is None or views[0] is not self._batch:
+            batch, n = self._batch, self._ctx_args[1]  # the size llama_batch_init allocated
+            for j in range(n):
                 batch.n_seq_id[j] = 1
                 batch.seq_id[j][0] = 0
-                flag = i in want_set
-                batch.logits[j] = flag
-                if flag:
-                    out_idx.append(j)
-            # record first: an interrupt after llama_decode must not hide cached positions
-            self.cached_tokens.extend(int(t) for t in chunk)
-            rc = 2 if self.abort_requested else lc.llama_decode(self._ctx, batch)
-            if rc != 0:
-                # a cancel keeps the chunks already read (a retry reads on from there); a failure drops the call's
-                aborted = rc == 2 and self.abort_requested
-                keep = start + chunk_start if aborted else start
-                lc.llama_memory_seq_rm(self._mem, 0, keep, -1)
-                del self.cached_tokens[keep:]
-                if aborted:
-                    raise DecodeAborted("decode stopped on request", "")
-                raise BackendError(f"llama_decode failed with status {rc}{last_error()}",
-                                   "raise n_ctx or lower n_batch")
-            if progress is not None:
-                progress(min(chunk_start + m, n), n)
-            for j in out_idx:
-                ptr = lc.llama_get_logits_ith(self._ctx, j)
-                rows.append(np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy())
-        return np.stack(rows) if rows else np.empty((0, self.n_vocab), dtype=np.float32)
+            arrays = tuple(np.ctypeslib.as_array(a, shape=(n,)) for a in (batch.token, batch.pos, batch.logits))
+            views = self._batch_views = (batch, arrays)
+        return views[1]
+
+    def _pass(self, chunk: Sequence[int], start: int, chunk_start: int, wanted: np.ndarray) -> int:
+        """One ``llama_decode`` of ``chunk`` (at most ``n_batch`` tokens, at positions ``start + chunk_start``
+        on), logits asked where ``wanted`` (int8, one flag per token of the whole call) is 1; its time is added
+        to :attr:`llama_decode_seconds`. Returns how many rows of logits it made.
+
+        Raises:
+            DecodeAborted: as :meth:`decode` (the cache keeps the chunks before this one).
+            BackendError: as :meth:`decode` (the cache rolled back to ``start``).
+        """
+        lc, batch = self._lc, self._batch
+        m = len(chunk)
+        token, pos, logits = self._batch_arrays()
+        batch.n_tokens = m
+        token[:m] = chunk
+        pos[:m] = np.arange(start + chunk_start, start + chunk_start + m)
+        logits[:m] = wanted[chunk_start : chunk_start + m]
+        n_out = int(np.count_nonzero(logits[:m]))
+        # record first: an interrupt after llama_decode must not hide cached positions
+        self.cached_tokens.extend(map(int, chunk))
+        if self.abort_requested:
+            rc = 2
+        else:
+            t0 = time.perf_counter()
+            rc = lc.llama_decode(self._ctx, batch)
+            self.llama_decode_seconds += time.perf_counter() - t0
+        if rc != 0:
+            # a cancel keeps the chunks already read (a retry reads on from there); a failure drops the call's
+            aborted = rc == 2 and self.abort_requested
+            keep = start + chunk_start if aborted else start
+            lc.llama_memory_seq_rm(self._mem, 0, keep, -1)
+            del self.cached_tokens[keep:]
+            if aborted:
+                raise DecodeAborted("decode stopped on request", "")
+            raise BackendError(f"llama_decode failed with status {rc}{last_error()}", "raise n_ctx or lower n_batch")
+        return n_out
 

@@ -33,7 +33,6 @@ class Run:
     drafters: dict = field(default_factory=dict)
     reasons: dict = field(default_factory=dict)
     decode_seconds: float = 0.0
-    overhead_per_round: float | None = None
     predicted: float | None = None
     totals: GenerationStats | None = None  #: the engine's statistics of this run (None for a peer's)
 
@@ -105,7 +104,6 @@ def summarise(tasks, modes, runs, mismatches, verify, draft_token, t1, repeats, 
                 "predicted": _median([r.predicted for r in rs]) if m.ours else None,
                 "textbook": (textbook_speedup(a, m.g, draft_token / t1 if m.family == "draft" else 0.0)
                              if a is not None and m.family in ("lookup", "draft") else None),
-                "overhead_ms_per_round": (_median([r.overhead_per_round for r in rs]) or 0.0) * 1e3 if m.ours else None,
                 "identical": all(not (mm["task"] == task.name and mm["mode"] == m.name) for mm in mismatches),
                 "target_rate_median": _median(base_rates),
             }
@@ -153,7 +151,7 @@ def summarise(tasks, modes, runs, mismatches, verify, draft_token, t1, repeats, 
         "goals": goals,
         "runs": [{"task": r.task, "mode": r.mode, "repeat": r.repeat, "tokens": r.tokens, "seconds": r.seconds,
                   "tok_s": r.rate, "speedup": r.stats.get("speedup"), "decode_seconds": r.decode_seconds,
-                  "overhead_per_round": r.overhead_per_round, "predicted": r.predicted,
+                  "predicted": r.predicted,
                   **{k: r.stats.get(k) for k in view_names(GenerationStats, "bench_run")}, "drafters": r.drafters}
                  for r in runs],
     }
@@ -203,7 +201,7 @@ def evaluate_goals(rows: list[dict], t1: float) -> list[dict]:
             goals.append({"goal": "our prompt lookup >= 1.1x LlamaPromptLookupDecoding on code-edit",
                           "met": ratio is not None and ratio >= 1.1, "value": ratio,
                           "detail": f"{best['mode']} {best['speedup']:.2f}x vs {bp['mode']} {bp['speedup']:.2f}x"})
-    ov = [r["overhead_ms_per_round"] for r in rows if r.get("overhead_ms_per_round") is not None]
+    ov = [r["overhead_seconds_per_round"] * 1e3 for r in rows if r.get("overhead_seconds_per_round") is not None]
     if ov:
         worst = max(ov)
         goals.append({"goal": "engine overhead per round < 5% of one target pass", "met": worst / (t1 * 1e3) < 0.05,
@@ -217,9 +215,14 @@ def _f(x, fmt="{:.2f}", none="n/a"):
     return none if x is None else fmt.format(x)
 
 
+def _ms(seconds, fmt="{:.2f}"):
+    """Seconds as milliseconds, blank when not measured."""
+    return _f(None if seconds is None else seconds * 1e3, fmt, none="")
+
+
 def format_table(result: dict) -> str:
     head = (f"{'task':<16} {'mode':<16} {'tok/s':>6} {'speedup':>7} {'auto/orc':>8} {'accept':>7} {'drafted':>7} "
-            f"{'mean acc':>8} {'tok/pass':>8} {'pred':>5} {'textbk':>6} {'ovh ms':>6} {'same':>4}")
+            f"{'mean acc':>8} {'tok/pass':>8} {'pred':>5} {'textbk':>6} {'ovh ms':>6} {'ovh/dr':>6} {'same':>4}")
     mach = result.get("machine", {})
     lines = [head, "-" * len(head)]
     if mach.get("cpu"):
@@ -251,7 +254,8 @@ def format_table(result: dict) -> str:
                      f"{_f(r.get('auto_oracle'), none=''):>8} "
                      f"{_f(r['acceptance_rate']):>7} {_f(r['drafted'], '{:d}', ''):>7} "
                      f"{_f(r['mean_accepted_length']):>8} {_f(r['tokens_per_pass']):>8} {_f(r['predicted'], none=''):>5} "
-                     f"{_f(r['textbook'], none=''):>6} {_f(r['overhead_ms_per_round'], none=''):>6} {same:>4}")
+                     f"{_f(r['textbook'], none=''):>6} {_ms(r.get('overhead_seconds_per_round')):>6} "
+                     f"{_ms(r.get('overhead_seconds_per_drafted_token'), '{:.3f}'):>6} {same:>4}")
     c = result["costs"]
     lines.append("")
     lines.append("verify cost (ratio to one target token, b = 1..): " +

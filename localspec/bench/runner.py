@@ -140,8 +140,8 @@ def run_bench(engine, tasks: Sequence[Task], modes: Sequence[Mode], *, repeats: 
             key = r.reason.split(":")[0] if r.reason else ""
             reasons[key] = reasons.get(key, 0) + 1
         dec = engine.model_seconds() - in_models  # seconds inside llama.cpp decode calls
-        run = Run(task.name, m.name, rep, len(ids), secs, list(ids), g.stats.as_dict(), rounds, drafters, reasons,
-                  dec, (secs - dec) / max(g.stats.rounds, 1), totals=g.stats)
+        run = Run(task.name, m.name, rep, len(ids), secs, list(ids), {**g.stats.as_dict(), **g.stats.view("bench_run")},
+                  rounds, drafters, reasons, dec, totals=g.stats)
         gm = max([d for d, _ in rounds] + [1])
         acc = [a if a is not None else 0.0 for a in acceptance_by_position(rounds, gm)]
         run.predicted = _predicted(rounds, acc, verify, draft_token if m.family == "draft" else 0.0)

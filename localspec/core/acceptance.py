@@ -101,12 +101,23 @@ def verify_greedy(draft_tokens: Sequence[int], target_logits: np.ndarray,
     g = len(draft_tokens)
     if constraint is not None:
         return _verify_greedy_constrained(draft_tokens, target_logits, constraint)
-    argmax = np.argmax(target_logits[: g + 1], axis=1)
-    accepted = 0
-    while accepted < g and int(argmax[accepted]) == int(draft_tokens[accepted]):
-        accepted += 1
-    token = int(argmax[accepted])
-    return Verdict(accepted, token, _final_kind(g, accepted), tuple(int(t) for t in argmax[: accepted + 1]))
+    return accept_greedy(draft_tokens, np.argmax(target_logits[: g + 1], axis=1))
+
+
+def accept_greedy(draft_tokens: Sequence[int], target_ids: np.ndarray) -> Verdict:
+    """Greedy verification from the target's argmax alone (:func:`verify_greedy` without a constraint).
+
+    Args:
+        draft_tokens: g proposed ids.
+        target_ids: at least g + 1 ids (int); id i is the argmax of the target's logits at the position of
+            draft token i (id g: the position after the last draft), as
+            :meth:`~localspec.backend.llama.LlamaModel.decode_argmax` gives them.
+    """
+    g = len(draft_tokens)
+    ids = np.asarray(target_ids[: g + 1])
+    differ = np.flatnonzero(ids[:g] != np.asarray(draft_tokens, dtype=ids.dtype)) if g else ()
+    accepted = int(differ[0]) if len(differ) else g
+    return Verdict(accepted, int(ids[accepted]), _final_kind(g, accepted), tuple(ids[: accepted + 1].tolist()))
 
 
 def _verify_greedy_constrained(draft_tokens: Sequence[int], target_logits: np.ndarray,

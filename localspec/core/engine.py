@@ -265,6 +265,17 @@ class SpeculativeEngine:
         models = [self.target] + ([self.draft_model] if self.draft_model not in (None, self.target) else [])
         return float(sum(getattr(m, "decode_seconds", 0.0) for m in models))
 
+    def pass_seconds(self) -> float:
+        """Seconds inside llama.cpp's passes (``llama_decode``; target and draft model) since the engine was made.
+
+        :attr:`localspec.backend.llama.LlamaModel.llama_decode_seconds` summed: :meth:`model_seconds`
+        less the Python around each pass (the batch, the logits' copy). A generation takes its difference over
+        each round (:attr:`localspec.core.events.RoundStats.pass_seconds`); a model without the counter (a
+        fake) counts 0.
+        """
+        models = [self.target] + ([self.draft_model] if self.draft_model not in (None, self.target) else [])
+        return float(sum(getattr(m, "llama_decode_seconds", 0.0) for m in models))
+
     def loaded_models(self) -> dict[str, LoadedModel]:
         """``{"target": ..., "draft": ...}`` (no ``"draft"`` without a draft model): how each was loaded."""
         out = {}

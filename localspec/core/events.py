@@ -118,6 +118,10 @@ class RoundStats:
             (:meth:`localspec.core.policy.AdaptivePolicy.observe`).
         from_memory: the draft (prompt lookup's) was copied from the draft memory of earlier
             generations (:class:`~localspec.core.drafters.DraftMemory`), not from the context.
+        pass_seconds: the part of ``round_seconds`` inside llama.cpp's passes (``llama_decode``: the
+            verification pass, the draft model's drafting and catch-up), seconds
+            (:meth:`~localspec.core.engine.SpeculativeEngine.pass_seconds`); the rest is the round's overhead
+            (:attr:`GenerationStats.overhead_seconds`).
     """
 
     # line: the position in ``generate --json``'s round line (:func:`view`)
@@ -134,8 +138,9 @@ class RoundStats:
     reason: str = stat("", line=10)
     catchup_tokens: int = 0
     catchup_seconds: float = 0.0
-    round_seconds: float = 0.0
+    round_seconds: float = stat(0.0, line=11)
     from_memory: bool = False
+    pass_seconds: float = stat(0.0, line=12)
 
 
 def drafter_tallies(rounds: Iterable[RoundStats]) -> dict[str, dict[str, int]]:
@@ -224,6 +229,32 @@ class GenerationStats:
         "localspec_verify_seconds", "seconds in target verification passes"))
     catchup_tokens: int = stat(0, summed=True)
     catchup_seconds: float = stat(0.0, summed=True)
+    #: wall time of the rounds (:attr:`RoundStats.round_seconds` summed: the decode less the time the consumer
+    #: held the generation between events and the release of the last round's text)
+    round_seconds: float = stat(0.0, summed=True)
+    #: the part of :attr:`round_seconds` inside llama.cpp's passes (:attr:`RoundStats.pass_seconds` summed)
+    pass_seconds: float = stat(0.0, summed=True, metric=Metric(
+        "localspec_pass_seconds", "seconds of the rounds inside llama.cpp's passes (verification, the draft "
+        "model's drafting and catch-up)"))
+
+    @derived(metric=Metric("localspec_round_overhead_seconds", "seconds of the rounds outside llama.cpp's passes "
+                           "(logits copy, acceptance, drafters, policy, bookkeeping, streaming)"))
+    def overhead_seconds(self) -> float:
+        """The rounds' time outside llama.cpp's passes: :attr:`round_seconds` - :attr:`pass_seconds` (>= 0),
+        seconds. What the engine's own Python costs (the logits' copy or argmax, the acceptance rule, the
+        drafters and the policy, committing and releasing text, the statistics), where llama-server's round
+        is C++."""
+        return max(0.0, self.round_seconds - self.pass_seconds)
+
+    @derived(speculation=12, bench_run=3, bench_row=3)
+    def overhead_seconds_per_round(self) -> float | None:
+        """:attr:`overhead_seconds` per round, seconds (None before a round)."""
+        return self.overhead_seconds / self.rounds if self.rounds else None
+
+    @derived(speculation=13, bench_run=4, bench_row=4)
+    def overhead_seconds_per_drafted_token(self) -> float | None:
+        """:attr:`overhead_seconds` per drafted token, seconds (None when nothing was drafted)."""
+        return self.overhead_seconds / self.drafted if self.drafted else None
 
     @derived()
     def decode_seconds(self) -> float:
@@ -248,6 +279,8 @@ class GenerationStats:
         self.verify_seconds += rs.verify_seconds
         self.catchup_tokens += rs.catchup_tokens
         self.catchup_seconds += rs.catchup_seconds
+        self.round_seconds += rs.round_seconds
+        self.pass_seconds += rs.pass_seconds
 
     def add(self, other: "GenerationStats") -> None:
         """Add another generation's ``summed`` figures: totals over several generations (a

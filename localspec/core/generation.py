@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from localspec.config import DraftParams, GenerationParams, SamplingParams
-from localspec.core.acceptance import Constraint, verify
+from localspec.core.acceptance import Constraint, Verdict, accept_greedy, verify
 from localspec.core.drafters import Draft, DraftMemory, Drafter, PredictionDrafter, PromptLookupDrafter
 from localspec.core.events import DrafterId, EndReason, GenerationStats, RoundStats, TokenEvent, TokenKind
 from localspec.core.policy import Choice, DraftPolicy, RoundState
@@ -195,16 +195,16 @@ class Generation:
         # 1. draft: the free drafters propose; the policy chooses a drafter and a draft length g; it drafts
         #    d_1..d_g (a draft model first catches up on the tokens its cache lacks: timed apart)
         to_catch_up = eng.draft_catchup_tokens(committed)
+        in_passes = eng.pass_seconds()
         t0 = eng.clock()
         proposals = self._free_proposals(limit)
         choice = policy.choose(RoundState(committed, limit, proposals, generated, to_catch_up))
         draft, (catchup_tokens, catchup_seconds) = self._draft(choice, proposals, limit, rng)
         draft_seconds = eng.clock() - t0 - catchup_seconds
         # 2. verify: one target pass over [x_n, d_1..d_g] gives g + 1 rows of target logits
-        t0 = eng.clock()
-        logits = target.decode([committed[-1], *draft.tokens], logits_for="all")
         # 3. accept: the longest accepted prefix d_1..d_k and one target token t (resampled, or the bonus if k = g)
-        verdict = verify(draft.tokens, draft.probs, logits, self.sampling, rng, self.constraint)
+        t0 = eng.clock()
+        verdict, logits = self._verify(draft, rng)
         k = verdict.accepted
         target.truncate(len(committed) + k)  # the rejected draft tokens leave the cache
         verify_seconds = eng.clock() - t0
@@ -221,17 +221,34 @@ class Generation:
             drafted=len(draft.tokens), accepted=k, committed=max(len(committed) - n_before, 0),
             draft_seconds=draft_seconds, verify_seconds=verify_seconds, draft_len_chosen=choice.draft_len,
             reason=choice.reason, catchup_tokens=catchup_tokens, catchup_seconds=catchup_seconds,
-            round_seconds=eng.clock() - self._t_mark - self._waited,
-            from_memory=draft.from_memory and bool(draft.tokens))
+            round_seconds=(t_end := eng.clock()) - self._t_mark - self._waited,
+            from_memory=draft.from_memory and bool(draft.tokens), pass_seconds=eng.pass_seconds() - in_passes)
         policy.observe(rs)
         # the round's invariant: the target's KV cache holds the committed tokens but the newest
         assert target.n_cached == len(committed) - 1, \
             f"target cache holds {target.n_cached} tokens, not the {len(committed) - 1} committed before the newest"
         if eng.debug:
             eng.check_caches(committed)
-        # the next round's time starts here (releasing this round's text counts, the consumer's time does not)
-        self._t_mark, self._waited = eng.clock(), 0.0
+        # the next round's time starts here (observing this round and releasing its text count, the consumer's
+        # time does not): the rounds' times add up to the whole decode but the consumer's and the final release
+        self._t_mark, self._waited = t_end, 0.0
         return rs, end
+
+    def _verify(self, draft: Draft, rng: np.random.Generator) -> tuple[Verdict, np.ndarray | None]:
+        """Steps 2 and 3: one target pass over [x_n, d_1..d_g], and the acceptance rule on its g + 1 rows.
+
+        Greedy decoding without a constraint or logprobs reads only each row's argmax, taken where llama.cpp
+        wrote the logits (:meth:`~localspec.backend.llama.LlamaModel.decode_argmax`): no row is copied (the
+        same verdict as :func:`~localspec.core.acceptance.verify` on the copied rows).
+
+        Returns:
+            (the verdict, the rows: float32 (g + 1, n_vocab), or None when only their argmax was read).
+        """
+        target, tokens = self.engine.target, [self.committed[-1], *draft.tokens]
+        if self.sampling.greedy and self.constraint is None and self.logprobs is None:
+            return accept_greedy(draft.tokens, target.decode_argmax(tokens)), None
+        logits = target.decode(tokens, logits_for="all")
+        return verify(draft.tokens, draft.probs, logits, self.sampling, rng, self.constraint), logits
 
     def _drafters(self) -> dict[DrafterId, Drafter]:
         """This generation's drafters by name: its predicted output, its prompt lookup (the engine's, or one

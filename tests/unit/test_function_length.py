@@ -21,8 +21,8 @@ ALLOWED = {
     "localspec/bench/command.py:cli_bench": (
         94, "the bench command's whole flow (settings, repack, calibration, runs, report, files), "
             "each step a few lines of progress output"),
-    "localspec/bench/report.py:summarise": (85, "one flat mapping from the run's records to the report's fields"),
-    "localspec/bench/report.py:format_table": (81, "one table, column by column"),
+    "localspec/bench/report.py:summarise": (84, "one flat mapping from the run's records to the report's fields"),
+    "localspec/bench/report.py:format_table": (82, "one table, column by column"),
     "localspec/bench/runner.py:run_bench": (
         114, "the paired run order (modes alternating within a repetition), timed side by side in one loop"),
     "localspec/cli.py:cmd_calibrate": (73, "the calibrate command's report, line by line"),

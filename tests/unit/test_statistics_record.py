@@ -24,15 +24,19 @@ ROOT = Path(__file__).resolve().parents[2]
 STATS_KEYS = ["prompt_tokens", "cached_prompt_tokens", "tokens", "rounds", "target_passes", "drafted", "accepted",
               "drafting_rounds", "acceptance_rate", "mean_accepted_length", "tokens_per_target_pass",
               "tokens_per_second", "time_to_first_token", "prefill_seconds", "draft_seconds", "verify_seconds",
-              "catchup_tokens", "catchup_seconds", "decode_seconds", "elapsed_seconds", "end_reason", "kinds"]
+              "catchup_tokens", "catchup_seconds", "round_seconds", "pass_seconds", "overhead_seconds",
+              "overhead_seconds_per_round", "overhead_seconds_per_drafted_token", "decode_seconds", "elapsed_seconds",
+              "end_reason", "kinds"]
 SPECULATION_KEYS = ["mode", "draft_max", "drafted", "accepted", "rounds", "target_passes", "acceptance_rate",
                     "mean_accepted_length", "tokens_per_target_pass", "tokens_per_second", "time_to_first_token",
-                    "prefill_seconds", "elapsed_seconds", "end_reason", "drafters", "memory"]
+                    "prefill_seconds", "elapsed_seconds", "end_reason", "overhead_seconds_per_round",
+                    "overhead_seconds_per_drafted_token", "drafters", "memory"]
 ROUND_KEYS = ["type", "round", "drafter", "drafted", "accepted", "committed", "draft_tokens", "target_tokens",
-              "draft_seconds", "verify_seconds", "draft_len_chosen", "reason"]
+              "draft_seconds", "verify_seconds", "draft_len_chosen", "reason", "round_seconds", "pass_seconds"]
 FIGURE_METRICS = {"localspec_prompt_tokens", "localspec_prompt_tokens_cached", "localspec_prompt_tokens_read",
                   "localspec_tokens_predicted", "localspec_rounds", "localspec_prefill_seconds",
-                  "localspec_draft_seconds", "localspec_verify_seconds", "localspec_request_seconds"}
+                  "localspec_draft_seconds", "localspec_verify_seconds", "localspec_request_seconds",
+                  "localspec_pass_seconds", "localspec_round_overhead_seconds"}
 
 #: modules that fill the record rather than show it
 FILLERS = {"localspec/core/events.py", "localspec/core/engine.py"}
@@ -43,6 +47,8 @@ OTHER_KEYS = {
     ("localspec/bench/report.py", "decode_seconds"),  # a run's seconds inside llama.cpp's decode calls
     ("localspec/bench/report.py", "acceptance_rate"),  # format_table reading a saved row
     ("localspec/bench/report.py", "mean_accepted_length"),  # format_table reading a saved row
+    ("localspec/bench/report.py", "overhead_seconds_per_round"),  # format_table and the goals reading a saved row
+    ("localspec/bench/report.py", "overhead_seconds_per_drafted_token"),  # format_table reading a saved row
     ("localspec/bench/ui.py", "decode_seconds"),  # the UI benchmark's own result row
     ("localspec/tui/stats.py", "elapsed_seconds"),  # what conversations saved before it called "seconds"
 }
@@ -52,7 +58,7 @@ def stats() -> GenerationStats:
     s = GenerationStats(prompt_tokens=10, cached_prompt_tokens=4, rounds=2, target_passes=2, drafted=4,
                         accepted=2, drafting_rounds=2, prefill_seconds=0.1, draft_seconds=0.02, verify_seconds=0.3,
                         elapsed_seconds=0.9, time_to_first_token=0.15, end_reason=EndReason.EOG, catchup_tokens=2,
-                        catchup_seconds=0.01)
+                        catchup_seconds=0.01, round_seconds=0.75, pass_seconds=0.55)
     for kind in (TokenKind.ACCEPTED, TokenKind.ACCEPTED, TokenKind.BONUS):
         s.add_token(kind)
     return s
@@ -71,6 +77,10 @@ def test_the_outputs_keys_are_the_record_s_in_its_order():
     assert list(json.loads(_json_line(round_stats()))) == ROUND_KEYS == ["type", *view_names(RoundStats, "line")]
     assert spec["time_to_first_token"] == 0.15 and spec["end_reason"] == "eog" and spec["acceptance_rate"] == 0.5
     assert line["kinds"] == {"accepted": 2, "bonus": 1} and line["decode_seconds"] == 0.9 - 0.1 - 0.01
+    # the rounds' time outside llama.cpp's passes: 0.2 s over 2 rounds and 4 drafted tokens
+    assert abs(line["overhead_seconds"] - 0.2) < 1e-12 and abs(spec["overhead_seconds_per_round"] - 0.1) < 1e-12
+    assert abs(spec["overhead_seconds_per_drafted_token"] - 0.05) < 1e-12
+    assert GenerationStats().overhead_seconds_per_round is None and GenerationStats(rounds=1).overhead_seconds == 0.0
 
 
 def test_metrics_has_one_series_per_figure_the_record_gives_a_metric():
@@ -89,6 +99,7 @@ def test_metrics_has_one_series_per_figure_the_record_gives_a_metric():
              for f in FIGURE_METRICS}
     assert value["localspec_prompt_tokens_cached"] == 8 and value["localspec_prompt_tokens_read"] == 12
     assert value["localspec_request_seconds"] == 1.8 and value["localspec_rounds"] == 4
+    assert abs(value["localspec_round_overhead_seconds"] - 0.4) < 1e-12 and value["localspec_pass_seconds"] == 1.1
 
 
 def test_add_sums_the_figures_declared_summed_and_keeps_the_others():

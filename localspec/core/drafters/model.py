@@ -121,25 +121,29 @@ class DraftModelDrafter:
             return Draft((), None, self.name)
         self.last_catchup = self.catch_up(context)
         n = model.sync(context)
-        logits = model.decode(context[n:], "last")[0]
         tokens: list[int] = []
         probs: list[np.ndarray] = []
-        sampling, rng = self.sampling, self.rng
-        greedy = sampling.greedy
+        sampling, rng, width = self.sampling, self.rng, self.n_propose
+        # greedy without a p-min reads only the argmax, taken where llama.cpp wrote the logits (no copy)
+        argmax_only = sampling.greedy and drafting.draft_p_min <= 0.0
+        todo = context[n:]  # what the next pass evaluates: the tokens the cache lacks, then each drafted one
         for i in range(draft_len):
-            row = logits[: self.n_propose]
-            if drafting.draft_p_min > 0.0 and softmax(row).max() < drafting.draft_p_min:
-                break
-            if greedy:
-                tok = int(np.argmax(row))
+            if argmax_only:
+                tok = int(model.decode_argmax(todo, "last", width)[0])
             else:
-                q = logits_to_probs(row, sampling)
-                tok = sample(q, rng)
-                probs.append(q)
+                row = model.decode(todo, "last")[0][:width]
+                if drafting.draft_p_min > 0.0 and softmax(row).max() < drafting.draft_p_min:
+                    break
+                if sampling.greedy:
+                    tok = int(np.argmax(row))
+                else:
+                    q = logits_to_probs(row, sampling)
+                    tok = sample(q, rng)
+                    probs.append(q)
             tokens.append(tok)
             if i + 1 == draft_len or model.is_eog(tok):
                 break
-            logits = model.decode([tok], "last")[0]
+            todo = [tok]
         return Draft(tuple(tokens), np.stack(probs) if probs else None, self.name)
 
     def rollback(self, committed: Sequence[int]) -> None:

@@ -36,7 +36,7 @@ class StallingModel(FakeModel):
         super().__init__()
         self.stall_after, self.deaf = stall_after, deaf
         self.aborted = threading.Event()
-        self.decode_seconds = 0.0
+        self.decode_seconds = self.llama_decode_seconds = 0.0
 
     def decode(self, tokens, logits_for="last", progress=None):
         if len(self.decode_calls) >= self.stall_after:

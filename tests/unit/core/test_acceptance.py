@@ -6,7 +6,7 @@ import pytest
 from localspec.config import SamplingParams
 from localspec.core.events import TokenKind
 from localspec.core.sampling import logits_to_probs
-from localspec.core.acceptance import residual_distribution, verify, verify_greedy, verify_sampled
+from localspec.core.acceptance import accept_greedy, residual_distribution, verify, verify_greedy, verify_sampled
 
 V = 6
 
@@ -33,6 +33,27 @@ def test_greedy_first_mismatch_is_resampled_with_target_argmax():
 def test_greedy_empty_draft_is_target_token():
     v = verify_greedy([], onehot_logits([4]))
     assert (v.accepted, v.token, v.kind) == (0, 4, TokenKind.TARGET)
+
+
+def test_greedy_from_the_argmax_alone_is_greedy_on_the_rows():
+    """What the round reads when only the argmax is taken in llama.cpp's buffer (``decode_argmax``): the same
+    verdict as the rows give, ties at the lowest id, the first mismatch anywhere in a draft of 0..64."""
+    rng = np.random.default_rng(3)
+    for _ in range(500):
+        g = int(rng.integers(0, 65))
+        logits = rng.integers(0, 4, size=(g + 1, V)).astype(np.float32)  # many ties
+        target = np.argmax(logits, axis=1)
+        draft = [int(t) for t in target[:g]]
+        if g and rng.random() < 0.8:
+            i = int(rng.integers(0, g))
+            draft[i:] = [int(t) for t in rng.integers(0, V, size=g - i)]
+        k = 0  # the reference: accept while the draft token is the row's argmax
+        while k < g and draft[k] == int(np.argmax(logits[k])):
+            k += 1
+        kind = TokenKind.TARGET if g == 0 else TokenKind.BONUS if k == g else TokenKind.RESAMPLED
+        expected = (k, int(np.argmax(logits[k])), kind, tuple(int(np.argmax(r)) for r in logits[: k + 1]))
+        v = accept_greedy(draft, np.argmax(logits, axis=1))
+        assert (v.accepted, v.token, v.kind, v.target_tokens) == expected and v == verify_greedy(draft, logits)
 
 
 def test_sampled_saturated_logits_exact():

@@ -79,3 +79,31 @@ def test_round_seconds_still_count_the_engines_own_time():
     rounds = [rs for rs in gen.rounds]
     assert rounds and all(abs(rs.round_seconds - 0.010) < 1e-9 for rs in rounds[1:])
     assert all(isinstance(rs, RoundStats) for rs in rounds)
+
+
+def test_a_rounds_passes_and_its_overhead_are_what_llama_decode_and_the_rest_took():
+    """Each pass takes 10 ms of the scripted clock, 8 of them inside ``llama_decode`` (the model's
+    ``llama_decode_seconds``, as LlamaModel counts it); the rest (2 ms a pass) is the round's overhead, summed
+    into the generation's statistics and given per round and per drafted token."""
+    clock = Clock()
+
+    class Timed(FakeModel):
+        llama_decode_seconds = 0.0
+
+        def decode(self, tokens, logits_for="last", progress=None):
+            clock.now += 0.010
+            self.llama_decode_seconds += 0.008
+            return super().decode(tokens, logits_for, progress)
+
+    engine = SpeculativeEngine(Timed(), Timed(), clock=clock)
+    gen = engine.generate(PROMPT, SamplingParams(temperature=0.0), DraftParams(mode="draft", draft_max=3),
+                          GenerationParams(max_tokens=12)).run()
+    rounds, s = gen.rounds, gen.stats
+    assert len(rounds) >= 2 and s.drafted > 0
+    for rs in rounds:  # the target's verification pass and the draft model's passes (catch-up included)
+        passes = round(rs.round_seconds / 0.010)
+        assert passes >= 2 and abs(rs.pass_seconds - 0.008 * passes) < 1e-9
+    assert abs(s.round_seconds - sum(rs.round_seconds for rs in rounds)) < 1e-9
+    assert abs(s.pass_seconds - 0.8 * s.round_seconds) < 1e-9
+    assert abs(s.overhead_seconds_per_round - 0.2 * s.round_seconds / len(rounds)) < 1e-9
+    assert abs(s.overhead_seconds_per_drafted_token - 0.2 * s.round_seconds / s.drafted) < 1e-9

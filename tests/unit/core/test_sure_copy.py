@@ -114,3 +114,35 @@ def test_a_copy_that_broke_in_this_generation_is_discounted_by_its_break_rate():
     pol, broken, _ = copy_rounds(zen5, 1100, 0.0, proposals=SURE_COPY_PROPOSALS + 3, break_at=20)
     assert pol.is_sure_copy(DrafterId.PREDICTION) and 0 < pol.copy_break_rate(DrafterId.PREDICTION) < 0.01
     assert broken[-1] < unbroken[-1]
+
+
+@pytest.mark.parametrize("source", ["prediction", "memory"])
+def test_sampled_output_is_unchanged_by_long_sure_copy_drafts(source):
+    """Issue 44, item 6: at temperature > 0 the target samples each verified position with the same seeded
+    generator whether a point-mass draft sits there or not, so a sure copy drafted long (a prediction, or an
+    earlier answer in the draft memory) changes no token: the answer equals mode none's with the same seed."""
+    from fakes import FakeModel
+    from localspec.config import DraftParams, GenerationParams, SamplingParams
+    from localspec.core.drafters import DraftMemory
+    from localspec.core.engine import SpeculativeEngine
+    from cost_curves import costs_for
+
+    prompt, n = [11, 13, 5, 7], 400
+    eng = SpeculativeEngine(FakeModel(n_ctx=1024), None, costs=costs_for([0.03 + 0.002 * b for b in range(65)]))
+    sampling = SamplingParams(temperature=1.0, seed=3)  # 400 tokens without an end-of-generation token
+
+    def sampled(mode, **kw):
+        return eng.generate(prompt, sampling, DraftParams(mode=mode), GenerationParams(max_tokens=n), **kw).run()
+
+    reference = sampled("none")
+    if source == "prediction":
+        again = sampled("auto", prediction=reference.token_ids)
+    else:
+        memory = DraftMemory(10_000)
+        sampled("auto", memory=memory)  # the first answer goes into the memory
+        again = sampled("auto", memory=memory)
+    assert again.token_ids == reference.token_ids and len(again.token_ids) == n
+    long = [r for r in again.rounds if r.drafted >= 48]
+    assert long and all(r.accepted == r.drafted for r in long)
+    if source == "memory":
+        assert any(r.from_memory for r in long)

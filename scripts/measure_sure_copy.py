@@ -11,16 +11,19 @@ the file as the request's ``prediction``, and prints, with the CPU's name:
   free drafts at that context*: the time a perfect free drafter would take for the same tokens from the same
   position, each round drafting the length with the least cost per token on the calibrated curve at its
   position (:meth:`ModelCosts.curve_at`; no acceptance risk), with the round's fixed cost this generation
-  measured (its rounds' time outside the passes) and without it.
+  measured (its rounds' time outside the passes) and without it;
+* whether the answer's token ids equal the recorded trace's (``tests/data/traces/colorsys-unchanged.json``, the
+  same prompt) and, with ``--check-none``, mode none's on this machine (greedy exactness).
 
 Usage (a minute or two on a 2-core CPU once the costs are cached)::
 
-    PYTHONPATH=$PWD .venv/bin/python scripts/measure_sure_copy.py [--reps 1] [--n-ctx 8192]
+    PYTHONPATH=$PWD .venv/bin/python scripts/measure_sure_copy.py [--reps 1] [--n-ctx 8192] [--check-none]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -38,6 +41,7 @@ from localspec.core.costmodel import verify_cost  # noqa: E402
 from localspec.core.events import DrafterId, RoundStats  # noqa: E402
 
 TASK = "colorsys-unchanged"
+TRACE = HERE.parent / "tests" / "data" / "traces" / f"{TASK}.json"
 
 
 def ceiling_seconds(curve_at, start: int, tokens: int, g_max: int, overhead: float) -> float:
@@ -65,7 +69,7 @@ def run_once(engine, prompt: list[int], prediction: list[int], max_tokens: int) 
     per_pass = [r.committed for r in rounds]
     outside = [r.round_seconds - r.verify_seconds - r.catchup_seconds - (r.draft_seconds if r.drafter == DrafterId.DRAFT else 0)
                for r in rounds if r.round_seconds > 0]
-    return {"tokens": len(gen.token_ids), "rounds": len(rounds), "per_pass": per_pass,
+    return {"ids": [int(t) for t in gen.token_ids], "tokens": len(gen.token_ids), "rounds": len(rounds), "per_pass": per_pass,
             "lengths": [r.drafted for r in rounds], "decode_s": st.decode_seconds, "prefill_s": st.prefill_seconds,
             "wall_s": wall, "overhead_s": statistics.median(outside) if outside else 0.0,
             "verify_s": sum(r.verify_seconds for r in rounds)}
@@ -75,6 +79,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--reps", type=int, default=1)
     p.add_argument("--n-ctx", type=int, default=8192)
+    p.add_argument("--check-none", action="store_true", help="also generate in mode none and compare the ids")
     args = p.parse_args(argv)
     pair = load_catalog().default
     settings = Settings(target=ModelSettings(model=pair.target, n_ctx=args.n_ctx),
@@ -89,6 +94,13 @@ def main(argv=None) -> int:
         print(f"CPU: {cpu_description()}")
         print(f"task {TASK}: prompt {len(prompt)} tokens, prediction {len(prediction)}; mode auto, draft_max {g_max}, "
               f"greedy, n_ctx {engine.n_ctx}")
+        trace = json.loads(TRACE.read_text()) if TRACE.exists() else {}
+        same_prompt = trace.get("prompt") == prompt
+        reference = None
+        if args.check_none:
+            gen = engine.generate(prompt, SamplingParams(temperature=0.0), DraftParams(mode="none"),
+                                  GenerationParams(max_tokens=max_tokens))
+            reference = [int(t) for t in gen.run().token_ids]
         for rep in range(args.reps):
             r = run_once(engine, prompt, prediction, max_tokens)
             q = statistics.quantiles(r["per_pass"], n=4) if len(r["per_pass"]) > 1 else [0, 0, 0]
@@ -103,6 +115,9 @@ def main(argv=None) -> int:
             print(f"  calibrated ceiling for free drafts at this context: {r['tokens'] / ceil0:.1f} tok/s without a "
                   f"fixed cost -> decode / ceiling {ceil0 / r['decode_s']:.3f}; with this run's fixed cost "
                   f"{r['tokens'] / ceil1:.1f} tok/s -> {ceil1 / r['decode_s']:.3f}", flush=True)
+            print(f"  answer ids equal the recorded trace's: "
+                  f"{r['ids'] == trace.get('answer') if same_prompt else 'not compared (another prompt)'}"
+                  + ("" if reference is None else f"; equal mode none's here: {r['ids'] == reference}"), flush=True)
     finally:
         engine.close()
     return 0

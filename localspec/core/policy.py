@@ -51,15 +51,16 @@ SELF_REPEAT_TOKENS = 24
 SELF_COPY_DRAFT_MAX = 4
 #: a free drafter whose last this many scored proposals each agreed with the committed tokens over every token it
 #: proposed (:meth:`AdaptivePolicy._see_free`; each at least :data:`COPY_EVIDENCE_TOKENS` long) drafts a *sure copy*:
-#: its proposal is valued at acceptance 1 at every position (:meth:`AdaptivePolicy.free_values`), so the round's length
-#: is where the measured cost per token, the round's fixed cost included (:attr:`AdaptivePolicy.overhead`), stops
-#: falling at the current position (:func:`~localspec.core.costmodel.best_draft_length` on the curve there). One wrong
-#: token ends the run. Why: the rule of succession on the match length discounts the far positions of a long draft
-#: ((m + 1) / (m + g + 1) to reach the end: 0.82 for 64 tokens after 300), which kept an unchanged file's copy at
-#: 26-38 tokens a round on the 2-vCPU AMX Xeon (issue 44) where llama-server's ngram-mod drafted 64 and won (0.93x);
-#: a copy that already agreed over two whole proposals (~130 tokens and more) breaks far less often than that
-#: (colorsys-unchanged: never; the renames: at each renamed site, where the run ends). Replayed on every recorded
-#: curve: docs/speedup.md, "Sure copies".
+#: its proposal is valued at 1 less its copies' break rate in this generation at every position (1 until one broke;
+#: :meth:`AdaptivePolicy.free_values`), so the round's length is where the measured cost per token, the round's fixed
+#: cost included (:attr:`AdaptivePolicy.overhead`), stops falling at the current position
+#: (:func:`~localspec.core.costmodel.best_draft_length` on the curve there). One wrong token ends the run. Why: the
+#: rule of succession on the match length discounts the far positions of a long draft ((m + 1) / (m + g + 1) to
+#: reach the end: 0.82 for 64 tokens after 300), which kept an unchanged file's copy at 26-38 tokens a round on the
+#: 2-vCPU AMX Xeon (issue 44) where llama-server's ngram-mod drafted 64 and won (0.93x). The break rate: valued at 1
+#: after a break, fnmatch-rename's copy was drafted 64 tokens into a renamed site on the Zen 5 curve (4,096), where
+#: 15 and 64 tokens cost within 4 % per token, and replayed 3 % slower. Replayed on every recorded curve:
+#: docs/speedup.md, "Sure copies".
 SURE_COPY_PROPOSALS = 2
 
 

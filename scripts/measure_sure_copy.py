@@ -80,6 +80,8 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=1)
     p.add_argument("--n-ctx", type=int, default=8192)
     p.add_argument("--check-none", action="store_true", help="also generate in mode none and compare the ids")
+    p.add_argument("--max-tokens", type=int, default=None, help="stop the answer there (the trace's first tokens "
+                                                                 "are compared); default: the task's")
     args = p.parse_args(argv)
     pair = load_catalog().default
     settings = Settings(target=ModelSettings(model=pair.target, n_ctx=args.n_ctx),
@@ -87,6 +89,7 @@ def main(argv=None) -> int:
     engine = load_engine(settings)
     try:
         message, original, max_tokens = tasks()[TASK]
+        max_tokens = args.max_tokens or max_tokens
         prompt = [int(t) for t in engine.chat_tokens([{"role": "user", "content": message}])]
         prediction = [int(t) for t in engine.tokenize(original, special=False)]
         costs = engine.costs
@@ -116,7 +119,7 @@ def main(argv=None) -> int:
                   f"fixed cost -> decode / ceiling {ceil0 / r['decode_s']:.3f}; with this run's fixed cost "
                   f"{r['tokens'] / ceil1:.1f} tok/s -> {ceil1 / r['decode_s']:.3f}", flush=True)
             print(f"  answer ids equal the recorded trace's: "
-                  f"{r['ids'] == trace.get('answer') if same_prompt else 'not compared (another prompt)'}"
+                  f"{r['ids'] == trace.get('answer', [])[:len(r['ids'])] if same_prompt else 'not compared (another prompt)'}"
                   + ("" if reference is None else f"; equal mode none's here: {r['ids'] == reference}"), flush=True)
     finally:
         engine.close()

@@ -92,7 +92,7 @@ def main(argv=None) -> int:
         max_tokens = args.max_tokens or max_tokens
         prompt = [int(t) for t in engine.chat_tokens([{"role": "user", "content": message}])]
         prediction = [int(t) for t in engine.tokenize(original, special=False)]
-        costs = engine.costs
+        costs = engine.cost_model
         g_max = DraftParams(mode="auto").cap
         print(f"CPU: {cpu_description()}")
         print(f"task {TASK}: prompt {len(prompt)} tokens, prediction {len(prediction)}; mode auto, draft_max {g_max}, "

@@ -49,6 +49,19 @@ SELF_REPEAT_TOKENS = 24
 #: prose ones reached 4 tokens); beyond, it promised what they did not keep. Caps 4, 8, 12, 16 replayed on the
 #: chat and prose answers above: 4 and 8 within 0.4 % of each other on every curve, 16 up to 1.3 % slower
 SELF_COPY_DRAFT_MAX = 4
+#: a free drafter whose last this many scored proposals each agreed with the committed tokens over every token it
+#: proposed (:meth:`AdaptivePolicy._see_free`; each at least :data:`COPY_EVIDENCE_TOKENS` long) drafts a *sure copy*:
+#: its proposal is valued at 1 less its copies' break rate in this generation at every position (1 until one broke;
+#: :meth:`AdaptivePolicy.free_values`), so the round's length is where the measured cost per token, the round's fixed
+#: cost included (:attr:`AdaptivePolicy.overhead`), stops falling at the current position
+#: (:func:`~localspec.core.costmodel.best_draft_length` on the curve there). One wrong token ends the run. Why: the
+#: rule of succession on the match length discounts the far positions of a long draft ((m + 1) / (m + g + 1) to
+#: reach the end: 0.82 for 64 tokens after 300), which kept an unchanged file's copy at 26-38 tokens a round on the
+#: 2-vCPU AMX Xeon (issue 44) where llama-server's ngram-mod drafted 64 and won (0.93x). The break rate: valued at 1
+#: after a break, fnmatch-rename's copy was drafted 64 tokens into a renamed site on the Zen 5 curve (4,096), where
+#: 15 and 64 tokens cost within 4 % per token, and replayed 3 % slower. Replayed on every recorded curve:
+#: docs/speedup.md, "Sure copies".
+SURE_COPY_PROPOSALS = 2
 
 
 def copy_evidence(match_length: int, source_position: int, output_start: int) -> tuple[int, int | None]:
@@ -236,6 +249,11 @@ class AdaptivePolicy:
         }
         self._pending: dict[DrafterId, tuple[int, tuple[int, ...], int]] = {}
         self.match_length: dict[DrafterId, int] = {}
+        #: per free drafter: its last scored proposals in a row that agreed over every proposed token (a sure copy
+        #: from :data:`SURE_COPY_PROPOSALS` on; 0 after a mismatch)
+        self.agreed_run: dict[DrafterId, int] = {}
+        #: per free drafter: (tokens agreed, breaks) of its scored copies this generation (:meth:`copy_break_rate`)
+        self._copy_record: dict[DrafterId, tuple[int, int]] = {}
         self.relax = relax
         self.margin = margin
         self.last: Choice | None = None
@@ -335,6 +353,11 @@ class AdaptivePolicy:
         the positions its bucket has not yet learned (seen fewer than :data:`LEARNED_OBSERVATIONS`
         times): where long matches of this length kept breaking early in this generation, what
         was seen wins. Shorter matches than :data:`COPY_EVIDENCE_TOKENS` (16) follow their bucket alone.
+
+        A sure copy (:meth:`is_sure_copy`: the drafter's last :data:`SURE_COPY_PROPOSALS` proposals agreed
+        over every token, and this one's match is at least :data:`COPY_EVIDENCE_TOKENS`) is valued at no less
+        than 1 - :meth:`copy_break_rate` at every position: 1 while none of this generation's copies from the
+        drafter broke, so its length is where the cost per token, fixed cost included, is least.
         """
         match = self.match_length.get(name, 0)
         bucket = self.free_est[name].bucket(match)
@@ -342,8 +365,27 @@ class AdaptivePolicy:
         chance = LOOKUP_CHANCE_TOKENS if name == DrafterId.LOOKUP else 0
         if match < COPY_EVIDENCE_TOKENS:
             return acc
-        return [a if n >= LEARNED_OBSERVATIONS else max(a, s)
-                for a, n, s in zip(acc, bucket.counts, succession_prior(match, len(acc), chance))]
+        values = [a if n >= LEARNED_OBSERVATIONS else max(a, s)
+                  for a, n, s in zip(acc, bucket.counts, succession_prior(match, len(acc), chance))]
+        if self.is_sure_copy(name):
+            sure = 1.0 - self.copy_break_rate(name)
+            return [max(v, sure) for v in values]
+        return values
+
+    def is_sure_copy(self, name: DrafterId) -> bool:
+        """Whether free drafter ``name``'s proposal this round continues a sure copy: its last
+        :data:`SURE_COPY_PROPOSALS` scored proposals (each :data:`COPY_EVIDENCE_TOKENS` tokens or more) agreed
+        with the committed tokens over every token, and this proposal's match is :data:`COPY_EVIDENCE_TOKENS`
+        or longer (a repetition of the generation's own output counts only once trusted, :func:`copy_evidence`)."""
+        return (self.agreed_run.get(name, 0) >= SURE_COPY_PROPOSALS
+                and self.match_length.get(name, 0) >= COPY_EVIDENCE_TOKENS)
+
+    def copy_break_rate(self, name: DrafterId) -> float:
+        """Breaks per scored token of free drafter ``name``'s copies in this generation (proposals judged by
+        a match of :data:`COPY_EVIDENCE_TOKENS` or more; the maximum-likelihood rate of a constant hazard): 0
+        until one broke. A file returned with renames breaks at each renamed site, an unchanged one never."""
+        agreed, breaks = self._copy_record.get(name, (0, 0))
+        return breaks / (agreed + breaks) if breaks else 0.0
 
     def catchup_seconds(self) -> tuple[int, float]:
         """(tokens, expected seconds) of the catch-up the draft model needs before drafting now."""
@@ -374,7 +416,8 @@ class AdaptivePolicy:
         actually draft from would never learn). Other proposals made while one is pending fall inside it and are
         skipped, so each committed token is scored once, as in rounds that draft back to
         back. Comparing with the committed tokens is the acceptance rule of a point-mass
-        draft (exact in greedy and sampled modes).
+        draft (exact in greedy and sampled modes). A proposal of :data:`COPY_EVIDENCE_TOKENS` or more
+        that agreed over every token lengthens the drafter's :attr:`agreed_run`; a mismatch ends it.
         """
         est = self.free_est.get(name)
         if est is None:  # a free drafter of its own (not prediction or lookup): lookup's prior
@@ -389,15 +432,18 @@ class AdaptivePolicy:
                 k += 1
             if k < len(new):  # first mismatch at k
                 est.update(m, k + 1, k)
+                self._record_copy(name, m, k, broke=True)
                 pend = None
             elif len(new) == len(prop):  # every proposed token matched
                 est.update(m, len(prop), len(prop))
+                self._record_copy(name, m, len(prop), broke=False)
                 pend = None
             elif proposal and est.bucket_index(match_length) != est.bucket_index(m):
                 # the match grew into another bucket (this round's proposal is judged there): the pending one
                 # ends here, its k tokens all matched (a draft of k, all accepted), so that every bucket
                 # a drafted proposal belongs to learns, not only the one where its copy began
                 est.update(m, k, k)
+                self._record_copy(name, m, k, broke=None)
                 pend = None
         if pend is None and proposal:
             pend = (len(committed), tuple(proposal), int(match_length))
@@ -406,6 +452,19 @@ class AdaptivePolicy:
         else:
             self._pending[name] = pend
         self.match_length[name] = int(match_length) if proposal else 0
+
+    def _record_copy(self, name: DrafterId, match_length: int, agreed: int, broke: bool | None) -> None:
+        """A scored proposal's end: ``agreed`` tokens matched, then a mismatch (``broke``), the whole proposal
+        matched (False) or closed early in another bucket (None). Copies (a match of :data:`COPY_EVIDENCE_TOKENS`
+        or more) count in :meth:`copy_break_rate`; a mismatch ends :attr:`agreed_run`, a whole proposal of
+        :data:`COPY_EVIDENCE_TOKENS` or more lengthens it."""
+        if broke:
+            self.agreed_run[name] = 0
+        elif broke is False and agreed >= COPY_EVIDENCE_TOKENS:
+            self.agreed_run[name] = self.agreed_run.get(name, 0) + 1
+        if match_length >= COPY_EVIDENCE_TOKENS:
+            a, b = self._copy_record.get(name, (0, 0))
+            self._copy_record[name] = (a + agreed, b + (1 if broke else 0))
 
     def observe_overhead(self, seconds: float) -> None:
         """Learn this generation's fixed cost of a round from one round: its time minus its model passes,

@@ -23,6 +23,7 @@ import httpx
 import openai
 import pytest
 
+from answers import without_timing
 from helpers import tiny_lookup_server
 
 pytestmark = pytest.mark.tiny
@@ -41,21 +42,6 @@ TEXT = " ".join(WORDS)
 CUT = 30
 PREFIX = " ".join(WORDS[:CUT])
 RIGHT, WRONG = WORDS[CUT], ["pumpkin", "seventeen"]
-#: what a probe may differ in between two servers: wall-clock figures and the queue
-TIMING = {"tokens_per_second", "time_to_first_token", "prefill_seconds", "elapsed_seconds", "prompt_ms",
-          "prompt_per_token_ms", "prompt_per_second", "predicted_ms", "predicted_per_token_ms",
-          "predicted_per_second", "queue", "id", "created", "created_at", "system_fingerprint"}
-
-
-def without_timing(value):
-    """``value`` (a JSON answer) with every wall-clock and queue field left out, recursively."""
-    if isinstance(value, dict):
-        return {k: without_timing(v) for k, v in value.items() if k not in TIMING}
-    if isinstance(value, list):
-        return [without_timing(v) for v in value]
-    return value
-
-
 class Client:
     """One side of the conversation: an API key and, optionally, a ``cache_salt`` sent with every request."""
 

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from answers import without_timing
 from generation import run
 from fakes import FakeModel, WithFimTokens
 from fake_server import app_client
@@ -158,20 +159,6 @@ class FimFakeModel(WithFimTokens, SnapshotModel):
 
 
 TEXT = "t3 t5 t7 t11 t13 t5 t7"
-#: what an answer may differ in between two servers: wall-clock figures and the queue
-TIMING = {"tokens_per_second", "time_to_first_token", "prefill_seconds", "elapsed_seconds", "prompt_ms",
-          "prompt_per_token_ms", "prompt_per_second", "predicted_ms", "predicted_per_token_ms",
-          "predicted_per_second", "queue", "id", "created", "created_at"}
-
-
-def without_timing(value):
-    if isinstance(value, dict):
-        return {k: without_timing(v) for k, v in value.items() if k not in TIMING}
-    if isinstance(value, list):
-        return [without_timing(v) for v in value]
-    return value
-
-
 def two_keys():
     """A TestClient of the app over :class:`FimFakeModel` (512 tokens) with two API keys."""
     return app_client(FimFakeModel(n_ctx=512), ServerSettings(api_key=("key-a", "key-b")))

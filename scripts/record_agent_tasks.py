@@ -31,7 +31,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
@@ -120,28 +119,7 @@ def agent_command(client: str, agent: str, task: str, base_url: str, home: Path,
     if client == "codex":
         codex_home = home / "codex"
         codex_home.mkdir(parents=True)
-        (codex_home / "config.toml").write_text(textwrap.dedent(f"""\
-            model = "{MODEL}"
-            model_provider = "localspec"
-            approval_policy = "never"
-            sandbox_mode = "danger-full-access"
-            web_search = "disabled"
-            check_for_update_on_startup = false
-
-            [analytics]
-            enabled = false
-
-            [agents]
-            enabled = false
-
-            [model_providers.localspec]
-            name = "localspec"
-            base_url = "{base_url}"
-            wire_api = "responses"
-            request_max_retries = 0
-            stream_max_retries = 0
-            stream_idle_timeout_ms = {timeout * 1000}
-            """))
+        (codex_home / "config.toml").write_text(try_agents.codex_config(base_url, MODEL, timeout))
         env |= {"CODEX_HOME": str(codex_home)}
         return [agent, "exec", "--skip-git-repo-check", TASKS[task]], env
     raise SystemExit(f"unknown client {client!r}: qwen, opencode or codex")

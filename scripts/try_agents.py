@@ -226,19 +226,19 @@ CODEX_TASK = "Create a file named hi.txt in the current directory containing the
 QWEN_TASK = "Read hello.py and tell me the name of the function defined in it."
 
 
-def try_codex(codex: str, base_url: str, model: str) -> bool:
-    """``codex exec`` on a small task, with docs/clients.md's config.toml in a temporary CODEX_HOME."""
-    version = subprocess.run([codex, "--version"], text=True, capture_output=True).stdout.strip()
-    section(f"Codex CLI (@openai/codex) {version}")
-    d = workdir()
-    home = d / "codex-home"
-    home.mkdir()
-    (home / "config.toml").write_text(textwrap.dedent(f"""\
+def codex_config(base_url: str, model: str, timeout_s: float) -> str:
+    """Codex CLI's ``config.toml`` for localspec (docs/clients.md): the Responses API, no retries, no
+    update check, analytics or sub-agents (offline), streams idle for up to ``timeout_s`` seconds."""
+    return textwrap.dedent(f"""\
         model = "{model}"
         model_provider = "localspec"
         approval_policy = "never"
         sandbox_mode = "danger-full-access"
         web_search = "disabled"
+        check_for_update_on_startup = false
+
+        [analytics]
+        enabled = false
 
         [agents]
         enabled = false
@@ -249,8 +249,18 @@ def try_codex(codex: str, base_url: str, model: str) -> bool:
         wire_api = "responses"
         request_max_retries = 0
         stream_max_retries = 0
-        stream_idle_timeout_ms = {CLIENT_TIMEOUT * 1000}
-        """))
+        stream_idle_timeout_ms = {int(timeout_s * 1000)}
+        """)
+
+
+def try_codex(codex: str, base_url: str, model: str) -> bool:
+    """``codex exec`` on a small task, with docs/clients.md's config.toml in a temporary CODEX_HOME."""
+    version = subprocess.run([codex, "--version"], text=True, capture_output=True).stdout.strip()
+    section(f"Codex CLI (@openai/codex) {version}")
+    d = workdir()
+    home = d / "codex-home"
+    home.mkdir()
+    (home / "config.toml").write_text(codex_config(base_url, model, CLIENT_TIMEOUT))
     t0 = time.perf_counter()
     try:
         r = subprocess.run([codex, "exec", "--skip-git-repo-check", CODEX_TASK], cwd=d, text=True,

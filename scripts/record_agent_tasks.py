@@ -17,7 +17,12 @@ Tasks (:data:`TASKS`), in the repository :data:`REPO` made afresh for each run (
 commit every time, so that a session recorded twice sends the same prompts): ``read`` (read a file and
 answer a question about it), ``change`` (change one function), ``test`` (add a test and run it). Each
 names its files by their absolute path (the 1.5B made up folders for bare names, docs/clients.md). The
-verdict is checked on the repository afterwards (:func:`verdict`).
+verdict is checked on the repository (or the answer) right after the task's own run (:func:`verdict`).
+
+``--follow-ups N`` (default 4) then gives the same session N more user turns (:data:`FOLLOW_UPS`), each a
+run of the client with its resume switch, so the recording is a session of N + 1 user turns in which every
+request carries the conversation so far: what issue 45's replay benchmark (``scripts/bench_agents.py``)
+measures the prompt cache on.
 """
 
 from __future__ import annotations
@@ -58,6 +63,24 @@ TASKS = {
             f"then run it with the shell command `cd {REPO} && python3 -m unittest test_calc` and tell me whether "
             "it passed.",
 }
+#: what the user says next in the same session, one agent run each, continued with the client's own resume
+#: switch (:func:`agent_command`): a session of the task and these is 5 user turns, each request carrying the
+#: whole conversation again (issue 45 item 1 asks for sessions of at least 5 turns). They ask about the same
+#: small repository, so an agent that reads or runs something again re-sends what it already sent.
+FOLLOW_UPS = {
+    "read": [f"Now read {REPO}/calc.py and tell me what mean([2, 4]) returns.",
+             "What does word_count from text_utils.py return for 'one two three'?",
+             f"Read {REPO}/README.md and say in one sentence what it describes.",
+             "Which of the two Python files defines more functions? Answer with the file name."],
+    "change": [f"Show me the function mean of {REPO}/calc.py as it is now.",
+               "What does mean([]) return now? Answer with the value.",
+               f"Add a docstring to the function add in {REPO}/calc.py that says it returns a + b.",
+               "List the functions defined in calc.py now."],
+    "test": [f"Run `cd {REPO} && python3 -m unittest test_calc` again and tell me how many tests ran.",
+             f"Add a test of the function mean for the list [2, 4] to {REPO}/test_calc.py.",
+             f"Run `cd {REPO} && python3 -m unittest test_calc` and tell me whether all tests passed.",
+             "Which functions of calc.py are tested now?"],
+}
 #: the agents' HOME (and configuration) folders, made afresh for every session at this fixed path
 HOME = Path("/tmp/localspec-agent-home")
 MODEL = "qwen2.5-coder-1.5b"
@@ -96,32 +119,38 @@ def verdict(task: str, output: str) -> tuple[bool, str]:
         r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "no output")
 
 
-def agent_command(client: str, agent: str, task: str, base_url: str, home: Path, timeout: int) -> tuple[list, dict]:
-    """The command line and environment that run ``client`` headless on ``task`` against ``base_url`` (the
-    proxy's ``/v1``), its configuration written under ``home`` (its HOME: the user's own is never read)."""
-    home.mkdir(parents=True)
+def agent_command(client: str, agent: str, prompt: str, base_url: str, home: Path, timeout: int,
+                  resume: bool = False) -> tuple[list, dict]:
+    """The command line and environment that run ``client`` headless on ``prompt`` against ``base_url`` (the
+    proxy's ``/v1``), its configuration written under ``home`` (its HOME: the user's own is never read).
+
+    ``resume``: continue the client's last session (Qwen Code ``--continue``, opencode ``run --continue``,
+    Codex ``exec resume --last``), so ``prompt`` is the next user turn of the same conversation; the
+    configuration written by the first call is kept."""
+    home.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "HOME": str(home), "PWD": str(REPO)}
     if client == "qwen":
-        (home / ".qwen").mkdir()
+        (home / ".qwen").mkdir(exist_ok=True)
         (home / ".qwen" / "settings.json").write_text(json.dumps({
             "security": {"auth": {"selectedType": "openai"}}, "privacy": {"usageStatisticsEnabled": False},
             "telemetry": {"enabled": False}, "general": {"disableAutoUpdate": True, "disableUpdateNag": True}}))
         env |= {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "none", "OPENAI_MODEL": MODEL,
                 "QWEN_CODE_TOOL_CALL_STYLE": "qwen-vl", "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1",
                 "QWEN_STREAM_MAX_LIFETIME_MS": str(timeout * 1000)}
-        return [agent, "--auth-type", "openai", "--yolo", "-p", TASKS[task]], env
+        return [agent, "--auth-type", "openai", "--yolo", *(["--continue"] if resume else []), "-p", prompt], env
     if client == "opencode":
         config = home / "opencode.json"
         config.write_text(json.dumps(try_agents.opencode_config(base_url, "none", MODEL, 32768), indent=2))
         env |= {**try_agents.OPENCODE_OFFLINE_ENV, "OPENCODE_CONFIG": str(config),
                 **{f"XDG_{k}_HOME": str(home / k.lower()) for k in ("CONFIG", "DATA", "CACHE", "STATE")}}
-        return [agent, "run", "--pure", "--format", "json", "--title", f"localspec {task}", TASKS[task]], env
+        return [agent, "run", "--pure", "--format", "json",
+                *(["--continue"] if resume else ["--title", "localspec task"]), prompt], env
     if client == "codex":
         codex_home = home / "codex"
-        codex_home.mkdir(parents=True)
+        codex_home.mkdir(parents=True, exist_ok=True)
         (codex_home / "config.toml").write_text(try_agents.codex_config(base_url, MODEL, timeout))
         env |= {"CODEX_HOME": str(codex_home)}
-        return [agent, "exec", "--skip-git-repo-check", TASKS[task]], env
+        return [agent, "exec", *(["resume", "--last"] if resume else []), "--skip-git-repo-check", prompt], env
     raise SystemExit(f"unknown client {client!r}: qwen, opencode or codex")
 
 
@@ -160,6 +189,8 @@ def main() -> int:
     p.add_argument("--timeout", type=int, default=3600, help="seconds the agent may run")
     p.add_argument("--sessions", type=Path, default=ROOT / "tests" / "data" / "agent-sessions")
     p.add_argument("--docs", type=Path, default=ROOT / "docs" / "agents")
+    p.add_argument("--follow-ups", type=int, default=4, choices=range(0, 5),
+                   help="user turns after the task, in the same session (default 4: 5 user turns)")
     p.add_argument("--server-note", default="", help="a line for the transcript: how the server was started")
     ns = p.parse_args()
     name = f"{ns.client}-{ns.task}"
@@ -174,20 +205,36 @@ def main() -> int:
                               ns.upstream, "--port", str(port), "--out", str(out), "--log", str(log_path)])
     time.sleep(3)
     version = subprocess.run([ns.agent, "--version"], capture_output=True, text=True).stdout.strip()
-    cmd, env = agent_command(ns.client, ns.agent, ns.task, f"http://127.0.0.1:{port}/v1", home, ns.timeout)
+    prompts = [TASKS[ns.task], *FOLLOW_UPS[ns.task][:ns.follow_ups]]
+    base_url = f"http://127.0.0.1:{port}/v1"
     before = try_agents.server_metrics(ns.upstream + "/v1", "none")
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    runs = []  # per user turn: (prompt, what the agent printed, stderr, exit text, seconds)
     t0 = time.perf_counter()
-    # its own process group: Qwen Code runs itself again as a child node process, which a timeout must stop too
-    agent = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        stdout, stderr = agent.communicate(timeout=ns.timeout)
-        rc = agent.returncode
-    except subprocess.TimeoutExpired:
-        os.killpg(agent.pid, signal.SIGKILL)
-        stdout, stderr = agent.communicate()
-        rc = None
+    for i, prompt in enumerate(prompts):
+        cmd, env = agent_command(ns.client, ns.agent, prompt, base_url, home, ns.timeout, resume=i > 0)
+        t1 = time.perf_counter()
+        # its own process group: Qwen Code runs itself again as a child node process, which a timeout must stop
+        agent = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+        left = max(1.0, ns.timeout - (t1 - t0))
+        try:
+            stdout, stderr = agent.communicate(timeout=left)
+            rc = agent.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(agent.pid, signal.SIGKILL)
+            stdout, stderr = agent.communicate()
+            rc = None
+        printed = stdout
+        if ns.client == "opencode":
+            steps, (_, _, calls, answer) = try_agents.opencode_steps(stdout), try_agents.opencode_verdict(stdout)
+            printed = "\n".join(steps + ["tool " + c for c in calls] + [f"answer: {answer}"])
+        runs.append((prompt, printed, stderr, "timed out" if rc is None else f"exit {rc}", time.perf_counter() - t1))
+        if i == 0:  # the task is judged on its own turn: the follow-ups may change the repository again
+            done, why = verdict(ns.task, answer if ns.client == "opencode" else printed)
+        print(f"user turn {i}: {runs[-1][3]} after {runs[-1][4]:.0f} s", flush=True)
+        if rc is None:
+            break
     seconds = time.perf_counter() - t0
     time.sleep(1)
     proxy.terminate()
@@ -197,30 +244,30 @@ def main() -> int:
         proxy.kill()
     after = try_agents.server_metrics(ns.upstream + "/v1", "none")
     delta = {k.removeprefix("localspec_").removesuffix("_total"): round(after[k] - before[k], 1) for k in after}
-    printed = stdout
-    if ns.client == "opencode":
-        steps, (_, _, calls, answer) = try_agents.opencode_steps(stdout), try_agents.opencode_verdict(stdout)
-        printed = "\n".join(steps + ["tool " + c for c in calls] + [f"answer: {answer}"])
-    done, why = verdict(ns.task, printed if ns.client != "opencode" else answer)
     diff = subprocess.run(["git", "status", "--short"], cwd=REPO, capture_output=True, text=True).stdout
     diff += subprocess.run(["git", "diff"], cwd=REPO, capture_output=True, text=True).stdout
     log = [json.loads(x) for x in log_path.read_text().splitlines()] if log_path.exists() else []
     size = out.stat().st_size if out.exists() else 0
     ns.docs.mkdir(parents=True, exist_ok=True)
-    exit_text = "timed out" if rc is None else f"exit {rc}"
+    exit_text = ", ".join(r[3] for r in runs)
+    cmd0, _ = agent_command(ns.client, ns.agent, "<prompt>", base_url, home, ns.timeout)
+    cmd1, _ = agent_command(ns.client, ns.agent, "<prompt>", base_url, home, ns.timeout, resume=True)
     md = [f"# {ns.client} ({version}), task `{ns.task}`", "",
           f"Recorded {started} on this machine: {describe()}, load average {os.getloadavg()[0]:.1f}. "
           f"{ns.server_note}", "",
           f"Task: {TASKS[ns.task]}", "",
-          f"Command: `{' '.join(cmd[:-1])} \"<task>\"` (`scripts/record_agent_tasks.py --client {ns.client} "
-          f"--task {ns.task}`)", "",
-          f"**{'Finished' if done else 'Not finished'}**: {why}; the agent's {exit_text} after {seconds:.0f} s, "
-          f"{len(log)} requests. Recording: `tests/data/agent-sessions/{name}.jsonl` ({size / 1e6:.2f} MB).", "",
+          f"Then {len(prompts) - 1} follow-ups in the same session: " + " / ".join(prompts[1:]), "",
+          f"Commands: `{' '.join(cmd0)}`, then `{' '.join(cmd1)}` for each follow-up "
+          f"(`scripts/record_agent_tasks.py --client {ns.client} --task {ns.task} --follow-ups {ns.follow_ups}`)", "",
+          f"**{'Finished' if done else 'Not finished'}**: {why}; the agent's runs: {exit_text}; {seconds:.0f} s in "
+          f"all, {len(log)} requests. Recording: `tests/data/agent-sessions/{name}.jsonl` ({size / 1e6:.2f} MB).", "",
           f"Server counters over the session (`/metrics`): `{json.dumps(delta)}`", "",
-          "## Turns (proxy timings, seconds after the request arrived)", "", *turn_rows(log), "",
-          "## What the agent printed", "", "```", (printed.strip() or "(nothing)")[-6000:], "```", ""]
-    if stderr.strip():
-        md += ["stderr (last lines):", "", "```", stderr.strip()[-3000:], "```", ""]
+          "## Turns (proxy timings, seconds after the request arrived)", "", *turn_rows(log), ""]
+    for i, (prompt, printed, stderr, rc_text, secs) in enumerate(runs):
+        md += [f"## User turn {i} ({rc_text}, {secs:.0f} s): {prompt}", "", "```",
+               (printed.strip() or "(nothing)")[-4000:], "```", ""]
+        if stderr.strip():
+            md += ["stderr (last lines):", "", "```", stderr.strip()[-1500:], "```", ""]
     md += ["## The repository afterwards (`git status --short`, `git diff`)", "", "```", diff.strip() or "(unchanged)",
            "```", ""]
     (ns.docs / f"{name}.md").write_text("\n".join(md))

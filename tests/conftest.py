@@ -224,3 +224,9 @@ def replay_tool_calls():
 def bench_agents():
     """``scripts/bench_agents.py`` (session files, reusable tokens, streamed answers, the goals)."""
     yield from script_module("bench_agents")
+
+
+@pytest.fixture(scope="session")
+def record_agent_tasks():
+    """``scripts/record_agent_tasks.py`` (the agents' command lines for a task and its follow-ups)."""
+    yield from script_module("record_agent_tasks")

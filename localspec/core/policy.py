@@ -62,6 +62,11 @@ SELF_COPY_DRAFT_MAX = 4
 #: 15 and 64 tokens cost within 4 % per token, and replayed 3 % slower. Replayed on every recorded curve:
 #: docs/speedup.md, "Sure copies".
 SURE_COPY_PROPOSALS = 2
+#: ...and at least this many tokens agreed in the run. Replayed on every recorded curve and trace
+#: (scripts/replay_policy.py, fixed costs 0, 0.1 and 1.5 T(1)): with no such floor, a copy of 2 x 16 tokens
+#: was trusted with a 64-token pass that broke (code-edit on Zen 5, 13 % slower); 48 keeps every CPU's summed
+#: time within 0.9986-1.0006 of the rule before, 96 gains nothing more.
+SURE_COPY_TOKENS = 48
 
 
 def copy_evidence(match_length: int, source_position: int, output_start: int) -> tuple[int, int | None]:
@@ -252,6 +257,8 @@ class AdaptivePolicy:
         #: per free drafter: its last scored proposals in a row that agreed over every proposed token (a sure copy
         #: from :data:`SURE_COPY_PROPOSALS` on; 0 after a mismatch)
         self.agreed_run: dict[DrafterId, int] = {}
+        #: per free drafter: the tokens those proposals agreed over (0 after a mismatch; :data:`SURE_COPY_TOKENS`)
+        self.agreed_tokens: dict[DrafterId, int] = {}
         #: per free drafter: (tokens agreed, breaks) of its scored copies this generation (:meth:`copy_break_rate`)
         self._copy_record: dict[DrafterId, tuple[int, int]] = {}
         self.relax = relax
@@ -376,8 +383,12 @@ class AdaptivePolicy:
         """Whether free drafter ``name``'s proposal this round continues a sure copy: its last
         :data:`SURE_COPY_PROPOSALS` scored proposals (each :data:`COPY_EVIDENCE_TOKENS` tokens or more) agreed
         with the committed tokens over every token, and this proposal's match is :data:`COPY_EVIDENCE_TOKENS`
-        or longer (a repetition of the generation's own output counts only once trusted, :func:`copy_evidence`)."""
+        or longer (a repetition of the generation's own output counts only once trusted, :func:`copy_evidence`), and
+        together they agreed over :data:`SURE_COPY_TOKENS` or more. A proposal counts once its first
+        :data:`COPY_EVIDENCE_TOKENS` tokens or more were committed without a mismatch, whether wholly committed
+        or closed early because the match grew into another bucket (:meth:`_record_copy`)."""
         return (self.agreed_run.get(name, 0) >= SURE_COPY_PROPOSALS
+                and self.agreed_tokens.get(name, 0) >= SURE_COPY_TOKENS
                 and self.match_length.get(name, 0) >= COPY_EVIDENCE_TOKENS)
 
     def copy_break_rate(self, name: DrafterId) -> float:
@@ -456,12 +467,17 @@ class AdaptivePolicy:
     def _record_copy(self, name: DrafterId, match_length: int, agreed: int, broke: bool | None) -> None:
         """A scored proposal's end: ``agreed`` tokens matched, then a mismatch (``broke``), the whole proposal
         matched (False) or closed early in another bucket (None). Copies (a match of :data:`COPY_EVIDENCE_TOKENS`
-        or more) count in :meth:`copy_break_rate`; a mismatch ends :attr:`agreed_run`, a whole proposal of
-        :data:`COPY_EVIDENCE_TOKENS` or more lengthens it."""
+        or more) count in :meth:`copy_break_rate`; a mismatch ends :attr:`agreed_run`; :data:`COPY_EVIDENCE_TOKENS`
+        or more agreeing tokens with no mismatch lengthen it, whether the whole proposal was committed or it was
+        closed early because the copy's match grew into another bucket (as it does every round of a copy's
+        first rounds: counting only whole proposals kept a copy from ever becoming sure while its drafts
+        were still growing, where the rule pays most)."""
         if broke:
             self.agreed_run[name] = 0
-        elif broke is False and agreed >= COPY_EVIDENCE_TOKENS:
+            self.agreed_tokens[name] = 0
+        elif agreed >= COPY_EVIDENCE_TOKENS:
             self.agreed_run[name] = self.agreed_run.get(name, 0) + 1
+            self.agreed_tokens[name] = self.agreed_tokens.get(name, 0) + agreed
         if match_length >= COPY_EVIDENCE_TOKENS:
             a, b = self._copy_record.get(name, (0, 0))
             self._copy_record[name] = (a + agreed, b + (1 if broke else 0))

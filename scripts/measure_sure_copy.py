@@ -72,13 +72,16 @@ def run_once(engine, prompt: list[int], prediction: list[int], max_tokens: int) 
     return {"ids": [int(t) for t in gen.token_ids], "tokens": len(gen.token_ids), "rounds": len(rounds), "per_pass": per_pass,
             "lengths": [r.drafted for r in rounds], "decode_s": st.decode_seconds, "prefill_s": st.prefill_seconds,
             "wall_s": wall, "overhead_s": statistics.median(outside) if outside else 0.0,
-            "verify_s": sum(r.verify_seconds for r in rounds)}
+            "verify_s": sum(r.verify_seconds for r in rounds), "stats": rounds}
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--reps", type=int, default=1)
     p.add_argument("--n-ctx", type=int, default=8192)
+    p.add_argument("--nonce", default="", help="text put before the task's message, as scripts/bench_llama_server.py "
+                                                "opens each repetition's prompt (e.g. '(request 1.123456.1)\\n')")
+    p.add_argument("--rounds", action="store_true", help="print every round: drafter, drafted, accepted, pass seconds")
     p.add_argument("--check-none", action="store_true", help="also generate in mode none and compare the ids")
     p.add_argument("--max-tokens", type=int, default=None, help="stop the answer there (the trace's first tokens "
                                                                  "are compared); default: the task's")
@@ -89,6 +92,7 @@ def main(argv=None) -> int:
     engine = load_engine(settings)
     try:
         message, original, max_tokens = tasks()[TASK]
+        message = args.nonce.replace("\\n", "\n") + message
         max_tokens = args.max_tokens or max_tokens
         prompt = [int(t) for t in engine.chat_tokens([{"role": "user", "content": message}])]
         prediction = [int(t) for t in engine.tokenize(original, special=False)]
@@ -118,6 +122,11 @@ def main(argv=None) -> int:
             print(f"  calibrated ceiling for free drafts at this context: {r['tokens'] / ceil0:.1f} tok/s without a "
                   f"fixed cost -> decode / ceiling {ceil0 / r['decode_s']:.3f}; with this run's fixed cost "
                   f"{r['tokens'] / ceil1:.1f} tok/s -> {ceil1 / r['decode_s']:.3f}", flush=True)
+            if args.rounds:
+                for i, x in enumerate(r["stats"]):
+                    print(f"    round {i}: {x.drafter.value} drafted {x.drafted} accepted {x.accepted} committed "
+                          f"{x.committed}; pass {x.verify_seconds:.3f} s, draft {x.draft_seconds:.3f} s, catch-up "
+                          f"{x.catchup_tokens} tok {x.catchup_seconds:.3f} s, round {x.round_seconds:.3f} s")
             print(f"  answer ids equal the recorded trace's: "
                   f"{r['ids'] == trace.get('answer', [])[:len(r['ids'])] if same_prompt else 'not compared (another prompt)'}"
                   + ("" if reference is None else f"; equal mode none's here: {r['ids'] == reference}"), flush=True)

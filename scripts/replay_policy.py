@@ -29,9 +29,11 @@ from localspec.bench.replay import (NgramModRule, SuffixRule, Trace, auto_policy
 from traces import load_trace, off_curve, recorded_curves, trace_names  # noqa: E402
 
 
-def row(name, cpu, curve, share, pred, oracle, off=None):
+def row(name, cpu, curve, share, pred, oracle, off=None, warm=False):
     src = load_trace(name)
-    tr = Trace(src.name, src.prompt, src.answer, src.prediction, src.eog)
+    # warm: the same request again, the first answer remembered (localspec's draft memory, llama-server's ngram
+    # pool), modelled as a prediction equal to the answer: a point-mass copy both sides can follow
+    tr = Trace(src.name, src.prompt, src.answer, list(src.answer) if warm else src.prediction, src.eog)
     ov = share * curve.seconds[0]
     believed = curve if off is None else off_curve(curve, off[0], off[1])
     auto = replay(tr, auto_policy(believed), curve, ov, use_prediction=pred)
@@ -52,6 +54,9 @@ def main(argv=None) -> int:
     p.add_argument("--traces", default=None, help="comma-separated trace names (default all)")
     p.add_argument("--shares", default="0,0.1", help="a round's fixed cost, as shares of T(1)")
     p.add_argument("--no-oracle", action="store_true", help="skip the per-round oracle (the slow part)")
+    p.add_argument("--warm", action="store_true",
+                   help="the warm regime of issue 44: each trace asked again with its first answer remembered, "
+                        "replayed as a prediction equal to the answer (ngram-mod's pool holds it too)")
     p.add_argument("--off", default=None, help="KIND:FACTOR: auto's policy believes the curve off so (scale:1.3, "
                                                "slope:0.7; see tests/traces.py off_curve)")
     args = p.parse_args(argv)
@@ -69,9 +74,9 @@ def main(argv=None) -> int:
         for cpu, model, curve in recorded_curves():
             if model != stem or len(curve.seconds) < 65:
                 continue
-            for pred in (True, False):
+            for pred in ((True,) if args.warm else (True, False)):
                 for share in (float(s) for s in args.shares.split(",")):
-                    print(row(name, cpu, curve, share, pred, not args.no_oracle, off), flush=True)
+                    print(row(name, cpu, curve, share, pred, not args.no_oracle, off, args.warm), flush=True)
     return 0
 
 

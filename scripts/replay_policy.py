@@ -31,9 +31,8 @@ from traces import load_trace, off_curve, recorded_curves, trace_names  # noqa: 
 
 def row(name, cpu, curve, share, pred, oracle, off=None, warm=False):
     src = load_trace(name)
-    # warm: the same request again, the first answer remembered (localspec's draft memory, llama-server's ngram
-    # pool), modelled as a prediction equal to the answer: a point-mass copy both sides can follow
-    tr = Trace(src.name, src.prompt, src.answer, list(src.answer) if warm else src.prediction, src.eog)
+    tr = Trace(src.name, src.prompt, src.answer, src.prediction, src.eog)
+    tr = tr.asked_again() if warm else tr
     ov = share * curve.seconds[0]
     believed = curve if off is None else off_curve(curve, off[0], off[1])
     auto = replay(tr, auto_policy(believed), curve, ov, use_prediction=pred)

@@ -55,6 +55,16 @@ class Trace:
         """Every token the rounds commit: the answer, then its end-of-generation token if any."""
         return self.answer + ((self.eog,) if self.eog is not None else ())
 
+    def asked_again(self) -> "Trace":
+        """The warm regime of issue 44: the same request sent again with the first answer remembered
+        (localspec's draft memory, llama-server's ngram pool), modelled as a prediction equal to the
+        answer: a copy both a policy and :class:`NgramModRule` can follow from the first token.
+
+        Returns:
+            A :class:`Trace` with the same prompt, answer and end token, and ``prediction = answer``.
+        """
+        return Trace(self.name, self.prompt, self.answer, tuple(self.answer), self.eog)
+
 
 @dataclass
 class ReplayResult:

@@ -144,7 +144,7 @@ def agent_command(client: str, agent: str, prompt: str, base_url: str, home: Pat
         env |= {**try_agents.OPENCODE_OFFLINE_ENV, "OPENCODE_CONFIG": str(config),
                 **{f"XDG_{k}_HOME": str(home / k.lower()) for k in ("CONFIG", "DATA", "CACHE", "STATE")}}
         return [agent, "run", "--pure", "--format", "json",
-                *(["--continue"] if resume else ["--title", "localspec task"]), prompt], env
+                *(["--continue"] if resume else ["--title", "localspec task"]), *try_agents.opencode_message(prompt)], env
     if client == "codex":
         codex_home = home / "codex"
         codex_home.mkdir(parents=True, exist_ok=True)

@@ -380,6 +380,14 @@ OPENCODE_TASK = "Read hello.py and tell me the name of the function defined in i
 #: opencode's switches for a run that reaches no network but the server's: no update check, no
 #: models.dev catalogue fetch, no session sharing, no language-server downloads, no default plugins, no
 #: reading of Claude Code's or other agents' files (skills)
+def opencode_message(prompt: str) -> list[str]:
+    """``prompt`` as ``opencode run``'s message arguments: one per space-separated word. opencode 1.18 joins
+    its message arguments with spaces and wraps every argument holding a space in double quotes (its run
+    command: ``includes(" ") ? `"${arg}"` : arg``), so a prompt passed as one argument reached the model as
+    ``"Read the file ..."``, quotes included; word by word it arrives as typed (newlines kept inside words)."""
+    return [w for w in prompt.split(" ") if w]
+
+
 OPENCODE_OFFLINE_ENV = {"OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_MODELS_FETCH": "1",
                         "OPENCODE_DISABLE_SHARE": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
                         "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1", "OPENCODE_DISABLE_CLAUDE_CODE": "1",
@@ -485,7 +493,8 @@ def try_opencode(opencode: str, base_url: str, api_key: str, model: str, n_ctx: 
     before = server_metrics(base_url, api_key)
     t0 = time.perf_counter()
     try:
-        r = subprocess.run([opencode, "run", "--pure", "--format", "json", "--title", "localspec try", task], cwd=d,
+        r = subprocess.run([opencode, "run", "--pure", "--format", "json", "--title", "localspec try", *opencode_message(task)],
+                           cwd=d,
                            text=True, capture_output=True, timeout=CLIENT_TIMEOUT, stdin=subprocess.DEVNULL, env=env)
         out, err, rc = r.stdout, r.stderr, r.returncode
     except subprocess.TimeoutExpired as e:

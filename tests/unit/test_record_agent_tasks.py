@@ -16,14 +16,16 @@ import pytest
 def test_a_follow_up_continues_the_same_session(record_agent_tasks, tmp_path, client, first, resumed):
     home = tmp_path / "home"
     cmd, env = record_agent_tasks.agent_command(client, "/bin/agent", "the task", "http://127.0.0.1:1/v1", home, 60)
-    assert cmd == ["/bin/agent", *first, "the task"]
+    # opencode quotes any message argument holding a space, so it gets the task word by word
+    task = ["the", "task"] if client == "opencode" else ["the task"]
+    assert cmd == ["/bin/agent", *first, *task]
     assert env["HOME"] == str(home)
     written = sorted(p.relative_to(home).as_posix() for p in home.rglob("*") if p.is_file())
     assert written, "the client's configuration is written under its HOME"
     before = {p: p.read_text() for p in home.rglob("*") if p.is_file()}
     cmd, env2 = record_agent_tasks.agent_command(client, "/bin/agent", "next", "http://127.0.0.1:1/v1", home, 60,
                                                  resume=True)
-    assert cmd == ["/bin/agent", *resumed, "next"]
+    assert cmd == ["/bin/agent", *resumed, "next"]  # one word: no space to quote
     assert {p: p.read_text() for p in home.rglob("*") if p.is_file()} == before
     assert {k: v for k, v in env2.items()} == {k: v for k, v in env.items()}
 
@@ -37,3 +39,15 @@ def test_every_task_has_four_follow_ups_naming_files_by_their_absolute_path(reco
             for word in text.replace("`", " ").split():
                 if word.endswith((".py", ".md", ".py.", ".md.")) and "/" in word:
                     assert word.startswith(repo), (task, word)
+
+
+def test_opencode_gets_the_prompt_word_by_word_so_it_adds_no_quotes(record_agent_tasks, tmp_path):
+    """opencode 1.18.33's ``run`` joins its message arguments and wraps each one holding a space in double quotes;
+    the recorded opencode sessions before this fix show it: the user message was ``"Read the file ..."``."""
+    opencode_message = record_agent_tasks.try_agents.opencode_message
+    prompt = "Read the file /tmp/r/a.py and tell me\nwhat 'slugify' returns."
+    words = opencode_message(prompt)
+    assert " ".join(words) == prompt and not any(" " in w for w in words)
+    cmd, _ = record_agent_tasks.agent_command("opencode", "/bin/agent", prompt, "http://127.0.0.1:1/v1",
+                                              tmp_path, 60)
+    assert cmd[-len(words):] == words

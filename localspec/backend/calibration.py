@@ -6,11 +6,11 @@ key must hold for a cached curve to be reused.
 
 Measures, on the running machine with the loaded models and settings, the time of a
 target decode of b tokens for b = 1..8 and a few longer batches up to draft_max+1
-(:func:`~localspec.core.costmodel.calibration_points`: 12, 16, 32, 65; joined by
+(:func:`~localspec.core.costmodel.calibration_points`: 12, 16, 32, 64, 65; joined by
 :func:`~localspec.core.costmodel.interpolate_curve`, and refined per b from the real rounds by
-:class:`EngineCosts`) at a short context (16 cached tokens), and at a long one (512) what
-the context adds at four of them (:func:`~localspec.core.costmodel.context_points`; the curves
-are interpolated by the current position, extrapolated linearly beyond 512), the draft
+:class:`EngineCosts`) at a short context (16 cached tokens), and at a long one (2,048) what
+the context adds at six of them (:func:`~localspec.core.costmodel.context_points`; the curves
+are interpolated by the current position, extrapolated linearly beyond 2,048), the draft
 model's time per token and per catch-up (prefill) token, with flash attention off and on
 compared first (keeping the faster, unless ``--flash-attn`` says which; the chosen
 setting's samples count for its curve). Two samples per point, a third where they disagree
@@ -51,12 +51,17 @@ from localspec.backend.load import BUSY_THRESHOLD, load_average
 #: models.md: time of one decode of b tokens / time of one token, Qwen2.5-Coder-1.5B Q4_K_M,
 #: 2 threads. Used only until a measurement exists (see :func:`default_curve`).
 DEFAULT_TARGET_RATIOS = {1: 1.0, 2: 1.68, 3: 2.26, 4: 2.57, 5: 3.21, 8: 5.95, 16: 8.53}
-COST_FORMAT = 3  #: 3: the longer contexts timed at a few points (context_points)
+#: 3: the longer contexts timed at a few points (context_points); 4: b = 64 timed, the long context
+#: 2,048 and its passes from b = 8 up (a curve of format 3 is measured again)
+COST_FORMAT = 4
 #: cache lengths (tokens) at which calibration times the verify curve (see calibration_contexts):
 #: the long one's fill is a timed prefill (the catch-up cost) and the largest single cost of a first
-#: calibration (~5 s per model on a 2-core CPU at 512; 1,024 took twice that)
+#: calibration. 2,048, where copies and edits of a file run: extrapolated from 512, the AMX Xeon's curve
+#: (family 6 model 167, 2026-12-06, the 1.5B) put T(32) at 3,072 cached at 815 ms (measured 859) and T(65)
+#: at 1,700 ms (measured 1,296; T(64) 1,030): 26.2 ms a token against 25.5 at b = 32, so a sure copy
+#: drafted 31 tokens a pass where 63 cost 40 % less per token
 SHORT_CONTEXT = 16
-LONG_CONTEXT = 512
+LONG_CONTEXT = 2048
 
 
 #: the context window in a cost key is capped here, tokens: the curves are timed at SHORT_CONTEXT and
@@ -259,15 +264,15 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 2, contexts: Sequ
     """Time decodes of b tokens at a few batch sizes and contexts; interpolate the curve for b = 1..max_batch.
 
     Decodes filler tokens until the first (shortest) context c0 is cached (default
-    :func:`calibration_contexts`: 16 and 512 tokens), times a decode of b tokens with logits
+    :func:`calibration_contexts`: 16 and 2,048 tokens), times a decode of b tokens with logits
     for all of them (as the engine's verification pass does, truncating back after each) for
     each b in ``points`` (default :func:`~localspec.core.costmodel.calibration_points`: every b up
     to 8, then 12, 16, 32, 64, ... and max_batch), ``repeats`` times in alternating order
     (plus a third sample where two disagree, :func:`~localspec.backend.calibration_timing.time_points`), and joins the medians into a
     curve (:func:`~localspec.core.costmodel.interpolate_curve`). Then for each longer context it fills
     the cache to it (timed: a batched prefill, what a catch-up costs per token) and times only
-    ``long_points`` (default :func:`~localspec.core.costmodel.context_points`: 1, 8, about a third
-    of max_batch, max_batch); that context's curve is the first one plus the measured difference
+    ``long_points`` (default :func:`~localspec.core.costmodel.context_points`: 1, then every point
+    from 8 up); that context's curve is the first one plus the measured difference
     (:func:`~localspec.core.costmodel.shifted_curve`). ``given[b]``: samples of b timed at the first
     context with these settings (:func:`compare_flash_attn`'s), counted as repetitions. The KV
     cache is left cut to min(what it held, c0) tokens (the engine decodes what is missing on its

@@ -93,14 +93,14 @@ def calibration_points(max_batch: int, dense: int = DENSE_POINTS) -> list[int]:
     """The batch sizes calibration times to cover a verification pass of 1..``max_batch`` tokens.
 
     Every b in 1..``dense``, then 1.5 and 2 times it (12, 16), then doubling (32, 64, 128, ...)
-    below ``max_batch``, and ``max_batch`` itself; a point above ``dense`` closer to
-    ``max_batch`` than an eighth of it is left out (64 next to 65 adds a long pass and nothing
-    the line from 32 to 65 does not give). The long passes are the costly ones to time and, on
-    the CPUs measured, their cost grows smoothly with b (the 2-vCPU Xeon of 2026-12-02: T(48)
-    measured 878 ms, the line from 32 to 65 gives 891 ms), so they are spaced widest; the curve
-    between the points is :func:`interpolate_curve`, and the engine refines each length it uses
-    from real rounds (:class:`EngineCosts`). ``max_batch`` = 65: 12
-    points whose token counts sum to 161, against 2,145 for every length.
+    below ``max_batch``, and ``max_batch`` itself. The powers of two are kept even next to
+    ``max_batch``: llama.cpp's CPU kernels work in tiles, and a pass over 64 tokens can cost less than
+    the line from 32 to 65 says, more so at a long context (the 2-vCPU AMX Xeon, family 6 model 167,
+    2026-12-06, the 1.5B: T(64) 629 ms and T(65) 698 ms at 16 tokens cached; 938 and 1,164 ms at 2,048;
+    1,030 and 1,296 ms at 3,072), which decides whether a sure copy drafts 63 tokens or 31. The curve
+    between the points is :func:`interpolate_curve`, and the engine refines each length it uses from
+    real rounds (:class:`EngineCosts`). ``max_batch`` = 65: 13 points whose token counts sum to 225,
+    against 2,145 for every length.
 
     Returns:
         ascending, distinct, within 1..max_batch; ``[]`` for ``max_batch`` < 1.
@@ -111,33 +111,30 @@ def calibration_points(max_batch: int, dense: int = DENSE_POINTS) -> list[int]:
     sparse = [dense + dense // 2, 2 * dense]
     while sparse[-1] < max_batch:
         sparse.append(2 * sparse[-1])
-    pts.update(b for b in sparse if b < max_batch - max_batch / 8)
+    pts.update(b for b in sparse if b < max_batch)
     pts.add(max_batch)
     return sorted(pts)
 
 
 def context_points(max_batch: int, dense: int = DENSE_POINTS) -> list[int]:
-    """The batch sizes calibration times at its longer contexts: 1, ``dense``, the calibration
-    point nearest a third of ``max_batch`` (when ``max_batch`` >= 3 x ``dense``) and ``max_batch``.
+    """The batch sizes calibration times at its longer contexts: 1, ``dense`` and its doublings below
+    ``max_batch``, and ``max_batch`` (``max_batch`` = 65: 1, 8, 16, 32, 64, 65).
 
-    What a longer context adds to a pass over b tokens is attention over the cached positions,
-    about linear in b (each new token reads every cached one); so the longer context's curve is
-    the short one plus that difference, measured at these points and interpolated linearly
-    between them (:func:`shifted_curve`), at a fraction of the time of timing every point again
-    (``max_batch`` = 65: 1, 8, 16, 65).
+    What a longer context adds to a pass over b tokens is attention over the cached positions; its
+    cost is not linear in b on every CPU (the tiles of :func:`calibration_points`: at 3,072 cached the
+    AMX Xeon's T(64) was below its T(48)), so the long passes, the ones a sure copy drafts, are timed
+    there rather than inferred from the short context; the longer context's curve is the short one plus
+    the measured difference, interpolated linearly between these points (:func:`shifted_curve`).
 
     Returns:
         ascending, distinct, a subset of :func:`calibration_points`; ``[]`` for ``max_batch`` < 1.
     """
     pts = calibration_points(max_batch, dense)
-    if not pts:
-        return []
-    keep = {1, max_batch}
-    if dense < max_batch - max_batch / 8:
-        keep.add(dense)
-    if max_batch >= 3 * dense:
-        keep.add(min(pts, key=lambda b: (abs(b - max_batch / 3), b)))
-    return sorted(keep)
+    keep, b = {1, max_batch}, dense
+    while b < max_batch:
+        keep.add(b)
+        b *= 2
+    return [b for b in pts if b in keep]
 
 
 def monotone_fit(values: Sequence[float]) -> list[float]:

@@ -242,7 +242,7 @@ def test_calibration_measures_two_contexts_and_keeps_the_faster_flash_attn(tmp_p
     m.decode = logged
     costs = calibration.get_costs(m, 5, repeats=1)
     short, long_ = calibration.SHORT_CONTEXT, calibration.LONG_CONTEXT
-    assert costs.contexts == [short, long_] == [16, 512]
+    assert costs.contexts == [short, long_] == [16, 2048]
     assert m.flash_attn is True and costs.flash_attn is True
     assert costs.flash_attn_scores["on"] == 1.0 < costs.flash_attn_scores["off"]
     assert costs.curves[0][0] == pytest.approx(1e-3 + 25e-6 * short)

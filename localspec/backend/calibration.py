@@ -14,8 +14,9 @@ are interpolated by the current position, extrapolated linearly beyond 2,048), t
 model's time per token and per catch-up (prefill) token, with flash attention off and on
 compared first (keeping the faster, unless ``--flash-attn`` says which; the chosen
 setting's samples count for its curve). Two samples per point, a third where they disagree
-by over 20 %: the default pair's first calibration measures for about half a minute on a
-2-core CPU (31-33 s on the 2-vCPU Xeon of 2026-12-02, against 50 s before).
+by over 20 %: the default pair's first calibration measures for under a minute on a
+2-core CPU (cost format 4, the 2-vCPU AMX Xeon of 2026-12-06, family 6 model 167: 34 s for the
+target and 12 s for the draft, most of it the fills to 2,048 tokens; 19 s in format 3, 512).
 It caches the result as JSON under ``$LOCALSPEC_CACHE/costs/``
 (default ``~/.cache/localspec``), keyed by model file (path, size, mtime), context
 settings (n_ctx up to 4,096: :data:`COST_KEY_CONTEXT`; n_batch, n_ubatch, n_threads, n_gpu_layers,

@@ -246,3 +246,22 @@ def test_replay_policy_warm_prints_one_row_per_curve_with_the_prediction(capsys)
         cells = [c.strip() for c in r.strip("|").split("|")]
         assert cells[3] == "yes", r
         assert float(cells[8]) >= 1.0, r
+
+
+def test_a_sure_copy_at_a_long_context_drafts_63_on_the_format_4_curve_of_the_amx_xeon():
+    """Issue 44, item 3: the AMX Xeon (family 6 model 167) measured with cost format 4 (b = 64 timed, the long
+    context at 2,048; ``intel-xeon-amx-kvm-f4_``) makes a sure copy of a file, read at ~2,000 tokens of context,
+    draft 63 tokens a pass: a 64-token pass there costs less per token than the line from 32 to 65 says. The
+    format-3 curve of the same CPU kind (``intel-xeon-amx-kvm_``: 64 not timed, the context extrapolated from
+    512) chose 31 for the same copy, which lost to llama-server's ngram-mod (docs/benchmark.md, "Cost format 4")."""
+    import numpy as np
+
+    body = tuple(int(t) for t in np.random.default_rng(1).integers(100, 5000, size=1500))
+    trace = Trace("a copy at 2,000 tokens", tuple(range(1, 2000)), body, prediction=body, eog=0)
+    chosen = {}
+    for cpu, model, curve in recorded_curves():
+        if cpu in ("intel-xeon-amx-kvm-f4", "intel-xeon-amx-kvm") and len(curve.seconds) >= 65:
+            res = replay(trace, auto_policy(curve), curve, 0.1 * curve.seconds[0])
+            steady = res.lengths[len(res.lengths) // 4: -2]
+            chosen[cpu] = sorted(steady)[len(steady) // 2]
+    assert chosen == {"intel-xeon-amx-kvm-f4": 63, "intel-xeon-amx-kvm": 31}, chosen

@@ -384,7 +384,8 @@ def opencode_message(prompt: str) -> list[str]:
     """``prompt`` as ``opencode run``'s message arguments: one per space-separated word. opencode 1.18 joins
     its message arguments with spaces and wraps every argument holding a space in double quotes (its run
     command: ``includes(" ") ? `"${arg}"` : arg``), so a prompt passed as one argument reached the model as
-    ``"Read the file ..."``, quotes included; word by word it arrives as typed (newlines kept inside words)."""
+    ``"Read the file ..."``, quotes included; word by word it arrives as typed (newlines kept inside words,
+    a run of spaces becomes one)."""
     return [w for w in prompt.split(" ") if w]
 
 

@@ -53,7 +53,7 @@ from localspec.backend.load import BUSY_THRESHOLD, load_average
 #: 2 threads. Used only until a measurement exists (see :func:`default_curve`).
 DEFAULT_TARGET_RATIOS = {1: 1.0, 2: 1.68, 3: 2.26, 4: 2.57, 5: 3.21, 8: 5.95, 16: 8.53}
 #: 3: the longer contexts timed at a few points (context_points); 4: b = 64 timed, the long context
-#: 2,048 and its passes from b = 8 up (a curve of format 3 is measured again)
+#: 2,048 timed at 1, 8, 16, 32, 64, 65 (a curve of format 3 is measured again)
 COST_FORMAT = 4
 #: cache lengths (tokens) at which calibration times the verify curve (see calibration_contexts):
 #: the long one's fill is a timed prefill (the catch-up cost) and the largest single cost of a first
@@ -272,8 +272,8 @@ def measure_decode_costs(model, max_batch: int, repeats: int = 2, contexts: Sequ
     (plus a third sample where two disagree, :func:`~localspec.backend.calibration_timing.time_points`), and joins the medians into a
     curve (:func:`~localspec.core.costmodel.interpolate_curve`). Then for each longer context it fills
     the cache to it (timed: a batched prefill, what a catch-up costs per token) and times only
-    ``long_points`` (default :func:`~localspec.core.costmodel.context_points`: 1, then every point
-    from 8 up); that context's curve is the first one plus the measured difference
+    ``long_points`` (default :func:`~localspec.core.costmodel.context_points`: 1, 8 and its doublings,
+    and max_batch); that context's curve is the first one plus the measured difference
     (:func:`~localspec.core.costmodel.shifted_curve`). ``given[b]``: samples of b timed at the first
     context with these settings (:func:`compare_flash_attn`'s), counted as repetitions. The KV
     cache is left cut to min(what it held, c0) tokens (the engine decodes what is missing on its

@@ -62,6 +62,8 @@ _LOAD_REPORT_SECONDS = 0.25
 _CHECK_SECONDS = 2.0
 #: seconds between two looks at a cancel while a call waits on the child
 _CANCEL_POLL_SECONDS = 0.1
+#: the longest the child waits for an abort or clear sent before a command to be applied (a pipe's latency)
+_ABORT_SYNC_SECONDS = 5.0
 #: what each command of the child does, in an error
 _DOING = {"buffer": "sharing the logits buffer", "truncate": "rolling the KV cache back",
           "reset": "emptying the KV cache", "sync": "reusing the KV cache", "set_flash_attn": "making a new context"}
@@ -110,21 +112,36 @@ def _serve(conn, abort_conn, model) -> None:
     """The child's loop: one command, one reply, until ``close`` or EOF. A decode longer than one
     ``n_batch`` batch reports ``("alive", tokens done)`` after each batch but the last."""
 
+    # Abort and clear come on their own pipe, read by their own thread, so that a cancel reaches a decode in
+    # progress. Each carries a number; each command carries the number of the last one sent before it, and
+    # waits until this thread has applied it: a clear_abort() sent just before a decode is in force in it.
+    applied = 0
+    applied_changed = threading.Condition()
+
     def watch_abort() -> None:
+        nonlocal applied
         while True:
             try:
-                on = abort_conn.recv()
+                seq, on = abort_conn.recv()
             except (EOFError, OSError):
+                with applied_changed:
+                    applied = float("inf")  # the parent is gone: no command waits on it
+                    applied_changed.notify_all()
                 return
             model.abort() if on else model.clear_abort()
+            with applied_changed:
+                applied = seq
+                applied_changed.notify_all()
 
     threading.Thread(target=watch_abort, daemon=True).start()
     shm, rows = None, None
     while True:
         try:
-            cmd, args = conn.recv()
+            cmd, args, abort_seq = conn.recv()
         except (EOFError, OSError):
             break
+        with applied_changed:
+            applied_changed.wait_for(lambda: applied >= abort_seq, timeout=_ABORT_SYNC_SECONDS)
         try:
             if cmd == "close":
                 break
@@ -199,6 +216,8 @@ class IsolatedModel:
         self._lost_message = self._lost_hint = ""
         self._aborting = False
         self._abort_at: float | None = None  # time.monotonic() of the abort() in force
+        self._abort_lock = threading.Lock()
+        self._abort_seq = 0  # the number of the last abort/clear sent to this child (see _serve)
         self._proc = None
         self._shm = None
         self._rows = None
@@ -215,6 +234,8 @@ class IsolatedModel:
         child_abort, self._abort_conn = ctx.Pipe(duplex=False)  # (receive end, send end)
         self._proc = ctx.Process(target=_child_main, args=(child_conn, child_abort, str(self.path), self._kwargs,
                                                            self.rpc), daemon=True, name="localspec-model")
+        with self._abort_lock:
+            self._abort_seq = 0  # a new child has applied none
         self._proc.start()
         child_conn.close()
         reply = self._recv("loading the model", max(self.timeout, RPC_LOAD_SILENCE))
@@ -357,7 +378,7 @@ class IsolatedModel:
         if self.lost:
             raise WorkerError(self._lost_message, self._lost_hint)
         try:
-            self._conn.send((cmd, args))
+            self._conn.send((cmd, args, self._abort_seq))
         except (BrokenPipeError, OSError):
             raise self._died(cmd) from None
         reply = self._recv(doing or _DOING.get(cmd, cmd), self.timeout if seconds is None else seconds, next_seconds,
@@ -474,10 +495,12 @@ class IsolatedModel:
         self._tell_abort(False)
 
     def _tell_abort(self, on: bool) -> None:
-        try:
-            self._abort_conn.send(on)
-        except OSError:  # the child is gone: the next call says so (lost)
-            pass
+        with self._abort_lock:  # abort() comes from other threads: one message at a time, numbered in order
+            self._abort_seq += 1
+            try:
+                self._abort_conn.send((self._abort_seq, on))
+            except OSError:  # the child is gone: the next call says so (lost)
+                pass
 
     @property
     def abort_requested(self) -> bool:
@@ -493,7 +516,7 @@ class IsolatedModel:
     def close_child(self) -> None:
         if self._proc is not None and self._proc.is_alive():
             try:
-                self._conn.send(("close", ()))
+                self._conn.send(("close", (), 0))
             except OSError:
                 pass
             self._proc.join(10)

@@ -164,3 +164,66 @@ def test_esc_during_a_stalled_pass_ends_the_generation_as_cancelled_and_the_mode
     again = eng.generate(PROMPT, SamplingParams(temperature=0.0), DraftParams(mode="none"),
                          GenerationParams(max_tokens=4)).run()
     assert again.token_ids == greedy_reference(PROMPT, 4) and again.stats.end_reason == EndReason.MAX_TOKENS
+
+
+def test_a_clear_abort_sent_before_a_decode_is_in_force_in_it_however_slow_its_pipe():
+    """The CI failure of 2026-12-06 (``test_an_abort_keeps_the_batches_the_child_read``): abort, clear_abort,
+    then a decode. The abort flags travel on their own pipe, read by the child's own thread, so the decode
+    could start before that thread had applied the clear, and stop at once "on request". The child's loop
+    (``isolated._serve``, run here in a thread) now waits for the flags sent before each command; the abort
+    pipe here takes 0.3 s a message, so without that wait the decode sees the stale abort."""
+    import multiprocessing as mp
+
+    class SlowPipe:
+        def __init__(self, conn):
+            self.conn = conn
+
+        def recv(self):
+            got = self.conn.recv()
+            time.sleep(0.3)
+            return got
+
+    class FlagModel(FakeModel):
+        def __init__(self):
+            super().__init__()
+            self.flag = False
+            self.decode_seconds = self.llama_decode_seconds = 0.0
+
+        def abort(self):
+            self.flag = True
+
+        def clear_abort(self):
+            self.flag = False
+
+        def decode(self, tokens, logits_for="last", progress=None):
+            if self.flag:
+                raise DecodeAborted("decode stopped on request", "")
+            return super().decode(tokens, logits_for, progress)
+
+    model = FlagModel()
+    parent, child = mp.Pipe()
+    abort_in, abort_out = mp.Pipe(duplex=False)
+    name = f"lsabort{time.monotonic_ns()}"
+    from multiprocessing import shared_memory
+    shm = shared_memory.SharedMemory(create=True, size=8 * model.n_vocab * 4, name=name)
+    serving = threading.Thread(target=isolated._serve, args=(child, SlowPipe(abort_in), model), daemon=True)
+    serving.start()
+    try:
+        parent.send(("buffer", (name, 8), 0))
+        assert parent.recv()[0] == "ok"
+        abort_out.send((1, True))
+        abort_out.send((2, False))
+        parent.send(("decode", (PROMPT, "last"), 2))
+        reply = parent.recv()
+        assert reply[0] == "ok", reply
+        assert model.flag is False and model.decode_calls
+        abort_out.send((3, True))
+        parent.send(("decode", ([9], "last"), 3))  # an abort sent before a command is in force in it too
+        reply = parent.recv()
+        assert reply[:2] == ("error", "DecodeAborted"), reply
+        parent.send(("close", (), 0))
+        serving.join(5)
+        assert not serving.is_alive()
+    finally:
+        shm.close()
+        shm.unlink()

@@ -108,40 +108,49 @@ def _child_main(conn, abort_conn, path: str, kwargs: dict, rpc_endpoints: tuple[
     _serve(conn, abort_conn, model)
 
 
+class _AbortFlags:
+    """The child's end of the abort pipe. Abort and clear come on their own pipe, read by their own thread, so
+    that a cancel reaches a decode in progress. Each carries a number; each command carries the number of the
+    last one sent before it, and the command waits (:meth:`wait`) until this thread applied it: a clear_abort() sent just before a
+    decode is in force in it (a decode that saw the abort before could stop at once, "on request")."""
+
+    def __init__(self, abort_conn, model) -> None:
+        self.applied = 0
+        self.changed = threading.Condition()
+        self.conn, self.model = abort_conn, model
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self) -> None:
+        while True:
+            try:
+                seq, on = self.conn.recv()
+            except (EOFError, OSError):
+                seq = float("inf")  # the parent is gone: no command waits on it
+            else:
+                self.model.abort() if on else self.model.clear_abort()
+            with self.changed:
+                self.applied = seq
+                self.changed.notify_all()
+            if seq == float("inf"):
+                return
+
+    def wait(self, seq: int) -> None:
+        """Until the flags numbered up to ``seq`` are applied (at most :data:`_ABORT_SYNC_SECONDS`)."""
+        with self.changed:
+            self.changed.wait_for(lambda: self.applied >= seq, timeout=_ABORT_SYNC_SECONDS)
+
+
 def _serve(conn, abort_conn, model) -> None:
     """The child's loop: one command, one reply, until ``close`` or EOF. A decode longer than one
     ``n_batch`` batch reports ``("alive", tokens done)`` after each batch but the last."""
-
-    # Abort and clear come on their own pipe, read by their own thread, so that a cancel reaches a decode in
-    # progress. Each carries a number; each command carries the number of the last one sent before it, and
-    # waits until this thread has applied it: a clear_abort() sent just before a decode is in force in it.
-    applied = 0
-    applied_changed = threading.Condition()
-
-    def watch_abort() -> None:
-        nonlocal applied
-        while True:
-            try:
-                seq, on = abort_conn.recv()
-            except (EOFError, OSError):
-                with applied_changed:
-                    applied = float("inf")  # the parent is gone: no command waits on it
-                    applied_changed.notify_all()
-                return
-            model.abort() if on else model.clear_abort()
-            with applied_changed:
-                applied = seq
-                applied_changed.notify_all()
-
-    threading.Thread(target=watch_abort, daemon=True).start()
+    in_force = _AbortFlags(abort_conn, model)
     shm, rows = None, None
     while True:
         try:
             cmd, args, abort_seq = conn.recv()
         except (EOFError, OSError):
             break
-        with applied_changed:
-            applied_changed.wait_for(lambda: applied >= abort_seq, timeout=_ABORT_SYNC_SECONDS)
+        in_force.wait(abort_seq)
         try:
             if cmd == "close":
                 break

@@ -192,7 +192,7 @@ def _agreement(draft: Sequence[int], truth: Sequence[int]) -> int:
 def auto_policy(curve: MeasuredCosts, draft_max: int = AUTO_DRAFT_MAX) -> AdaptivePolicy:
     """Mode auto's policy (no draft model) with costs calibrated from ``curve``, as the engine makes it."""
     costs = EngineCosts(verify=list(curve.curve_at(None)[: draft_max + 1]), draft_token=None, target=curve, draft=None)
-    return AdaptivePolicy(costs, draft_max, has_draft=False)
+    return AdaptivePolicy(costs, draft_max, has_draft=False, first_token_undrafted=True)  # as the engine's
 
 
 def fixed_policy(g: int) -> FixedPolicy:

@@ -328,7 +328,8 @@ class SpeculativeEngine:
         if mode == "draft" and self.drafter is None:
             raise ConfigError("mode 'draft' needs a draft model", "load a draft model, or use --mode lookup")
         if mode == "auto":
-            return AdaptivePolicy(self._costs_for(drafting.cap), drafting.cap, has_draft=self.drafter is not None)
+            return AdaptivePolicy(self._costs_for(drafting.cap), drafting.cap, has_draft=self.drafter is not None,
+                                  first_token_undrafted=True)
         return FixedPolicy(DrafterId(mode), drafting.cap)
 
     def has_costs(self, draft_max: int) -> bool:

@@ -271,3 +271,27 @@ def test_a_call_grammar_makes_the_tiny_model_write_a_valid_call_in_every_mode(ti
         # 16-digit hour and closed the call at token 80, one short of its end-of-generation token
         one_call(run(tiny_engine, prompt, "draft", 240, temperature=1.0, seed=seed,
                      constraint=tiny_engine.grammar(grammar, GRAMMAR_ROOT))[0])
+
+
+def test_auto_streams_the_first_token_before_any_draft_even_with_a_sure_copy_in_memory(tiny_engine):
+    """Issue 45 (time to first token): the same question asked again finds its whole answer in the draft memory,
+    a copy auto drafts long; but the first round drafts nothing, so the first token is streamed after one
+    one-token pass, and the copy is drafted from the second round on. Output token-identical to target-only."""
+    from localspec.config import DraftParams, GenerationParams, SamplingParams
+    from localspec.core.drafters import DraftMemory
+    from localspec.core.policy import FIRST_TOKEN_REASON
+
+    engine = tiny_engine
+    prompt = engine.chat_tokens([{"role": "user", "content": "List the planets of the solar system, one a line."}])
+    greedy, gen = SamplingParams(temperature=0.0), GenerationParams(max_tokens=64)
+    reference = engine.generate(prompt, greedy, DraftParams(mode="none"), gen).run()
+    engine.calibrated_costs(16)
+    memory = DraftMemory(4096)
+    engine.generate(prompt, greedy, DraftParams(mode="auto", draft_max=16), gen, memory=memory).run()
+    again = engine.generate(prompt, greedy, DraftParams(mode="auto", draft_max=16), gen, memory=memory)
+    again.run()
+    assert again.token_ids == reference.token_ids
+    first, second = again.rounds[0], again.rounds[1]
+    assert (first.drafted, first.reason) == (0, FIRST_TOKEN_REASON)
+    assert second.drafted > 0 and second.from_memory and second.accepted == second.drafted
+    assert again.stats.time_to_first_token is not None

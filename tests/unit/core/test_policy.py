@@ -7,7 +7,7 @@ import pytest
 from localspec.backend.calibration import ModelCosts
 from localspec.core.costmodel import EngineCosts
 from localspec.core.costmodel import LOOKUP_CHANCE_TOKENS, best_draft_length, expected_tokens_constant, succession_prior
-from localspec.core.policy import AdaptivePolicy
+from localspec.core.policy import FIRST_TOKEN_REASON, AdaptivePolicy
 
 from cost_curves import AVX512_RATIOS, CPU_CURVE, FLAT_CURVE, NO_AVX512_RATIOS, T1, ask, costs_for, curve_for, tell
 
@@ -233,3 +233,19 @@ def test_a_match_that_grows_into_another_bucket_is_scored_there_too():
     assert b4.values[0] == pytest.approx(prior4[0] + 0.5 * (1 - prior4[0]))
     assert b4.values[1] == pytest.approx(prior4[1] * 0.5)
 
+
+
+def test_the_first_token_is_not_held_for_a_draft_but_the_rounds_proposal_is_still_scored():
+    """Issue 45 (time to first token): with ``first_token_undrafted`` (the engine's generations), the first round
+    (nothing generated yet) drafts nothing however long its lookup match, and the second round drafts that copy,
+    the first round's proposal having been scored against the token it committed."""
+    curve = curve_for(NO_AVX512_RATIOS)
+    pol = AdaptivePolicy(costs_for(curve), 8, has_draft=False, first_token_undrafted=True)
+    first = ask(pol, 8, {"lookup": ([4, 5, 6, 7, 8, 9, 10, 11], 40)}, [1, 2, 3], generated=0)
+    assert (first.drafter, first.draft_len, first.reason) == ("none", 0, FIRST_TOKEN_REASON)
+    second = ask(pol, 8, {"lookup": ([5, 6, 7, 8, 9, 10, 11, 12], 41)}, [1, 2, 3, 4], generated=1)
+    assert second.drafter == "lookup" and second.draft_len >= 6
+    assert pol._pending["lookup"][0] == 3  # the first round's proposal is the one being scored
+    # without the flag (the choice itself, as the other tests here ask it) the first round drafts the copy
+    plain = AdaptivePolicy(costs_for(curve), 8, has_draft=False)
+    assert ask(plain, 8, {"lookup": ([4, 5, 6, 7, 8, 9, 10, 11], 40)}, [1, 2, 3]).drafter == "lookup"

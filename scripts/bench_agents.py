@@ -26,7 +26,7 @@ Per server, per turn, it prints:
   of the session, on each server (after a one-token warm-up request, the first turn is a cold read: rate = its
   prompt tokens / its TTFT; ``--prefill-rate`` gives one instead), plus, after a restart, the time to read and
   checksum the snapshots the disk tier holds for the prompt (their bytes, from the store's metadata files /
-  the rate at which this machine reads and SHA-256s a 256 MiB file, measured at the start; the page
+  the rate at which the store reads and checks a 256 MiB file (its map and checksum), measured at the start; the page
   cache usually holds recently written snapshots, so this is a memory-speed figure).
 
 Phases: ``warm`` (one server process for the whole session, started on an empty prompt cache) and, for the
@@ -57,7 +57,6 @@ CPU with AMX, where llama-server crashes otherwise.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shlex
@@ -413,7 +412,10 @@ def cpu_description() -> str:
 
 
 def read_rate(folder: Path, nbytes: int = 256 << 20) -> float:
-    """Bytes/s at which this machine reads and SHA-256s a file just written in ``folder`` (the disk tier's check)."""
+    """Bytes/s at which the disk tier reads and checks a snapshot just written in ``folder``: the store's own read
+    (:attr:`localspec.backend.prompt_store.StoredKvState.data`: a map of the file, its checksum verified)."""
+    from localspec.backend.prompt_store import StoredKvState, checksum
+
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"bench-read-{uuid.uuid4().hex}.tmp"
     block = os.urandom(8 << 20)
@@ -421,12 +423,12 @@ def read_rate(folder: Path, nbytes: int = 256 << 20) -> float:
         with open(path, "wb") as f:
             for _ in range(nbytes // len(block)):
                 f.write(block)
+        entry = StoredKvState(path, (), nbytes, None, checksum(path.read_bytes()))
         t0 = time.perf_counter()
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            while chunk := f.read(8 << 20):
-                h.update(chunk)
-        return nbytes / (time.perf_counter() - t0)
+        data = entry.data
+        seconds = time.perf_counter() - t0
+        del data
+        return nbytes / seconds
     finally:
         path.unlink(missing_ok=True)
 
@@ -638,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
     bps = read_rate(workdir, a.read_test_mib << 20)
     print(f"CPU: {cpu_description()}; load average {os.getloadavg()[0]:.2f}\n"
           f"answers capped at {a.max_tokens} tokens (the bench measures prompt handling, not answers); bodies "
-          f"otherwise as recorded, streamed\nread + SHA-256 rate of a just-written file: {bps / 2**20:,.0f} MiB/s; "
+          f"otherwise as recorded, streamed\nthe store's read + checksum rate of a just-written file: {bps / 2**20:,.0f} MiB/s; "
           f"server logs in {workdir}")
     localspec_ids = LocalspecPrompts(a.gguf)
     rows: list[Row] = []

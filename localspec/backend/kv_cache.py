@@ -177,8 +177,10 @@ class KvCache:
         del self.cached_tokens[n:]
 
     def reset(self) -> None:
-        """Empty the KV cache."""
-        self._lc.llama_memory_clear(self._mem, True)
+        """Empty the KV cache: its cells are marked free (as :meth:`truncate` frees them), not zeroed. Zeroing
+        (``llama_memory_clear(..., data=true)``) wrote the whole window's buffers, 0.09 s at a 32,768-token
+        window of the default target (2-core Intel Xeon with AMX), before every snapshot restore."""
+        self._lc.llama_memory_clear(self._mem, False)
         self.cached_tokens.clear()
 
     def save_state(self) -> KvState | None:

@@ -248,3 +248,53 @@ def test_serve_help_names_the_disk_budget_and_its_default():
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     text = " ".join(sub.choices["serve"].format_help().split())
     assert "--prompt-cache-disk-mb X" in text and "default min(4096, a tenth of the free space there)" in text
+
+
+def test_the_chunked_checksum_sees_a_byte_changed_in_any_chunk_and_old_whole_file_checksums_still_read(
+        tmp_path, monkeypatch):
+    """The checksum is hashed in chunks on every core (:func:`prompt_store.checksum`); a changed byte in the last
+    chunk is seen as in the first. A snapshot written before it (metadata ``sha256``: one SHA-256 of the file)
+    is still read and checked."""
+    import hashlib
+    import json
+
+    from localspec.backend import prompt_store
+
+    monkeypatch.setattr(prompt_store, "CHECKSUM_CHUNK", 64)  # 400 bytes: 7 chunks
+    cells = bytes(range(200)) * 2
+    assert prompt_store.checksum(cells) == hashlib.sha256(
+        b"".join(hashlib.sha256(cells[i:i + 64]).digest() for i in range(0, 400, 64))).hexdigest()
+    store = stored(tmp_path)
+    store.save("target", Snap(range(100), fill=5))
+    store.flush()
+    kv = tmp_path / f"{store._digest('target', tuple(range(100)))}.kv"
+    meta = kv.with_suffix(".json")
+    d = json.loads(meta.read_text())
+    assert "sha256_chunks" in d and "sha256" not in d
+    # the old metadata: one SHA-256 of the whole file, under "sha256"
+    d["sha256"] = hashlib.sha256(kv.read_bytes()).hexdigest()
+    del d["sha256_chunks"]
+    meta.write_text(json.dumps(d))
+    found = stored(tmp_path).best("target", list(range(100)))[0]
+    assert bytes(found.data) == bytes([5] * 400)
+    # a byte changed in the last chunk, under the new checksum
+    store.save("target", Snap(range(200, 300), fill=6))
+    store.flush()
+    kv2 = tmp_path / f"{store._digest('target', tuple(range(200, 300)))}.kv"
+    raw = bytearray(kv2.read_bytes())
+    raw[399] ^= 1
+    kv2.write_bytes(bytes(raw))
+    with pytest.raises(prompt_store.DamagedSnapshot):
+        stored(tmp_path).best("target", list(range(200, 300)))[0].data
+    assert not kv2.exists()
+
+
+def test_snapshot_bytes_read_stay_whole_when_the_file_is_removed_after(tmp_path):
+    """The bytes are a map of the file: removing the file (another server's eviction) leaves them readable."""
+    store = stored(tmp_path)
+    store.save("target", Snap(range(100), fill=9))
+    store.flush()
+    data = store.best("target", list(range(100)))[0].data
+    for p in tmp_path.iterdir():
+        p.unlink()
+    assert bytes(data) == bytes([9] * 400)

@@ -495,6 +495,7 @@ class EngineCosts:
 
     def __post_init__(self) -> None:
         self._len = len(self.verify)
+        self._memo: dict = {}  # per role: (position, measurement, its curve there) (:meth:`_base`)
         self._flat = list(self.verify)  # the curve given, used where the target has no curve for this length
         self._ratio = [1.0] * self._len
         self._n = [0] * self._len
@@ -525,17 +526,25 @@ class EngineCosts:
         return max(self.weight, 1.0 / n)
 
     def _base(self, position: int | None) -> list[float]:
+        """The calibrated curve at ``position`` (read only: kept for the next call at the same position, as a
+        round asks for it several times: choosing, observing, refreshing)."""
+        memo = self._memo.get("target")
+        if memo is not None and memo[0] == position and memo[1] is self.target:
+            return memo[2]
         curve = self.target.curve_at(position)
-        if len(curve) < self._len or len(self.target.curves) == 1:
-            return list(self._flat)
-        return curve[: self._len]
+        base = list(self._flat) if len(curve) < self._len or len(self.target.curves) == 1 else curve[: self._len]
+        self._memo["target"] = (position, self.target, base)
+        return base
 
     def _draft_base(self, position: int | None) -> float | None:
         if self._draft_flat is None:
             return None
         if self.draft is None or len(self.draft.curves) == 1:
             return self._draft_flat
-        return self.draft.curve_at(position)[0]
+        memo = self._memo.get("draft")
+        if memo is None or memo[0] != position or memo[1] is not self.draft:
+            memo = self._memo["draft"] = (position, self.draft, self.draft.curve_at(position)[0])
+        return memo[2]
 
     def _refresh(self) -> None:
         base = self._base(self.position)

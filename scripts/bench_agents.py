@@ -217,6 +217,8 @@ def read_stream(lines: Iterable[tuple[float, str]]) -> Streamed:
             out.usage = d["usage"]
         if d.get("type") in ("response.completed", "response.incomplete") and d.get("response", {}).get("usage"):
             out.usage = d["response"]["usage"]
+        if d.get("type") in ("response.completed", "response.incomplete") and d.get("response", {}).get("speculation"):
+            out.speculation = d["response"]["speculation"]
         if d.get("timings"):
             out.timings = d["timings"]
         if d.get("speculation"):

@@ -109,9 +109,11 @@ def test_a_responses_stream_and_an_error_event(bench):
               {"type": "response.output_item.added", "item": {"type": "message"}},
               {"type": "response.output_item.added", "item": {"type": "function_call"}},
               {"type": "response.completed",
-               "response": {"usage": {"input_tokens": 50, "input_tokens_details": {"cached_tokens": 40}}}}]
+               "response": {"usage": {"input_tokens": 50, "input_tokens_details": {"cached_tokens": 40}},
+                            "speculation": {"prefill_seconds": 0.25}}}]
     s = bench.read_stream(sse(*events))
     assert s.ttft == 1.5 and bench.reuse_of(s) == (50, 40)
+    assert bench.prefill_seconds(s) == 0.25  # localspec's statistics ride in the completed response
     failed = bench.read_stream(sse({"error": {"message": "context overflow"}}))
     assert "context overflow" in failed.error and failed.ttft is None
 

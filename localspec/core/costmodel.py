@@ -526,21 +526,17 @@ class EngineCosts:
         return max(self.weight, 1.0 / n)
 
     def _base(self, position: int | None) -> list[float]:
-        """The calibrated curve at ``position`` (read only: kept for the next call at the same position, as a
-        round asks for it several times: choosing, observing, refreshing)."""
+        """The calibrated curve at ``position``, read only: kept for the round's next calls at the same position."""
         memo = self._memo.get("target")
-        if memo is not None and memo[0] == position and memo[1] is self.target:
-            return memo[2]
-        curve = self.target.curve_at(position)
-        base = list(self._flat) if len(curve) < self._len or len(self.target.curves) == 1 else curve[: self._len]
-        self._memo["target"] = (position, self.target, base)
-        return base
+        if memo is None or memo[0] != position or memo[1] is not self.target:
+            curve = self.target.curve_at(position)
+            short = len(curve) < self._len or len(self.target.curves) == 1
+            memo = self._memo["target"] = (position, self.target, list(self._flat) if short else curve[: self._len])
+        return memo[2]
 
     def _draft_base(self, position: int | None) -> float | None:
-        if self._draft_flat is None:
-            return None
-        if self.draft is None or len(self.draft.curves) == 1:
-            return self._draft_flat
+        if self._draft_flat is None or self.draft is None or len(self.draft.curves) == 1:
+            return self._draft_flat  # None without a draft model
         memo = self._memo.get("draft")
         if memo is None or memo[0] != position or memo[1] is not self.draft:
             memo = self._memo["draft"] = (position, self.draft, self.draft.curve_at(position)[0])
@@ -585,7 +581,6 @@ class EngineCosts:
             self._n_catchup += 1
             prev = self.draft_prefill_token_seconds if self.draft_prefill_token_seconds is not None else seconds / tokens
             self.draft_prefill_token_seconds = prev + self._w(self._n_catchup) * (seconds / tokens - prev)
-
 
 
 class CostSource(Protocol):

@@ -642,7 +642,8 @@ def main(argv: list[str] | None = None) -> int:
     bps = read_rate(workdir, a.read_test_mib << 20)
     print(f"CPU: {cpu_description()}; load average {os.getloadavg()[0]:.2f}\n"
           f"answers capped at {a.max_tokens} tokens (the bench measures prompt handling, not answers); bodies "
-          f"otherwise as recorded, streamed\nthe store's read + checksum rate of a just-written file: {bps / 2**20:,.0f} MiB/s; "
+          f"otherwise as recorded, streamed\n"
+          f"the store's read + checksum rate of a just-written file: {bps / 2**20:,.0f} MiB/s; "
           f"server logs in {workdir}")
     localspec_ids = LocalspecPrompts(a.gguf)
     rows: list[Row] = []

@@ -111,8 +111,8 @@ def _child_main(conn, abort_conn, path: str, kwargs: dict, rpc_endpoints: tuple[
 class _AbortFlags:
     """The child's end of the abort pipe. Abort and clear come on their own pipe, read by their own thread, so
     that a cancel reaches a decode in progress. Each carries a number; each command carries the number of the
-    last one sent before it, and the command waits (:meth:`wait`) until this thread applied it: a clear_abort() sent just before a
-    decode is in force in it (a decode that saw the abort before could stop at once, "on request")."""
+    last one sent before it, and waits (:meth:`wait`) until this thread applied it: a clear_abort() sent just
+    before a decode is in force in it (a decode that saw the abort before could stop at once, "on request")."""
 
     def __init__(self, abort_conn, model) -> None:
         self.applied = 0

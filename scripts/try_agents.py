@@ -385,8 +385,10 @@ def opencode_message(prompt: str) -> list[str]:
     its message arguments with spaces and wraps every argument holding a space in double quotes (its run
     command: ``includes(" ") ? `"${arg}"` : arg``), so a prompt passed as one argument reached the model as
     ``"Read the file ..."``, quotes included; word by word it arrives as typed (newlines kept inside words,
-    a run of spaces becomes one)."""
-    return [w for w in prompt.split(" ") if w]
+    a run of spaces becomes one). They follow ``--``: a word such as ``-m`` (the test task's ``python3 -m
+    unittest``) would otherwise be read as opencode's own option (``-m`` is its ``--model``; the run ended at
+    once with "Unexpected server error" and sent nothing)."""
+    return ["--", *(w for w in prompt.split(" ") if w)]
 
 
 OPENCODE_OFFLINE_ENV = {"OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_MODELS_FETCH": "1",

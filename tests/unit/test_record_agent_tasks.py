@@ -17,7 +17,7 @@ def test_a_follow_up_continues_the_same_session(record_agent_tasks, tmp_path, cl
     home = tmp_path / "home"
     cmd, env = record_agent_tasks.agent_command(client, "/bin/agent", "the task", "http://127.0.0.1:1/v1", home, 60)
     # opencode quotes any message argument holding a space, so it gets the task word by word
-    task = ["the", "task"] if client == "opencode" else ["the task"]
+    task = ["--", "the", "task"] if client == "opencode" else ["the task"]
     assert cmd == ["/bin/agent", *first, *task]
     assert env["HOME"] == str(home)
     written = sorted(p.relative_to(home).as_posix() for p in home.rglob("*") if p.is_file())
@@ -25,7 +25,7 @@ def test_a_follow_up_continues_the_same_session(record_agent_tasks, tmp_path, cl
     before = {p: p.read_text() for p in home.rglob("*") if p.is_file()}
     cmd, env2 = record_agent_tasks.agent_command(client, "/bin/agent", "next", "http://127.0.0.1:1/v1", home, 60,
                                                  resume=True)
-    assert cmd == ["/bin/agent", *resumed, "next"]  # one word: no space to quote
+    assert cmd == ["/bin/agent", *resumed, *(["--"] if client == "opencode" else []), "next"]
     assert {p: p.read_text() for p in home.rglob("*") if p.is_file()} == before
     assert {k: v for k, v in env2.items()} == {k: v for k, v in env.items()}
 
@@ -47,7 +47,16 @@ def test_opencode_gets_the_prompt_word_by_word_so_it_adds_no_quotes(record_agent
     opencode_message = record_agent_tasks.try_agents.opencode_message
     prompt = "Read the file /tmp/r/a.py and tell me\nwhat 'slugify' returns."
     words = opencode_message(prompt)
-    assert " ".join(words) == prompt and not any(" " in w for w in words)
+    assert words[0] == "--" and " ".join(words[1:]) == prompt and not any(" " in w for w in words)
     cmd, _ = record_agent_tasks.agent_command("opencode", "/bin/agent", prompt, "http://127.0.0.1:1/v1",
                                               tmp_path, 60)
     assert cmd[-len(words):] == words
+
+
+def test_an_opencode_prompt_word_that_looks_like_an_option_stays_in_the_message(record_agent_tasks, tmp_path):
+    """The test task says ``python3 -m unittest``: without ``--`` before the words opencode took ``-m`` for its
+    ``--model`` and ended at once, sending no request."""
+    cmd, _ = record_agent_tasks.agent_command("opencode", "/bin/agent", record_agent_tasks.TASKS["test"],
+                                              "http://127.0.0.1:1/v1", tmp_path, 60)
+    i = cmd.index("--")
+    assert "-m" in cmd[i:] and "-m" not in cmd[:i]

@@ -49,3 +49,4 @@ def test_the_synthetic_session_reuses_its_prefix_on_every_turn_also_after_restar
         if r["turn"] > 1:
             assert r["reusable"] > 1400, r  # the ~10 KB system prompt and tools at least
             assert r["reused"] >= 0.95 * r["reusable"], r
+            assert r["depth_bound"] > 1.0, r  # the prefill rate measured at the turn's depth, for every later turn

@@ -144,6 +144,17 @@ def test_goals_fail_below_95_percent_slow_first_tokens_errors_and_fewer_than_the
     assert not peer.ok and peer.missed == ["s warm turn 3: 1000 < 1001"]
 
 
+def test_the_bound_at_the_turns_depth_is_a_goal_of_its_own_when_measured(bench):
+    rows = [row(bench, "ls", 1, 0, 0), row(bench, "ls", 2, 1000, 1000, ttft=2.5),
+            row(bench, "ls", 3, 1000, 1000, ttft=2.5)]
+    rows[1].depth_bound, rows[2].depth_bound = 3.0, 2.4
+    reuse, ttft, depth = bench.check_goals(rows, ["ls"], [])
+    assert not ttft.ok and len(ttft.missed) == 2  # the cold read's average rate: both turns too slow
+    assert "depth" in depth.name and not depth.ok and depth.missed == ["s warm turn 3: 2.50 s > 2.40 s"]
+    rows[2].depth_bound = 2.5
+    assert bench.check_goals(rows, ["ls"], [])[2].ok
+
+
 def test_ttft_bound_and_cache_reuse_gain(bench):
     assert bench.ttft_bound(300, 100.0) == pytest.approx(4.0)
     assert bench.ttft_bound(0, 100.0, read_seconds=0.25) == pytest.approx(1.25)

@@ -37,7 +37,7 @@ def curve_for(ratios, t1=T1):
 
 
 # -- a round's two calls to its policy ---------------------------------------------------------
-def ask(pol, limit, proposals=None, committed=(), generated=0, catchup_tokens=0):
+def ask(pol, limit, proposals=None, committed=(), generated=0, catchup_tokens=0, output_held=False):
     """``pol.choose`` as a round after ``committed`` asks it. ``proposals`` maps a free drafter to its
     proposed tokens, to (tokens, match length), or to a number of tokens that match nothing."""
     props = {}
@@ -46,7 +46,7 @@ def ask(pol, limit, proposals=None, committed=(), generated=0, catchup_tokens=0)
         if isinstance(tokens, int):
             tokens = [-1] * tokens
         props[DrafterId(name)] = Draft(tuple(tokens), None, DrafterId(name), match)
-    return pol.choose(RoundState(list(committed), limit, props, generated, catchup_tokens))
+    return pol.choose(RoundState(list(committed), limit, props, generated, catchup_tokens, output_held))
 
 
 def tell(pol, drafter, drafted, accepted, draft_seconds, verify_seconds, catchup_tokens=0, catchup_seconds=0.0,

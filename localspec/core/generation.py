@@ -122,6 +122,11 @@ class Generation:
         self.logprobs = logprobs
         #: False: the prompt neither comes from the kept prompt prefixes nor joins them (``cache_prompt: false``)
         self.cache_prompt = cache_prompt
+        #: set by a consumer that holds back the start of an answer (the server's tool-call parser,
+        #: :func:`localspec.server.tool_parser.holds_all`): ``holds_output(text)`` says whether it would still
+        #: hold all of an output that begins ``text``; while it does, mode auto's rounds draft nothing
+        #: (:attr:`~localspec.core.policy.RoundState.output_held`). None: nothing is held.
+        self.holds_output: Callable[[str], bool] | None = None
         self.token_ids: list[int] = []
         self.stop_word: str | None = None
         #: prompt + generated tokens committed so far (live during iteration; some may
@@ -198,7 +203,8 @@ class Generation:
         in_passes = eng.pass_seconds()
         t0 = eng.clock()
         proposals = self._free_proposals(limit)
-        choice = policy.choose(RoundState(committed, limit, proposals, generated, to_catch_up))
+        held = generated > 0 and self.holds_output is not None and self.holds_output(self._assembler.text)
+        choice = policy.choose(RoundState(committed, limit, proposals, generated, to_catch_up, held))
         draft, (catchup_tokens, catchup_seconds) = self._draft(choice, proposals, limit, rng)
         draft_seconds = eng.clock() - t0 - catchup_seconds
         # 2. verify: one target pass over [x_n, d_1..d_g] gives g + 1 rows of target logits

@@ -98,6 +98,21 @@ def _partial_suffix(text: str, tag: str) -> int:
     return 0
 
 
+def holds_all(fmt: ToolFormat, text: str) -> bool:
+    """Whether :class:`ToolCallParser` still holds all of an answer that begins with ``text``, waiting to see
+    whether a call marker starts there: ``text`` is whitespace, or whitespace and a proper prefix of one of
+    ``fmt``'s start markers (``<``, ``<tool``, a code fence's first backticks). A bare ``{`` is not counted: the
+    object it may begin is held until whole, and drafting it pays as drafting a call does.
+
+    The generation reads it (:attr:`localspec.core.generation.Generation.holds_output`) so that a round whose
+    text the client would not see yet drafts nothing: its next token usually settles the question.
+    """
+    if len(text) > 64:  # longer than any marker and the whitespace a model writes before one
+        return False
+    t = text.lstrip()
+    return not t or any(len(t) < len(start) and start.startswith(t) for start, _ in fmt.blocks)
+
+
 class ToolCallParser:
     """Splits model output into content and tool calls, incrementally.
 

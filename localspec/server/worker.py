@@ -28,6 +28,7 @@ machine is quiet (:meth:`EngineWorker._remeasure_if_disturbed`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import queue
@@ -50,6 +51,7 @@ from localspec.server.errors import ApiError, is_bug, translate
 from localspec.server.bodies import GenerationRequest
 from localspec.server.shapes import TokenLogprob, token_logprobs
 from localspec.server.infill import fim_prompt_tokens
+from localspec.server.tool_parser import holds_all
 from localspec.server.tools import prompt_tokens, tool_constraint
 
 log = logging.getLogger("localspec.server")
@@ -537,6 +539,9 @@ class EngineWorker:
                            prediction=prediction, constraint=constraint, logprobs=req.logprobs,
                            memory=self.memory.scope(req.scope) if self.memory is not None and req.memory
                            and req.cache_prompt else None, cache_prompt=req.cache_prompt)
+        if req.tools is not None and req.tools.parses and req.tools.format is not None:
+            # the tool-call parser holds an answer's possible call marker back from the client
+            gen.holds_output = functools.partial(holds_all, req.tools.format)
         job.post(Started(len(prompt), max_tokens >= context_room(eng.n_ctx, len(prompt))))
         pending: list[TokenEvent] = []
         job.running(gen)

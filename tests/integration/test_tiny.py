@@ -273,25 +273,57 @@ def test_a_call_grammar_makes_the_tiny_model_write_a_valid_call_in_every_mode(ti
                      constraint=tiny_engine.grammar(grammar, GRAMMAR_ROOT))[0])
 
 
-def test_auto_streams_the_first_token_before_any_draft_even_with_a_sure_copy_in_memory(tiny_engine):
-    """Issue 45 (time to first token): the same question asked again finds its whole answer in the draft memory,
-    a copy auto drafts long; but the first round drafts nothing, so the first token is streamed after one
-    one-token pass, and the copy is drafted from the second round on. Output token-identical to target-only."""
+def _asked_again(engine):
+    """(target-only's greedy answer, a mode-auto generation not started yet of the same question asked a second
+    time with the draft memory holding the first answer: its whole answer is a sure copy)."""
     from localspec.config import DraftParams, GenerationParams, SamplingParams
     from localspec.core.drafters import DraftMemory
-    from localspec.core.policy import FIRST_TOKEN_REASON
 
-    engine = tiny_engine
     prompt = engine.chat_tokens([{"role": "user", "content": "List the planets of the solar system, one a line."}])
     greedy, gen = SamplingParams(temperature=0.0), GenerationParams(max_tokens=64)
     reference = engine.generate(prompt, greedy, DraftParams(mode="none"), gen).run()
     engine.calibrated_costs(16)
     memory = DraftMemory(4096)
     engine.generate(prompt, greedy, DraftParams(mode="auto", draft_max=16), gen, memory=memory).run()
-    again = engine.generate(prompt, greedy, DraftParams(mode="auto", draft_max=16), gen, memory=memory)
+    return reference, engine.generate(prompt, greedy, DraftParams(mode="auto", draft_max=16), gen, memory=memory)
+
+
+def test_auto_streams_the_first_token_before_any_draft_even_with_a_sure_copy_in_memory(tiny_engine):
+    """Issue 45 (time to first token): the same question asked again finds its whole answer in the draft memory,
+    a copy auto drafts long; but the first round drafts nothing, so the first token is streamed after one
+    one-token pass, and the copy is drafted from the second round on. Output token-identical to target-only."""
+    from localspec.core.policy import FIRST_TOKEN_REASON
+
+    reference, again = _asked_again(tiny_engine)
     again.run()
     assert again.token_ids == reference.token_ids
     first, second = again.rounds[0], again.rounds[1]
     assert (first.drafted, first.reason) == (0, FIRST_TOKEN_REASON)
     assert second.drafted > 0 and second.from_memory and second.accepted == second.drafted
     assert again.stats.time_to_first_token is not None
+
+
+def test_auto_drafts_nothing_while_the_consumer_holds_the_whole_answer_then_drafts_the_copy(tiny_engine):
+    """Issue 45 (time to first token): a consumer that holds back the start of an answer (the server's tool-call
+    parser, at a possible call marker) says so through ``holds_output``; while it holds all the text so far the
+    rounds draft nothing, even with the whole answer in the draft memory, so the client's first text waits for
+    one-token passes only; then the copy is drafted. Output token-identical to target-only."""
+    from localspec.core.policy import FIRST_TOKEN_REASON, HELD_OUTPUT_REASON
+
+    engine = tiny_engine
+    reference, again = _asked_again(engine)
+    seen = []
+    again.holds_output = lambda text: seen.append(text) or len(text) < 12  # "held" for the first 12 characters
+    again.run()
+    assert again.token_ids == reference.token_ids
+    text_before = [engine.target.detokenize(reference.token_ids[:r]) for r in range(len(reference.token_ids))]
+    held = [r.round for r in again.rounds if r.reason == HELD_OUTPUT_REASON]
+    # one token a round until the text reaches 12 characters: round r starts after r tokens
+    assert held and held == [r for r in range(1, held[-1] + 1) if len(text_before[r]) < 12]
+    assert again.rounds[0].reason == FIRST_TOKEN_REASON
+    for r in again.rounds[:held[-1] + 1]:
+        assert r.drafted == 0 and r.committed == 1
+    after = again.rounds[held[-1] + 1]
+    assert len(text_before[held[-1] + 1]) >= 12
+    assert after.drafted > 0 and after.from_memory and after.accepted == after.drafted
+    assert seen[0] == text_before[1]  # asked with the committed output's text, from the second round on

@@ -7,7 +7,7 @@ import pytest
 from localspec.backend.calibration import ModelCosts
 from localspec.core.costmodel import EngineCosts
 from localspec.core.costmodel import LOOKUP_CHANCE_TOKENS, best_draft_length, expected_tokens_constant, succession_prior
-from localspec.core.policy import FIRST_TOKEN_REASON, AdaptivePolicy
+from localspec.core.policy import FIRST_TOKEN_REASON, HELD_OUTPUT_REASON, AdaptivePolicy
 
 from cost_curves import AVX512_RATIOS, CPU_CURVE, FLAT_CURVE, NO_AVX512_RATIOS, T1, ask, costs_for, curve_for, tell
 
@@ -233,6 +233,22 @@ def test_a_match_that_grows_into_another_bucket_is_scored_there_too():
     assert b4.values[0] == pytest.approx(prior4[0] + 0.5 * (1 - prior4[0]))
     assert b4.values[1] == pytest.approx(prior4[1] * 0.5)
 
+
+
+def test_a_round_whose_output_the_client_would_not_see_yet_drafts_nothing_and_the_next_drafts_the_copy():
+    """Issue 45 (time to first token): while the consumer holds all of the answer so far (a lone ``<`` that may
+    begin a tool-call marker), the round drafts nothing however sure its copy; once the output is released the
+    copy is drafted. Without ``first_token_undrafted`` (a policy not run by the engine) the flag changes nothing."""
+    curve = curve_for(NO_AVX512_RATIOS)
+    pol = AdaptivePolicy(costs_for(curve), 8, has_draft=False, first_token_undrafted=True)
+    ask(pol, 8, {"lookup": ([4, 5, 6, 7, 8, 9, 10, 11], 40)}, [1, 2, 3], generated=0)
+    held = ask(pol, 8, {"lookup": ([5, 6, 7, 8, 9, 10, 11, 12], 41)}, [1, 2, 3, 4], generated=1, output_held=True)
+    assert (held.drafter, held.draft_len, held.reason) == ("none", 0, HELD_OUTPUT_REASON)
+    free = ask(pol, 8, {"lookup": ([6, 7, 8, 9, 10, 11, 12, 13], 42)}, [1, 2, 3, 4, 5], generated=2)
+    assert free.drafter == "lookup" and free.draft_len >= 6
+    plain = AdaptivePolicy(costs_for(curve), 8, has_draft=False)
+    assert ask(plain, 8, {"lookup": ([4, 5, 6, 7, 8, 9, 10, 11], 40)}, [1, 2, 3], generated=1,
+               output_held=True).drafter == "lookup"
 
 
 def test_the_first_token_is_not_held_for_a_draft_but_the_rounds_proposal_is_still_scored():

@@ -111,6 +111,23 @@ def test_a_bare_object_is_held_only_while_it_may_be_a_call():
     assert ToolCallParser(HERMES, NAMES).feed('{"age"') == ['{"age"']
 
 
+@pytest.mark.parametrize("text, held", [
+    ("<", True), ("  <tool", True), ("\n", True), ("`", True), ("``", True), ("```js", True),
+    ("<system", False), ("<tool_call>", False), ("Hi", False), ("```python", False), ('{"name"', False),
+    (" " * 70 + "<", False),
+])
+def test_holds_all_says_when_the_parser_has_released_nothing_of_an_answers_start(text, held):
+    """``holds_all`` (what the generation asks before a round: should it draft?) is true only where the streamed
+    parser, fed the same text, has released nothing and the next tokens decide between text and a call marker."""
+    from localspec.server.tool_parser import holds_all
+
+    assert holds_all(HERMES, text) is held
+    if held:
+        assert ToolCallParser(HERMES, NAMES).feed(text) == []
+    elif not text.lstrip().startswith(("<tool_call>", "{")):
+        assert ToolCallParser(HERMES, NAMES).feed(text + " and more") != []  # text once the question is settled
+
+
 def test_parallel_false_keeps_the_first_call():
     assert whole(CALL_W + "\n" + CALL_R, parallel=False) == (None, [("get_weather", '{"city": "Paris"}')])
 

@@ -125,7 +125,8 @@ class Generation:
         #: set by a consumer that holds back the start of an answer (the server's tool-call parser,
         #: :func:`localspec.server.tool_parser.holds_all`): ``holds_output(text)`` says whether it would still
         #: hold all of an output that begins ``text``; while it does, mode auto's rounds draft nothing
-        #: (:attr:`~localspec.core.policy.RoundState.output_held`). None: nothing is held.
+        #: (:attr:`~localspec.core.policy.RoundState.output_held`). None: nothing is held. Asked from the second
+        #: round until it first says no (a text it does not hold is no marker's prefix, nor any longer text).
         self.holds_output: Callable[[str], bool] | None = None
         self.token_ids: list[int] = []
         self.stop_word: str | None = None
@@ -204,6 +205,8 @@ class Generation:
         t0 = eng.clock()
         proposals = self._free_proposals(limit)
         held = generated > 0 and self.holds_output is not None and self.holds_output(self._assembler.text)
+        if generated > 0 and not held:
+            self.holds_output = None  # released once: an answer that grows is never held again (no more calls)
         choice = policy.choose(RoundState(committed, limit, proposals, generated, to_catch_up, held))
         draft, (catchup_tokens, catchup_seconds) = self._draft(choice, proposals, limit, rng)
         draft_seconds = eng.clock() - t0 - catchup_seconds

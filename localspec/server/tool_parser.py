@@ -105,7 +105,8 @@ def holds_all(fmt: ToolFormat, text: str) -> bool:
     object it may begin is held until whole, and drafting it pays as drafting a call does.
 
     The generation reads it (:attr:`localspec.core.generation.Generation.holds_output`) so that a round whose
-    text the client would not see yet drafts nothing: its next token usually settles the question.
+    text the client would not see yet drafts nothing: its next token usually settles the question. Once false
+    for ``text`` it is false for every text that begins with ``text`` (the generation stops asking).
     """
     if len(text) > 64:  # longer than any marker and the whitespace a model writes before one
         return False

@@ -327,3 +327,4 @@ def test_auto_drafts_nothing_while_the_consumer_holds_the_whole_answer_then_draf
     assert len(text_before[held[-1] + 1]) >= 12
     assert after.drafted > 0 and after.from_memory and after.accepted == after.drafted
     assert seen[0] == text_before[1]  # asked with the committed output's text, from the second round on
+    assert len(seen) == len(held) + 1 and again.holds_output is None  # not asked again once it said no

@@ -126,6 +126,8 @@ def test_holds_all_says_when_the_parser_has_released_nothing_of_an_answers_start
         assert ToolCallParser(HERMES, NAMES).feed(text) == []
     elif not text.lstrip().startswith(("<tool_call>", "{")):
         assert ToolCallParser(HERMES, NAMES).feed(text + " and more") != []  # text once the question is settled
+    if not held:  # monotone: the generation stops asking after the first no
+        assert not any(holds_all(HERMES, text + more) for more in ("", "<", "`", " ", "tool_call>"))
 
 
 def test_parallel_false_keeps_the_first_call():

@@ -224,6 +224,18 @@ def sampling_for(settings: Settings, req: GenerationRequest) -> SamplingParams:
         raise translate(e) from None
 
 
+def output_hold(req: GenerationRequest) -> Callable[[str], bool] | None:
+    """What a streamed answer's client would not see yet, for
+    :attr:`~localspec.core.generation.Generation.holds_output`: the tool-call parser's hold of a possible call
+    marker at the answer's start (:func:`~localspec.server.tool_parser.holds_all`) when ``req`` streams and
+    parses calls; None otherwise. A non-streamed answer is seen whole at its end, so its rounds draft as mode
+    auto chooses: holding one back would only make the answer later.
+    """
+    if req.stream and req.tools is not None and req.tools.parses and req.tools.format is not None:
+        return functools.partial(holds_all, req.tools.format)
+    return None
+
+
 def drafting_for(settings: Settings, req: GenerationRequest, has_draft_model: bool = True) -> DraftParams:
     """The server's drafting settings with the request's ``speculation`` overrides (``mode``,
     ``draft_max``); a request that names a mode without naming ``draft_max`` gets that mode's
@@ -539,9 +551,7 @@ class EngineWorker:
                            prediction=prediction, constraint=constraint, logprobs=req.logprobs,
                            memory=self.memory.scope(req.scope) if self.memory is not None and req.memory
                            and req.cache_prompt else None, cache_prompt=req.cache_prompt)
-        if req.tools is not None and req.tools.parses and req.tools.format is not None:
-            # the tool-call parser holds an answer's possible call marker back from the client
-            gen.holds_output = functools.partial(holds_all, req.tools.format)
+        gen.holds_output = output_hold(req)
         job.post(Started(len(prompt), max_tokens >= context_room(eng.n_ctx, len(prompt))))
         pending: list[TokenEvent] = []
         job.running(gen)

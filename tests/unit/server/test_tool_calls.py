@@ -299,3 +299,21 @@ def test_responses_streamed_and_whole_agree():
     r = complete(shape, req.tools, "<tool_call>{oops</tool_call>", "stop", {})
     assert r["choices"][0]["finish_reason"] == "stop" and "tool_calls" not in r["choices"][0]["message"]
     assert r["choices"][0]["message"]["content"] == "<tool_call>{oops</tool_call>"
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_only_a_streamed_answer_with_parsed_calls_tells_the_generation_what_it_holds(stream):
+    """A streamed tool request's rounds skip drafting while the parser holds all its text (the client's first text
+    comes sooner); a non-streamed one is seen whole at its end, so nothing is held from the policy's point of view
+    (``worker.output_hold``), and a request without tools holds nothing either."""
+    from localspec.server.bodies import GenerationRequest
+    from localspec.server.worker import output_hold
+
+    req = GenerationRequest(kind="chat", messages=[{"role": "user", "content": "hi"}], stream=stream,
+                            tools=_constrained("auto"))
+    hold = output_hold(req)
+    if stream:
+        assert hold is not None and hold("  <") is True and hold("Sure") is False
+    else:
+        assert hold is None
+    assert output_hold(GenerationRequest(kind="chat", messages=req.messages, stream=stream)) is None

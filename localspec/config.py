@@ -479,12 +479,18 @@ class ServerSettings(_Strict):
     @field_validator("api_key", mode="before")
     @classmethod
     def _split_keys(cls, keys: Any) -> Any:
-        """``"a,b"``, ``["a", "b,c"]`` -> ``("a", "b", "c")`` (spaces around a key dropped, empty ones skipped)."""
+        """``"a,b"``, ``["a", "b,c"]`` -> ``("a", "b", "c")`` (spaces around a key dropped, empty ones between
+        commas skipped). A value that holds no key at all (``--api-key ""``, ``--api-key ,``: an unset shell
+        variable, most often) is refused: taken as no keys, it would start a server that lets every client in."""
         if keys is None:
             return ()
         if isinstance(keys, str):
             keys = [keys]
         if isinstance(keys, (list, tuple)) and all(isinstance(k, str) for k in keys):
+            if any(not part.replace(",", "").strip() for part in keys):
+                raise user_error("an API key given is empty: a server started so would let every client in; give "
+                                 "the key (is its shell variable set?), or leave --api-key out for a server "
+                                 "without keys")
             return tuple(dict.fromkeys(k.strip() for part in keys for k in part.split(",") if k.strip()))
         return keys
 

@@ -151,7 +151,9 @@ def server_settings_from_args(ns: argparse.Namespace, api_key_env: str | None = 
         return ServerSettings(**data)
     except ValidationError as e:
         flags = {field: _flag(dest) for dest, field in SERVER_ARGS.items()} | {"default_max_tokens": _flag("max_tokens")}
-        lines = [f"{flags.get(v.path, v.path)}: {v.reason}{v.got}" for v in invalid_values(e)]
+        # an API key is a secret: the value given is never repeated (the other keys beside the empty one)
+        lines = [f"{flags.get(v.path, v.path)}: {v.reason}{'' if v.path.startswith('api_key') else v.got}"
+                 for v in invalid_values(e)]
         raise ConfigError("invalid settings:\n" + "\n".join(lines), "see localspec serve --help for the allowed "
                           "values") from None
 

@@ -226,6 +226,17 @@ class FunctionDefinition(BaseModel):
     parameters: Annotated[dict[str, Any] | None, said("function.parameters must be a JSON Schema object")] = Field(
         None, description="a JSON Schema object")
 
+    @field_validator("parameters")
+    @classmethod
+    def _object_arguments(cls, params: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A call's arguments are a JSON object (OpenAI's rule): a schema of another ``type`` could never be met
+        by a call, so ``tool_choice: required`` would have no answer."""
+        kind = (params or {}).get("type", "object")
+        if kind != "object" and not (isinstance(kind, list) and "object" in kind):
+            raise user_error(f'function.parameters must be a JSON Schema of "type": "object" (a call\'s arguments '
+                             f"are a JSON object), not {json.dumps(kind)}; put the values in an object's properties")
+        return params
+
 
 class FunctionTool(BaseModel):
     """A tool: a function the model may call."""

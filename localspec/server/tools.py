@@ -309,16 +309,26 @@ def new_parser(treq: ToolRequest) -> ToolCallParser:
     return ToolCallParser(treq.format, treq.names, treq.parallel)
 
 
+def answer_finish_reason(has_calls: bool, generation_reason: str) -> str:
+    """The ``finish_reason`` of an answer parsed for tool calls: ``"length"`` when the token limit cut it (calls
+    or not, as OpenAI reports it: the answer may end in a half-written call, left as content), else
+    ``"tool_calls"`` when it holds a call, else the generation's own reason (``"stop"``)."""
+    if generation_reason == "length" or not has_calls:
+        return generation_reason
+    return "tool_calls"
+
+
 def complete(shape: ResponseShape, treq: ToolRequest, text: str, finish_reason: str, extra: dict,
              logprobs: list | None = None) -> dict:
     """The non-streamed ``chat.completion`` of an answer parsed for tool calls.
 
-    With at least one call: ``message.tool_calls`` and ``finish_reason: "tool_calls"``;
-    without: the text as content and the generation's own finish reason. ``logprobs``: every
+    With at least one call: ``message.tool_calls`` and ``finish_reason: "tool_calls"`` (``"length"`` when the
+    token limit cut the answer: :func:`answer_finish_reason`); without: the text as content and the generation's
+    own finish reason. ``logprobs``: every
     output token's entry (the calls' tokens included), when asked for.
     """
     content, calls = parse_all(new_parser(treq), text)
-    body = shape.complete(content, "tool_calls" if calls else finish_reason, extra, logprobs)
+    body = shape.complete(content, answer_finish_reason(bool(calls), finish_reason), extra, logprobs)
     if calls:
         body["choices"][0]["message"]["tool_calls"] = [c.message_dict() for c in calls]
     return body
@@ -368,4 +378,4 @@ class ToolStream:
         return self._chunks(self.parser.finish(), None)
 
     def finish_reason(self, generation_reason: str) -> str:
-        return "tool_calls" if self.index else generation_reason
+        return answer_finish_reason(self.index > 0, generation_reason)

@@ -150,6 +150,23 @@ def test_keys_repeated_comma_separated_and_from_a_file(tmp_path):
     assert "key-a" not in repr(ServerSettings(api_key="key-a"))
 
 
+
+@pytest.mark.parametrize("given", [[""], [" "], [","], ["key-a", ""], ["key-a,,key-b", " , "]])
+def test_an_empty_api_key_is_refused_without_repeating_the_keys_given(given):
+    """``--api-key "$KEY"`` with KEY unset must not start a server open to everyone (as no key would), and the
+    error never repeats the other keys (secrets) it was given. Empty parts between commas of a real key list
+    are only separators (``"a,,b"``: a and b)."""
+    from localspec.app.flags import server_settings_from_args
+    from localspec.cli import build_parser
+    from localspec.errors import ConfigError
+
+    args = ["serve"] + [a for k in given for a in ("--api-key", k)]
+    with pytest.raises(ConfigError, match="--api-key: an API key given is empty") as e:
+        server_settings_from_args(build_parser().parse_args(args))
+    assert "key-a" not in str(e.value) and "key-b" not in str(e.value)
+    assert ServerSettings(api_key="a,,b").api_key == ("a", "b")
+
+
 # -- through the app -----------------------------------------------------------------------------------
 class FimFakeModel(WithFimTokens, SnapshotModel):
     """With FIM tokens, and a chat template that joins the messages' words (for chat and Responses)."""

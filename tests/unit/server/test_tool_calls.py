@@ -247,6 +247,11 @@ def test_tool_request_fields():
     ({"tools": {"a": 1}}, "tools"),
     ({"tools": [{"type": "code_interpreter"}]}, "tools[0]"),
     ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools[0].function.name"),
+    # a call's arguments are an object: a schema of another type could never be met (tool_choice required)
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}]},
+     "tools[0].function.parameters"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": ["string", "null"]}}}]},
+     "tools[0].function.parameters"),
     ({"tools": TOOLS + TOOLS[:1]}, "tools"),
     ({"tools": TOOLS, "tool_choice": "always"}, "tool_choice"),
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
@@ -261,6 +266,12 @@ def test_bad_tool_fields_are_400_naming_the_parameter(kw, param):
     with pytest.raises(ApiError) as e:
         parse_request(body(**kw), "chat")
     assert e.value.status == 400 and e.value.param == param
+
+
+def test_object_schemas_of_every_spelling_are_taken():
+    for params in ({}, {"properties": {}}, {"type": "object"}, {"type": ["object", "null"]}):
+        tools = [{"type": "function", "function": {"name": "f", "parameters": params}}]
+        assert parse_request(body(tools=tools), "chat").tools.names == ("f",)
 
 
 def test_history_arguments_go_to_the_template_as_objects():
@@ -299,6 +310,23 @@ def test_responses_streamed_and_whole_agree():
     r = complete(shape, req.tools, "<tool_call>{oops</tool_call>", "stop", {})
     assert r["choices"][0]["finish_reason"] == "stop" and "tool_calls" not in r["choices"][0]["message"]
     assert r["choices"][0]["message"]["content"] == "<tool_call>{oops</tool_call>"
+
+
+def test_an_answer_the_token_limit_cut_after_a_call_finishes_with_length_streamed_and_whole():
+    """A call, then the start of another when ``max_tokens`` ran out: the whole call is kept, the cut one is
+    content, and the finish reason is ``length`` (as OpenAI reports a cut answer; ``/v1/responses`` then says
+    ``incomplete``), not ``tool_calls``, which would tell the client the answer ended as the model chose."""
+    req = parse_request(body(tools=TOOLS), "chat")
+    req.tools.format = HERMES
+    shape = ResponseShape("chat", "m")
+    text = CALL_W + '\n{"name": "get_weather", "'
+    r = complete(shape, req.tools, text, "length", {})
+    choice = r["choices"][0]
+    assert choice["finish_reason"] == "length" and len(choice["message"]["tool_calls"]) == 1
+    stream = ToolStream(shape, req.tools, include_usage=False)
+    chunks = stream.feed(text) + stream.finish()
+    assert sum(len(c["choices"][0]["delta"].get("tool_calls", [])) for c in chunks) >= 1
+    assert stream.finish_reason("length") == "length" and stream.finish_reason("stop") == "tool_calls"
 
 
 @pytest.mark.parametrize("stream", [True, False])

@@ -353,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_worker_parser(sub) -> None:
-    from localspec.config import RPC_DEFAULT_PORT
+    from localspec.rpc_endpoints import RPC_DEFAULT_PORT
 
     w = sub.add_parser("worker", help="serve this machine's CPU to another machine's localspec (--rpc HOST:PORT)",
                        description="A llama.cpp RPC worker (ggml's rpc-server, from localspec's own llama.cpp, so "
@@ -374,7 +374,7 @@ def cmd_worker(ns: argparse.Namespace) -> int:
     import socket
 
     from localspec.backend import rpc
-    from localspec.config import parse_endpoint
+    from localspec.rpc_endpoints import parse_endpoint
 
     host = rpc.listen_address(ns.host)  # ggml's server binds only an IPv4 literal
     try:

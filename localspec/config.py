@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from localspec.errors import ConfigError
+from localspec.rpc_endpoints import RPC_LOAD_SILENCE, RPC_TIMEOUT, RPC_TIMEOUT_TOKENS, split_endpoints
 
 #: the drafting modes that use one drafter every round, each named as that drafter
 #: (a :class:`localspec.core.events.DrafterId` value: the engine's ``FixedPolicy(DrafterId(mode))``)
@@ -112,58 +113,6 @@ def cache_root() -> Path:
     (``repack/``), the prompt snapshots (``prompts/``) and the models assembled from their parts (``models/``)."""
     env = os.environ.get("LOCALSPEC_CACHE")
     return expand_path(env) if env else Path.home() / ".cache" / "localspec"
-
-
-#: the port llama.cpp's rpc-server (and ``localspec worker``) listens on by default
-RPC_DEFAULT_PORT = 50052
-#: seconds a one-token pass on RPC workers may take before they count as stalled (``--rpc-timeout``)
-RPC_TIMEOUT = 60.0
-#: a pass of m tokens on RPC workers may take ``rpc_timeout * (1 + m / RPC_TIMEOUT_TOKENS)`` seconds
-RPC_TIMEOUT_TOKENS = 32
-#: seconds the model's process may go without a word while it starts and loads on RPC workers, at least
-#: (starting Python and llama.cpp; llama.cpp reports progress after each tensor it sends)
-RPC_LOAD_SILENCE = 60.0
-#: seconds a cancelled pass on RPC workers may go on before its model's process is ended (llama.cpp's abort
-#: callback reaches only its CPU backend: a pass waiting on a stalled worker never sees it); the model then
-#: loads again before the next generation, as after ``--rpc-timeout``
-RPC_CANCEL_GRACE = 2.0
-
-
-def parse_endpoint(text: str) -> tuple[str, int]:
-    """``"HOST:PORT"`` -> (host, port); a host name or an IPv4 address (llama.cpp's RPC client
-    splits at the first colon, so IPv6 addresses cannot be written).
-
-    Raises:
-        ValueError: no port, a port outside 1..65535, an empty host or an IPv6 address.
-    """
-    text = text.strip()
-    host, sep, port = text.partition(":")
-    if not sep or not host:
-        raise ValueError(f"RPC worker {text!r} is not HOST:PORT (for example 192.168.1.20:{RPC_DEFAULT_PORT})")
-    if ":" in port or host.startswith("["):
-        raise ValueError(f"RPC worker {text!r}: llama.cpp's RPC takes a host name or an IPv4 address, not IPv6")
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise ValueError(f"RPC worker {text!r}: the port must be a number 1..65535")
-    return host, int(port)
-
-
-def split_endpoints(value: object) -> tuple[str, ...]:
-    """Endpoints from a comma-separated string or a list of them (each may hold commas too),
-    checked by :func:`parse_endpoint`, duplicates refused.
-
-    Raises:
-        ValueError: a malformed or repeated endpoint.
-    """
-    items = [value] if isinstance(value, str) else list(value or ())
-    out: list[str] = []
-    for item in items:
-        for part in str(item).split(","):
-            if part.strip():
-                parse_endpoint(part)
-                if part.strip() in out:
-                    raise ValueError(f"RPC worker {part.strip()} is given twice")
-                out.append(part.strip())
-    return tuple(out)
 
 
 class _Strict(BaseModel):
@@ -412,14 +361,12 @@ DRAFT_MEMORY_TOKENS = 1 << 18
 DRAFT_MEMORY_BYTES_PER_TOKEN = 16
 _DRAFT_MEMORY_MIB = DRAFT_MEMORY_TOKENS * DRAFT_MEMORY_BYTES_PER_TOKEN >> 20
 
-
 #: the prompt-prefix snapshots' default budget at most, MiB: three 15,000-token agent prompts of the default
 #: pair (28 KiB a token in the 1.5B's cache, 12 KiB in the 0.5B's)
 PROMPT_CACHE_MB = 2048
 #: the share of the memory available once the models are loaded that the default budget may take: the KV
 #: windows take up to half of what was available before (localspec.backend.context), the rest is headroom
 PROMPT_CACHE_SHARE = 0.25
-
 
 #: most requests waiting while the engine runs one, by default (``--queue-size``)
 QUEUE_SIZE = 8
@@ -511,6 +458,16 @@ class ServerSettings(_Strict):
             raise user_error(f"the API key file {path} holds no key (one a line)", at="api_key_file")
         given = data.get("api_key") or ()
         return {**data, "api_key": ([given] if isinstance(given, str) else list(given)) + keys}
+
+    @model_validator(mode="after")
+    def _disk_tier_needs_memory_tier(self) -> "ServerSettings":
+        """The disk tier keeps the memory tier's snapshots: with that tier off it would silently keep nothing."""
+        if self.prompt_cache_mb == 0 and self.prompt_cache_disk_mb:
+            raise user_error(f"{self.prompt_cache_disk_mb:g} MiB on disk keeps nothing with --prompt-cache-mb 0 (it "
+                             "keeps the snapshots kept in memory): give --prompt-cache-mb above 0, or leave "
+                             "--prompt-cache-disk-mb out",
+                             at="prompt_cache_disk_mb")
+        return self
 
     @property
     def max_body(self) -> int:

@@ -29,7 +29,7 @@ handshake (a stopped worker accepts the connection but stays silent): the model 
 
 A cancel (:meth:`IsolatedModel.abort`, Esc) reaches the child's llama.cpp, whose abort callback only its
 CPU backend asks: a pass waiting on a stalled worker never sees it. So a call that has not answered
-:attr:`IsolatedModel.cancel_grace` seconds (:data:`~localspec.config.RPC_CANCEL_GRACE`) after a cancel
+:attr:`IsolatedModel.cancel_grace` seconds (:data:`~localspec.rpc_endpoints.RPC_CANCEL_GRACE`) after a cancel
 ends the child as a missed deadline does and raises :class:`~localspec.errors.DecodeAborted` (the
 engine ends the generation as cancelled, the answer so far kept); the model is lost, as above, and
 loads again before the next generation.
@@ -46,7 +46,7 @@ from typing import Sequence
 
 import numpy as np
 
-from localspec.config import RPC_CANCEL_GRACE, RPC_LOAD_SILENCE, RPC_TIMEOUT, RPC_TIMEOUT_TOKENS
+from localspec.rpc_endpoints import RPC_CANCEL_GRACE, RPC_LOAD_SILENCE, RPC_TIMEOUT, RPC_TIMEOUT_TOKENS
 from localspec.errors import BackendError, DecodeAborted, LocalspecError, WorkerError
 from localspec import errors as _errors
 
@@ -273,7 +273,7 @@ class IsolatedModel:
 
     def allowance(self, tokens: int = 0) -> float:
         """Seconds a call may go without a word from the child: ``timeout * (1 + tokens / 32)``
-        for a pass of ``tokens`` tokens (:data:`~localspec.config.RPC_TIMEOUT_TOKENS`), ``timeout``
+        for a pass of ``tokens`` tokens (:data:`~localspec.rpc_endpoints.RPC_TIMEOUT_TOKENS`), ``timeout``
         for a call that decodes nothing."""
         return self.timeout * (1 + tokens / RPC_TIMEOUT_TOKENS)
 

@@ -31,7 +31,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from localspec.config import parse_endpoint
+from localspec.rpc_endpoints import parse_endpoint
 from localspec.errors import ConfigError, WorkerError
 
 #: the RPC protocol of the llama.cpp that llama-cpp-python 0.3.36 vendors (ggml-rpc.h:

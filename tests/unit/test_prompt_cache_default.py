@@ -46,3 +46,15 @@ def test_serve_says_the_budget_and_its_rule_at_start(capsys, monkeypatch):
     assert "prompt cache 512 MiB: min(2048 MiB, a quarter of the 2.0 GiB available after loading)" in err
     code, _, err = run_cli(capsys, "serve", "--port", "1", "--prompt-cache-mb", "64")
     assert got[1].prompt_cache_mb == 64 and "a quarter" not in err
+
+
+def test_a_disk_tier_asked_for_with_the_memory_tier_off_is_refused_by_its_flag(capsys):
+    """The disk keeps the snapshots the memory tier makes: ``--prompt-cache-mb 0 --prompt-cache-disk-mb 10`` would
+    keep nothing, silently; it is refused before any model loads, naming both flags. Off together, or the disk
+    tier left to its default, is fine."""
+    code, _, err = run_cli(capsys, "serve", "--port", "1", "--prompt-cache-mb", "0", "--prompt-cache-disk-mb", "10")
+    assert code != 0 and "--prompt-cache-disk-mb: 10 MiB on disk keeps nothing with --prompt-cache-mb 0" in err
+    assert "leave --prompt-cache-disk-mb out" in err
+    assert "Traceback" not in err
+    assert ServerSettings(prompt_cache_mb=0, prompt_cache_disk_mb=0).prompt_cache_disk_mb == 0
+    assert ServerSettings(prompt_cache_mb=0).prompt_cache_disk_mb is None

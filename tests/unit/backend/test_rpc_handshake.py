@@ -13,7 +13,8 @@ import pytest
 
 from localspec.server.process import free_port
 from localspec.backend import rpc
-from localspec.config import ModelSettings, parse_endpoint, split_endpoints
+from localspec.config import ModelSettings
+from localspec.rpc_endpoints import parse_endpoint, split_endpoints
 from localspec.errors import WorkerError
 
 

@@ -48,10 +48,16 @@ def test_serve_says_the_budget_and_its_rule_at_start(capsys, monkeypatch):
     assert got[1].prompt_cache_mb == 64 and "a quarter" not in err
 
 
-def test_a_disk_tier_asked_for_with_the_memory_tier_off_is_refused_by_its_flag(capsys):
+def test_a_disk_tier_asked_for_with_the_memory_tier_off_is_refused_by_its_flag(capsys, monkeypatch):
     """The disk keeps the snapshots the memory tier makes: ``--prompt-cache-mb 0 --prompt-cache-disk-mb 10`` would
     keep nothing, silently; it is refused before any model loads, naming both flags. Off together, or the disk
     tier left to its default, is fine."""
+    from localspec.app import loader
+
+    def load_engine(*a, **k):
+        raise AssertionError("the models load although the flags contradict each other")
+
+    monkeypatch.setattr(loader, "load_engine", load_engine)
     code, _, err = run_cli(capsys, "serve", "--port", "1", "--prompt-cache-mb", "0", "--prompt-cache-disk-mb", "10")
     assert code != 0 and "--prompt-cache-disk-mb: 10 MiB on disk keeps nothing with --prompt-cache-mb 0" in err
     assert "leave --prompt-cache-disk-mb out" in err

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from localspec.config import Settings, context_room, fits_context
-from localspec.core.engine import Event, Generation
+from localspec.core.engine import Event, Generation, continues_final_message
 from localspec.errors import ConfigError, ContextOverflowError
 from localspec.core.events import EndReason, GenerationStats
 
@@ -51,7 +51,7 @@ def fit_messages(engine, messages: Sequence[dict], max_tokens: int) -> FittedPro
     Args:
         engine: a :class:`localspec.core.engine.SpeculativeEngine` (uses ``chat_tokens``, ``n_ctx``).
         messages: the history; ``messages[0]`` may be the system message; the last
-            message is the user message being answered.
+            message is the user message being answered, or the assistant message being continued.
         max_tokens: tokens the reply may take.
 
     Returns:
@@ -72,9 +72,9 @@ def fit_messages(engine, messages: Sequence[dict], max_tokens: int) -> FittedPro
     lo = len(system)
     starts = _turn_starts(messages, lo)
     # windows to try, longest first: the whole history, then from each later turn start,
-    # and at the end the last message alone (it need not be a user message)
+    # and at the end the last message alone (it need not be a user message; one being continued keeps its turn)
     candidates = [lo] + [s for s in starts if s > lo]
-    if candidates[-1] != len(messages) - 1:
+    if candidates[-1] != len(messages) - 1 and not continues_final_message(messages):
         candidates.append(len(messages) - 1)
     def fits(tokens: list[int]) -> bool:
         return fits_context(n_ctx, len(tokens), max_tokens)
@@ -143,7 +143,11 @@ class Turn:
         if self._done:
             return
         self._done = True
-        self.session.messages.append({"role": "assistant", "content": self.generation.text})
+        history = self.session.messages
+        if continues_final_message(history):  # the answer continued the final message: it grows
+            history[-1] = {**history[-1], "content": history[-1]["content"] + self.generation.text}
+        else:
+            history.append({"role": "assistant", "content": self.generation.text})
 
     def cancel(self) -> None:
         """End after the current round."""
@@ -234,12 +238,16 @@ class ChatSession:
             raise
 
     def answer(self, prediction: Sequence[int] | None = None) -> Turn:
-        """Answer the history as it is (its last message is a user message), e.g. a loaded file.
+        """Answer the history as it is, e.g. a loaded file: its last message is a user message, or an assistant
+        message with text that the answer continues (:func:`localspec.core.engine.continues_final_message`;
+        the answer is then added to that message).
 
         ``prediction``: token ids of a predicted output (see ``SpeculativeEngine.generate``).
         """
-        if not self.messages or self.messages[-1].get("role") != "user":
-            raise ConfigError("the conversation does not end with a user message", "add a user message to answer")
+        if not self.messages or (self.messages[-1].get("role") != "user"
+                                 and not continues_final_message(self.messages)):
+            raise ConfigError("the conversation does not end with a user message (or an assistant message with "
+                              "text to continue)", "add a user message to answer")
         return self._start(prediction)
 
     def retry(self) -> Turn:

@@ -71,6 +71,26 @@ def split_rendered_chat(messages: Sequence[dict], render: Callable[[list[dict]],
     return None
 
 
+def open_final_message(pieces: Sequence[ChatPiece], content: str) -> list[ChatPiece] | None:
+    """The pieces of a chat rendered without the generation prompt, cut right after the final message's
+    content, so the prompt ends inside that message and the model continues it (Hugging Face's
+    ``continue_final_message``; llama-server's assistant prefill). The template's end of turn and anything after
+    it are dropped.
+
+    Args:
+        pieces: from :func:`split_rendered_chat`, of a chat whose final message holds ``content``.
+        content: the final message's content (non-empty).
+
+    Returns:
+        The pieces up to and including that content; None when the last content piece is not it (as is, or
+        stripped, as a ``| trim`` filter writes it), so the cut cannot be trusted.
+    """
+    last = max((i for i, p in enumerate(pieces) if p.is_content), default=None)
+    if last is None or pieces[last].text not in (content, content.strip()):
+        return None
+    return list(pieces[:last + 1])
+
+
 def chat_fragments(pieces: Sequence[ChatPiece], specials: dict[str, tuple[int, int]]) -> list[int | str]:
     """The special tokens of the markup, and the text between them, in order.
 

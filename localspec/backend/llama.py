@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from localspec.backend import hugepages
-from localspec.backend.chat_template import chat_fragments, split_rendered_chat
+from localspec.backend.chat_template import chat_fragments, open_final_message, split_rendered_chat
 from localspec.backend.kv_cache import KvCache, KvState, PrefillCopy
 from localspec.backend.llama_context import LlamaContext
 from localspec.backend.native import NativeResource, last_error, recent_errors
@@ -371,7 +371,7 @@ class LlamaModel(Vocabulary, LlamaContext, KvCache, NativeResource):
             raise ConfigError(f"the chat template of {self.path.name} refused the messages: {said}", hint) from e
 
     def tokenize_chat(self, messages: Sequence[dict], add_generation_prompt: bool = True,
-                      **render_kwargs) -> list[int]:
+                      continue_final_message: bool = False, **render_kwargs) -> list[int]:
         """Chat messages -> prompt token ids, with message content always tokenized as text.
 
         Only the chat template's own markup becomes special tokens: a message whose text
@@ -386,6 +386,10 @@ class LlamaModel(Vocabulary, LlamaContext, KvCache, NativeResource):
             messages: dicts with ``role`` and ``content`` (a string) and any other keys the
                 template reads.
             add_generation_prompt: end with the template's assistant header.
+            continue_final_message: end inside the final message instead, right after its content (not
+                empty), without the template's end of turn: the model continues that message (an assistant
+                prefill; :func:`localspec.backend.chat_template.open_final_message`). Overrides
+                ``add_generation_prompt``.
             render_kwargs: passed on to :meth:`render_chat`.
 
         Returns:
@@ -395,12 +399,20 @@ class LlamaModel(Vocabulary, LlamaContext, KvCache, NativeResource):
             ModelError, ConfigError: from :meth:`render_chat`.
             ConfigError: a content holds special-token text and the template writes content
                 in a form that cannot be located in the prompt (escaped or cut), or a text
-                holds a lone UTF-16 surrogate.
+                holds a lone UTF-16 surrogate; the final message to continue cannot be located.
         """
         def render(msgs: list[dict]) -> str:
-            return self.render_chat(msgs, add_generation_prompt=add_generation_prompt, **render_kwargs)
+            return self.render_chat(msgs, add_generation_prompt=add_generation_prompt and not continue_final_message,
+                                    **render_kwargs)
 
         pieces = split_rendered_chat(messages, render)
+        if continue_final_message:
+            pieces = open_final_message(pieces, str(messages[-1].get("content") or "")) if pieces else None
+            if pieces is None:
+                raise ConfigError(
+                    f"the chat template of {self.path.name} writes the final {messages[-1].get('role')} message in a "
+                    "form that cannot be located in the prompt, so it cannot be continued",
+                    "end the messages with a user message, or send a raw prompt (--raw, /v1/completions)")
         if pieces is None:
             for i, m in enumerate(messages):
                 content = m.get("content")

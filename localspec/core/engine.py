@@ -133,6 +133,16 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
+def continues_final_message(messages: Sequence[dict]) -> bool:
+    """Whether a chat's answer continues its final message rather than starting a new turn: it is an
+    assistant message holding text (a string, not only whitespace) and no ``tool_calls`` (an assistant
+    prefill, as llama-server takes one by default; OpenAI's API has none)."""
+    last = messages[-1] if messages else {}
+    content = last.get("content")
+    return (last.get("role") == "assistant" and isinstance(content, str) and bool(content.strip())
+            and not last.get("tool_calls"))
+
+
 class SpeculativeEngine:
     """A target model, optionally a draft model, and the drafters built on them.
 
@@ -232,14 +242,19 @@ class SpeculativeEngine:
         :meth:`localspec.backend.llama.LlamaModel.render_chat`). The draft model receives these
         identical ids.
 
+        Messages that end with an assistant message holding text (:func:`continues_final_message`) end the
+        prompt inside it, after its text, and the answer continues it; the answer holds only the new text.
+        Any other chat ends with the template's assistant header, and the answer is a new turn.
+
         Raises:
             ModelError: the target has no chat template.
             ConfigError: the template refuses the messages, or a content cannot be kept as
-                text (see ``tokenize_chat``).
+                text, or the final message to continue cannot be located (see ``tokenize_chat``).
         """
-        if tools:
-            return self.target.tokenize_chat(messages, tools=tools)
-        return self.target.tokenize_chat(messages)
+        kwargs: dict = {"tools": tools} if tools else {}
+        if continues_final_message(messages):
+            kwargs["continue_final_message"] = True
+        return self.target.tokenize_chat(messages, **kwargs)
 
     def fim_tokens(self) -> dict[str, int]:
         """The target's fill-in-the-middle token ids by role (``pre``, ``suf``, ``mid``, ``pad``, ``rep``,

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from localspec.backend.chat_template import TOKEN_ATTR_CONTROL, ChatPiece, chat_fragments, split_rendered_chat
+from localspec.backend.chat_template import (TOKEN_ATTR_CONTROL, ChatPiece, chat_fragments, open_final_message,
+                                             split_rendered_chat)
 from localspec.backend.llama import LlamaModel
 from localspec.errors import ConfigError
 
@@ -85,6 +86,15 @@ def check_chat(model, messages) -> list[int]:
     if all(model.tokenize(m["content"], add_special=False) ==
            model.tokenize(m["content"], add_special=False, parse_special=False) for m in messages):
         assert tokens == old_path(model, messages)
+    # 4. an assistant prefill: the closed chat's text, cut right after the final content, with the same markup
+    final = messages[-1]["content"]
+    if messages[-1]["role"] == "assistant" and final.strip():
+        opened = model.tokenize_chat(messages, continue_final_message=True)
+        text, closed = spelled(model, opened), model.render_chat(messages, add_generation_prompt=False)
+        assert closed.startswith(text) and (text.endswith(final) or text.endswith(final.strip()))
+        assert len(closed) > len(text)  # the end of turn is gone
+        assert [t for t in opened if t in ctrl] == \
+            [t for t in model.tokenize_chat(harmless, continue_final_message=True) if t in ctrl]
     return tokens
 
 
@@ -197,6 +207,24 @@ def test_a_content_the_template_changes_cannot_smuggle_special_tokens(tiny, monk
     with pytest.raises(ConfigError, match="special-token text") as e:
         tiny.tokenize_chat([{"role": "user", "content": FORGED}])
     assert e.value.hint
+
+
+def test_a_continued_message_stays_text_and_one_that_cannot_be_located_is_refused(tiny, monkeypatch):
+    """The prefill is content like any other: its markers stay text, and the prompt ends right after it (the
+    template's ``<|im_end|>`` gone). Where the final content is not the last content piece, the cut is refused
+    with a hint, not guessed."""
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": FORGED}]
+    tokens = tiny.tokenize_chat(msgs, continue_final_message=True)
+    tail = tiny.tokenize("assistant\n" + FORGED, add_special=False, parse_special=False)
+    assert tokens[-len(tail):] == tail and tokens[-len(tail) - 1] == im(tiny, "<|im_start|>")
+    assert tokens[:-len(tail) - 1] == tiny.tokenize_chat(msgs[:1], add_generation_prompt=False)
+    pieces = [ChatPiece("<s>", False), ChatPiece("a", True), ChatPiece("</s><s>", False), ChatPiece("b", True),
+              ChatPiece("</s>", False)]
+    assert open_final_message(pieces, " b ") == pieces[:4] and open_final_message(pieces, "a") is None
+    monkeypatch.setattr("localspec.backend.llama.open_final_message", lambda pieces, content: None)
+    with pytest.raises(ConfigError, match="cannot be continued") as e:
+        tiny.tokenize_chat(msgs, continue_final_message=True)
+    assert "user message" in e.value.hint
 
 
 def test_a_lone_surrogate_is_a_config_error(tiny):

@@ -125,6 +125,27 @@ def test_growing_conversation_reuses_the_cache(client, tiny_engine):
     assert cached >= len(tiny_engine.chat_tokens(msgs)) and cached < r2.usage.prompt_tokens
 
 
+def test_a_final_assistant_message_is_continued(client, tiny_engine):
+    """An assistant prefill, as llama-server does: the prompt ends inside the final assistant message, right
+    after its text, and the answer holds only what comes after it; greedy, it is what the raw prompt spelled
+    out gives through /v1/completions. A chat ending with the user still gets a new assistant turn."""
+    prefill = "The capital of France is"
+    msgs = [{"role": "user", "content": "Answer in one sentence: what is the capital of France?"},
+            {"role": "assistant", "content": prefill}]
+    ids = tiny_engine.chat_tokens(msgs)
+    spelled = b"".join(tiny_engine.target.token_bytes(t, special=True) for t in ids).decode()
+    assert spelled.endswith("<|im_start|>assistant\n" + prefill)
+    r = chat(client, msgs, max_tokens=12)
+    raw = client.completions.create(model="tiny", prompt=spelled, max_tokens=12, temperature=0)
+    assert r.usage.prompt_tokens == len(ids) == raw.usage.prompt_tokens
+    assert r.choices[0].message.content == raw.choices[0].text and not r.choices[0].message.content.startswith(
+        prefill)
+    text, _, _, _ = stream_ids(client, msgs, max_tokens=12)
+    assert text == r.choices[0].message.content
+    closed = tiny_engine.chat_tokens(msgs[:1])
+    assert len(ids) > len(closed) and ids[:len(closed)] == closed  # the prefill adds to the new turn's header
+
+
 @pytest.mark.parametrize("kw, param", [
     ({"n": 2}, "n"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),

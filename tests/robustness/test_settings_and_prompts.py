@@ -235,3 +235,26 @@ def test_serve_without_the_servers_dependencies_says_how_to_reinstall(capsys, is
     code, _, err = run_cli(capsys, "serve", "--mode", "none")
     assert code != 0 and "error: the server's dependencies are missing" in err
     assert "pipx reinstall localspec" in err and "pip install --force-reinstall localspec" in err
+
+
+def test_a_history_ending_with_assistant_text_is_continued_and_one_without_text_refused(tiny_engine_ctx512):
+    """``--messages`` (ChatSession.answer) takes an assistant prefill as the server does: the answer continues
+    the final message (its tokens: those of a generation from the prompt that ends with the prefill), and
+    that message grows by the answer instead of a new one being added. An assistant message with only
+    whitespace continues nothing: refused with a hint, the history left as it was."""
+    prefill = "Sure, here are three colours:"
+    msgs = [{"role": "user", "content": "Name three colours."}, {"role": "assistant", "content": prefill}]
+    s = ChatSession(tiny_engine_ctx512, Settings(generation=GenerationParams(max_tokens=8),
+                                                 drafting=DraftParams(mode="lookup")), messages=msgs)
+    turn = s.answer().run()
+    prompt = tiny_engine_ctx512.chat_tokens(msgs)
+    assert turn.prompt.tokens == prompt and tiny_engine_ctx512.target.detokenize(prompt).endswith(prefill)
+    ref = tiny_engine_ctx512.generate(prompt, SamplingParams(), DraftParams(mode="none"),
+                                      GenerationParams(max_tokens=8)).run()
+    assert turn.generation.token_ids == ref.token_ids and turn.text
+    assert s.messages == [msgs[0], {"role": "assistant", "content": prefill + turn.text}]
+    blank = [msgs[0], {"role": "assistant", "content": "  "}]
+    s = ChatSession(tiny_engine_ctx512, messages=blank)
+    with pytest.raises(ConfigError, match="does not end with a user message") as e:
+        s.answer()
+    assert e.value.hint and s.messages == blank

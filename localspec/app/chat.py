@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from localspec.config import Settings, context_room, fits_context
-from localspec.core.engine import Event, Generation, continues_final_message
+from localspec.core.engine import Event, Generation, continues_final_message, opens_the_answer
 from localspec.errors import ConfigError, ContextOverflowError
 from localspec.core.events import EndReason, GenerationStats
 
@@ -240,10 +240,13 @@ class ChatSession:
     def answer(self, prediction: Sequence[int] | None = None) -> Turn:
         """Answer the history as it is, e.g. a loaded file: its last message is a user message, or an assistant
         message with text that the answer continues (:func:`localspec.core.engine.continues_final_message`;
-        the answer is then added to that message).
+        the answer is then added to that message). A final assistant message without text or calls is
+        dropped first (:func:`localspec.core.engine.opens_the_answer`): the answer takes its place.
 
         ``prediction``: token ids of a predicted output (see ``SpeculativeEngine.generate``).
         """
+        if self.messages and opens_the_answer(self.messages[-1]):  # an empty assistant turn: this answer fills it
+            self.messages.pop()
         if not self.messages or (self.messages[-1].get("role") != "user"
                                  and not continues_final_message(self.messages)):
             raise ConfigError("the conversation does not end with a user message (or an assistant message with "

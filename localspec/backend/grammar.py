@@ -22,11 +22,18 @@ import numpy as np
 from localspec.backend.native import NativeResource
 
 
+#: a JSON string's character (RFC 8259, section 7): any but the quote, the backslash and the control characters
+#: U+0000-U+001F, which must be escaped; llama-cpp-python's converter lets the control characters through
+#: unescaped (a raw newline in a string: an answer ``json.loads`` refuses), llama.cpp's own converter does not
+JSON_CHAR_RULE = r'char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])'
+
+
 def json_schema_grammar(schema: dict, prop_order: Sequence[str] = ()) -> str:
     """GBNF text for JSON following ``schema`` (a JSON Schema), start rule ``root``.
 
     llama-cpp-python's converter (``llama_cpp.llama_grammar.json_schema_to_gbnf``, a port of
-    llama.cpp's ``json_schema_to_grammar``); object properties in ``prop_order`` come first.
+    llama.cpp's ``json_schema_to_grammar``), its string character rule replaced by :data:`JSON_CHAR_RULE`;
+    object properties in ``prop_order`` come first.
 
     Raises:
         Exception: what the converter raises on a schema it cannot read (AssertionError,
@@ -36,7 +43,8 @@ def json_schema_grammar(schema: dict, prop_order: Sequence[str] = ()) -> str:
 
     from llama_cpp.llama_grammar import json_schema_to_gbnf
 
-    return json_schema_to_gbnf(json.dumps(schema), prop_order=list(prop_order))
+    gbnf = json_schema_to_gbnf(json.dumps(schema), prop_order=list(prop_order))
+    return re.sub(r"(?m)^char ::= .*$", lambda _: JSON_CHAR_RULE, gbnf)
 
 
 #: ``llama_token_data`` as numpy sees it: (id int32, logit float32, p float32), C layout

@@ -133,14 +133,20 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
+def opens_the_answer(message: dict) -> bool:
+    """Whether ``message`` is an assistant message with no text (none, or only whitespace) and no ``tool_calls``:
+    at a chat's end it only opens the turn being answered, so the prompt leaves it out."""
+    return (message.get("role") == "assistant" and not str(message.get("content") or "").strip()
+            and not message.get("tool_calls"))
+
+
 def continues_final_message(messages: Sequence[dict]) -> bool:
     """Whether a chat's answer continues its final message rather than starting a new turn: it is an
     assistant message holding text (a string, not only whitespace) and no ``tool_calls`` (an assistant
     prefill, as llama-server takes one by default; OpenAI's API has none)."""
     last = messages[-1] if messages else {}
-    content = last.get("content")
-    return (last.get("role") == "assistant" and isinstance(content, str) and bool(content.strip())
-            and not last.get("tool_calls"))
+    return (last.get("role") == "assistant" and isinstance(last.get("content"), str) and not last.get("tool_calls")
+            and not opens_the_answer(last))
 
 
 class SpeculativeEngine:
@@ -244,7 +250,8 @@ class SpeculativeEngine:
 
         Messages that end with an assistant message holding text (:func:`continues_final_message`) end the
         prompt inside it, after its text, and the answer continues it; the answer holds only the new text.
-        Any other chat ends with the template's assistant header, and the answer is a new turn.
+        Any other chat ends with the template's assistant header, and the answer is a new turn (a final
+        assistant message without text or calls is left out: :func:`opens_the_answer`).
 
         Raises:
             ModelError: the target has no chat template.
@@ -252,6 +259,8 @@ class SpeculativeEngine:
                 text, or the final message to continue cannot be located (see ``tokenize_chat``).
         """
         kwargs: dict = {"tools": tools} if tools else {}
+        if messages and opens_the_answer(messages[-1]):
+            messages = messages[:-1]
         if continues_final_message(messages):
             kwargs["continue_final_message"] = True
         return self.target.tokenize_chat(messages, **kwargs)

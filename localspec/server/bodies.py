@@ -21,6 +21,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, SkipValidat
                       WithJsonSchema, field_validator, model_validator)
 
 from localspec.app.fim import FimInput
+from localspec.core.engine import continues_final_message
 from localspec.config import (AUTO_DRAFT_MAX, DraftMode, DraftParams, SamplingParams, check_stop, request_field,
                               user_error)
 from localspec.server.messages import (TOOL_CHOICE_SHAPE, ChatMessage, FunctionTool, NamedToolChoice, Prediction,
@@ -318,6 +319,16 @@ class ChatCompletionBody(SamplingFields):
             raise ApiError(400, 'response_format: a JSON response format cannot be combined with tools (unless '
                                 'tool_choice is "none"); send one or the other', "response_format",
                            "unsupported_parameter")
+        if continues_final_message(messages) and (own["grammar"] is not None or own["tools"] and own["tools"].tools):
+            # the grammar and the tool-call parser start at the answer's start, where the prefill is already
+            # written: continued, a JSON answer would be written twice and a call begun in the prefill lost
+            field = "response_format" if own["grammar"] is not None else "tools"
+            raise ApiError(400, f"messages: the final assistant message is an assistant prefill, which {field} "
+                                "cannot continue (its grammar starts at the answer's start); end the messages with "
+                                f"a user message, or leave {field} out", "messages", "unsupported_parameter")
+        prefill = messages[-1]["content"] if continues_final_message(messages) else ""
+        if prefill and own["prediction"] and own["prediction"].startswith(prefill):
+            own["prediction"] = own["prediction"][len(prefill):] or None  # the answer starts after the prefill
         return own
 
 

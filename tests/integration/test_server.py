@@ -144,6 +144,11 @@ def test_a_final_assistant_message_is_continued(client, tiny_engine):
     assert text == r.choices[0].message.content
     closed = tiny_engine.chat_tokens(msgs[:1])
     assert len(ids) > len(closed) and ids[:len(closed)] == closed  # the prefill adds to the new turn's header
+    new_turn = chat(client, msgs[:1], max_tokens=12)
+    for empty in ("", " \n", None):  # an assistant message without text only opens the answer's turn
+        r = chat(client, msgs[:1] + [{"role": "assistant", "content": empty}], max_tokens=12)
+        assert r.usage.prompt_tokens == len(closed) == new_turn.usage.prompt_tokens
+        assert r.choices[0].message.content == new_turn.choices[0].message.content
 
 
 @pytest.mark.parametrize("kw, param", [

@@ -107,6 +107,24 @@ def test_sampled_answers_follow_the_same_distribution_in_every_mode(tiny_engine)
         assert stat < CHI2_001[dof], (mode, counts)
 
 
+@pytest.mark.parametrize("schema", [{"type": "object", "properties": {"n": {"type": "string"}}},
+                                    {"type": "object", "properties": {"n": {"type": "string", "maxLength": 9}}},
+                                    {}])
+def test_a_string_takes_no_raw_control_character(tiny_engine, schema):
+    """JSON escapes U+0000-U+001F in strings (RFC 8259, section 7): inside a string the grammar allows the
+    escaped newline, never a raw one or a tab, whatever the schema says of the string; a raw newline between
+    values stays allowed where JSON allows whitespace (not here: the converter's ``space`` is one space)."""
+    g = tiny_engine.grammar(grammar_of(schema) if schema else response_grammar({"type": "json_object"}))
+    for t in tiny_engine.tokenize('{"n": "ab', special=False):
+        assert g.allows(t)
+        g.accept(t)
+    one = {c: tiny_engine.tokenize(c, special=False) for c in ("\n", "\t", "\x01", "c", "\\n", '"')}
+    assert all(len(ids) == 1 for c, ids in one.items() if c not in ("\\n",)), one
+    assert not g.allows(one["\n"][0]) and not g.allows(one["\t"][0]) and not g.allows(one["\x01"][0])
+    assert g.allows(one["c"][0]) and g.allows(one["\\n"][0]) and g.allows(one['"'][0])
+    g.close()
+
+
 def test_a_lazy_grammar_leaves_the_text_free_until_its_trigger_then_constrains(tiny_engine):
     """The mechanism of tool_choice auto (llama.cpp's lazy grammar sampler, trigger tokens): before the
     trigger token the output is the unconstrained one, token for token; from it on, the grammar's;

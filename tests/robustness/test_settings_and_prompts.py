@@ -237,11 +237,11 @@ def test_serve_without_the_servers_dependencies_says_how_to_reinstall(capsys, is
     assert "pipx reinstall localspec" in err and "pip install --force-reinstall localspec" in err
 
 
-def test_a_history_ending_with_assistant_text_is_continued_and_one_without_text_refused(tiny_engine_ctx512):
+def test_a_history_ending_with_assistant_text_is_continued_and_an_empty_one_is_filled(tiny_engine_ctx512):
     """``--messages`` (ChatSession.answer) takes an assistant prefill as the server does: the answer continues
     the final message (its tokens: those of a generation from the prompt that ends with the prefill), and
-    that message grows by the answer instead of a new one being added. An assistant message with only
-    whitespace continues nothing: refused with a hint, the history left as it was."""
+    that message grows by the answer instead of a new one being added. An assistant message without text
+    continues nothing: the prompt leaves it out (a new turn, as the server does) and the answer takes its place."""
     prefill = "Sure, here are three colours:"
     msgs = [{"role": "user", "content": "Name three colours."}, {"role": "assistant", "content": prefill}]
     s = ChatSession(tiny_engine_ctx512, Settings(generation=GenerationParams(max_tokens=8),
@@ -253,8 +253,14 @@ def test_a_history_ending_with_assistant_text_is_continued_and_one_without_text_
                                       GenerationParams(max_tokens=8)).run()
     assert turn.generation.token_ids == ref.token_ids and turn.text
     assert s.messages == [msgs[0], {"role": "assistant", "content": prefill + turn.text}]
-    blank = [msgs[0], {"role": "assistant", "content": "  "}]
-    s = ChatSession(tiny_engine_ctx512, messages=blank)
+    for blank in ("  ", "", None):  # an empty assistant turn at the end: the answer fills it, as a new turn
+        s = ChatSession(tiny_engine_ctx512, Settings(generation=GenerationParams(max_tokens=8),
+                                                     drafting=DraftParams(mode="lookup")),
+                        messages=[msgs[0], {"role": "assistant", "content": blank}])
+        turn = s.answer().run()
+        assert turn.prompt.tokens == tiny_engine_ctx512.chat_tokens(msgs[:1])
+        assert s.messages == [msgs[0], {"role": "assistant", "content": turn.text}]
+    s = ChatSession(tiny_engine_ctx512, messages=[{"role": "system", "content": "Be brief."}])
     with pytest.raises(ConfigError, match="does not end with a user message") as e:
         s.answer()
-    assert e.value.hint and s.messages == blank
+    assert e.value.hint

@@ -268,6 +268,33 @@ def test_bad_tool_fields_are_400_naming_the_parameter(kw, param):
     assert e.value.status == 400 and e.value.param == param
 
 
+def test_an_assistant_prefill_with_a_grammar_is_400_and_without_one_is_taken():
+    """A prefill continues the final assistant message, but the call parser and a response format's grammar
+    start at the answer's start: a JSON answer would repeat the prefill's start, a call begun in the prefill
+    would be lost. Refused, naming messages; the prefill alone, or with tools turned off (tool_choice none), is
+    taken, and so is an assistant message with tool calls at the end (a new turn, not a prefill). A predicted
+    output that begins with the prefill is drafted from where the answer begins."""
+    prefill = [{"role": "user", "content": "weather?"}, {"role": "assistant", "content": '<tool_call>\n{"name": '}]
+    fmt = {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "object"}}}
+    for kw, said in (({"tools": TOOLS}, "tools cannot continue"),
+                     ({"tools": TOOLS, "tool_choice": "required"}, "tools cannot continue"),
+                     ({"response_format": fmt}, "response_format cannot continue"),
+                     ({"response_format": {"type": "json_object"}}, "response_format cannot continue")):
+        with pytest.raises(ApiError) as e:
+            parse_request(body(messages=prefill, **kw), "chat")
+        assert e.value.status == 400 and e.value.param == "messages" and said in e.value.message, kw
+    assert parse_request(body(messages=prefill), "chat").messages[-1]["content"] == prefill[-1]["content"]
+    assert parse_request(body(messages=prefill, tools=TOOLS, tool_choice="none"), "chat").tools.tools == []
+    code = "def f(x):\n    return x\n"  # an editor predicts the whole answer, the prefill included
+    for prefill_text, predicted in (("def f(x):\n", "    return x\n"), ("```python\n", code), (code, None)):
+        msgs = prefill[:1] + [{"role": "assistant", "content": prefill_text}]
+        assert parse_request(body(messages=msgs, prediction={"type": "content", "content": code}),
+                             "chat").prediction == predicted
+    called = prefill[:1] + [{"role": "assistant", "content": "Checking.", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]}]
+    assert parse_request(body(messages=called, tools=TOOLS), "chat").tools.history
+
+
 def test_object_schemas_of_every_spelling_are_taken():
     for params in ({}, {"properties": {}}, {"type": "object"}, {"type": ["object", "null"]}):
         tools = [{"type": "function", "function": {"name": "f", "parameters": params}}]

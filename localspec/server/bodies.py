@@ -322,10 +322,10 @@ class ChatCompletionBody(SamplingFields):
         if continues_final_message(messages) and (own["grammar"] is not None or own["tools"] and own["tools"].tools):
             # the grammar and the tool-call parser start at the answer's start, where the prefill is already
             # written: continued, a JSON answer would be written twice and a call begun in the prefill lost
-            field = "response_format" if own["grammar"] is not None else "tools"
-            raise ApiError(400, f"messages: the final assistant message is an assistant prefill, which {field} "
-                                "cannot continue (its grammar starts at the answer's start); end the messages with "
-                                f"a user message, or leave {field} out", "messages", "unsupported_parameter")
+            field, at = "response_format" if own["grammar"] is not None else "tools", f"messages[{len(messages) - 1}]"
+            raise ApiError(400, f"{at}: the final assistant message is an assistant prefill, which {field} cannot "
+                                "continue (its grammar starts at the answer's start); end the messages with a user "
+                                f"message, or leave {field} out", at, "unsupported_parameter")
         prefill = messages[-1]["content"] if continues_final_message(messages) else ""
         if prefill and own["prediction"] and own["prediction"].startswith(prefill):
             own["prediction"] = own["prediction"][len(prefill):] or None  # the answer starts after the prefill

@@ -136,6 +136,10 @@ def test_text_format_becomes_the_chat_response_format():
         generation_request(ResponsesBody(input="x", text={"format": {"type": "json_schema", "schema": {
             "type": "integer", "minimum": 1}}}))
     assert e.value.param == "text.format.schema" and "minimum" in e.value.message
+    prefill = [{"role": "user", "content": "x"}, {"role": "assistant", "content": '{"a": '}]
+    with pytest.raises(ApiError) as e:  # a prefill the format cannot continue: named as the input item it is
+        generation_request(ResponsesBody(input=prefill, text={"format": {"type": "json_object"}}))
+    assert e.value.param == "input[1]" and e.value.message.startswith("input[1]: the final assistant message")
 
 
 BAD = [

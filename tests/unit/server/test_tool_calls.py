@@ -282,7 +282,7 @@ def test_an_assistant_prefill_with_a_grammar_is_400_and_without_one_is_taken():
                      ({"response_format": {"type": "json_object"}}, "response_format cannot continue")):
         with pytest.raises(ApiError) as e:
             parse_request(body(messages=prefill, **kw), "chat")
-        assert e.value.status == 400 and e.value.param == "messages" and said in e.value.message, kw
+        assert e.value.status == 400 and e.value.param == "messages[1]" and said in e.value.message, kw
     assert parse_request(body(messages=prefill), "chat").messages[-1]["content"] == prefill[-1]["content"]
     assert parse_request(body(messages=prefill, tools=TOOLS, tool_choice="none"), "chat").tools.tools == []
     code = "def f(x):\n    return x\n"  # an editor predicts the whole answer, the prefill included

@@ -145,9 +145,12 @@ class Turn:
         self._done = True
         history = self.session.messages
         if continues_final_message(history):  # the answer continued the final message: it grows
-            history[-1] = {**history[-1], "content": history[-1]["content"] + self.generation.text}
+            prefill = history[-1]
+            history[-1] = {**prefill, "content": prefill["content"] + self.generation.text}
+            self.session._continued = (prefill, history[-1])  # retry gives the message back its own text
         else:
             history.append({"role": "assistant", "content": self.generation.text})
+            self.session._continued = None
 
     def cancel(self) -> None:
         """End after the current round."""
@@ -212,6 +215,9 @@ class ChatSession:
             else:
                 self.messages.insert(0, {"role": "system", "content": system})
         self.last_prompt: FittedPrompt | None = None
+        #: (the assistant message as given, the same message grown by the latest answer) when that answer
+        #: continued it (an assistant prefill), so retry takes back only the answer's text
+        self._continued: tuple[dict, dict] | None = None
 
     def _start(self, prediction: Sequence[int] | None = None) -> Turn:
         s = self.settings
@@ -254,7 +260,13 @@ class ChatSession:
         return self._start(prediction)
 
     def retry(self) -> Turn:
-        """Drop the last reply and answer the last user message again."""
-        if self.messages and self.messages[-1].get("role") == "assistant":
+        """Drop the last reply and answer the last user message again. Where the last answer continued an
+        assistant message (a prefill, see :meth:`answer`), only the answer's text is taken back: the message
+        gets its own text again and is continued anew."""
+        last = self.messages[-1] if self.messages else None
+        if self._continued is not None and last is self._continued[1]:
+            self.messages[-1] = self._continued[0]
+        elif last is not None and last.get("role") == "assistant":
             self.messages.pop()
+        self._continued = None
         return self.answer()

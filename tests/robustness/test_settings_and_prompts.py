@@ -253,6 +253,9 @@ def test_a_history_ending_with_assistant_text_is_continued_and_an_empty_one_is_f
                                       GenerationParams(max_tokens=8)).run()
     assert turn.generation.token_ids == ref.token_ids and turn.text
     assert s.messages == [msgs[0], {"role": "assistant", "content": prefill + turn.text}]
+    again = s.retry().run()  # takes back the answer only: the prefill is continued again, not dropped
+    assert again.prompt.tokens == prompt and again.generation.token_ids == ref.token_ids
+    assert s.messages == [msgs[0], {"role": "assistant", "content": prefill + again.text}]
     for blank in ("  ", "", None):  # an empty assistant turn at the end: the answer fills it, as a new turn
         s = ChatSession(tiny_engine_ctx512, Settings(generation=GenerationParams(max_tokens=8),
                                                      drafting=DraftParams(mode="lookup")),

@@ -130,11 +130,16 @@ def test_auto_with_its_curve_30_percent_off_does_not_lose_to_target_only(cpu, cu
     """The policy's costs built from a curve off by 30 % from the one charged (the CPU slower or faster than
     calibrated, ``scale``; drafting dearer or cheaper than calibrated, ``slope``): over the chat and prose
     answers auto takes at most 2.5 % more time than target-only decoding in total and no answer more than
-    6 % more; every edit (with the prediction and with lookup alone) at most 0.6 of target-only's time.
+    6 % more; every edit (with the prediction and with lookup alone) at most 15 % more than auto with the
+    true curve, and at most 0.67 of target-only's time.
     Measured (2026-12-05, 1.5B traces on the five 1.5B curves, round's fixed cost 0 and 0.1 T(1)): ``scale``
     changes nothing measurable (the policy weighs ratios, and learns the scale from the passes it times);
     ``slope`` x0.7 is the worst: chat totals up to 1.017 (Zen 4), the worst answer 1.048 (chat-5, Zen 5);
-    edits at most 0.53 of target-only (code-edit, Zen 5 at 8,192)."""
+    edits at most 0.53 of target-only (code-edit, Zen 5 at 8,192). The AMD Zen 3 curve (2026-12-07, no AVX-512,
+    the steepest: T(8) = 5.7 T(1)) is where a wrong curve costs most: code-edit with lookup at 0.1 T(1), slope
+    x1.3, 1.12 of auto's time with the true curve; 0.654 of target-only at worst, where even the true curve gives
+    0.604 and the per-round oracle 0.46 (the 0.6 bound of the flatter curves does not hold there for any curve
+    auto is given)."""
     believed = off_curve(curve, kind, factor)
     traces = [(n, _replayable(load_trace(n))) for n in trace_names() if _model_stem(load_trace(n)) == _model_stem(
         load_trace("chat-0"))]
@@ -153,7 +158,10 @@ def test_auto_with_its_curve_30_percent_off_does_not_lose_to_target_only(cpu, cu
             none = target_only_seconds(tr, curve, overhead)
             for pred in (True, False):
                 auto = replay(tr, auto_policy(believed), curve, overhead, use_prediction=pred).seconds
-                assert auto <= 0.6 * none, f"{what}; {tr.name} (prediction {pred}): {auto / none:.3f}"
+                true = replay(tr, auto_policy(curve), curve, overhead, use_prediction=pred).seconds
+                told = f"{what}; {tr.name} (prediction {pred}): {auto / none:.3f} of target-only, " \
+                       f"{auto / true:.3f} of auto with the true curve"
+                assert auto <= 1.15 * true and auto <= 0.67 * none, told
 
 
 def _held_out() -> list[str]:

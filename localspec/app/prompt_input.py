@@ -15,6 +15,7 @@ from typing import TextIO
 
 from localspec.app.codeedit import file_form, longest_fence
 from localspec.app.fileio import FileError, read_text_file
+from localspec.core.engine import joined_text
 from localspec.errors import ConfigError
 
 _PROMPT_HINT = 'localspec generate "your question" (or - to read stdin)'
@@ -40,9 +41,22 @@ def read_file_text(name: str) -> str:
         raise ConfigError(e.message, e.hint) from e
 
 
+def _content_text(content: object) -> str | None:
+    """A message's content as text: a string, or a list of text parts read as the server reads them
+    (:func:`localspec.core.engine.joined_text`); None if it is neither."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
+                                         and isinstance(p.get("text"), str) for p in content):
+        return joined_text([p["text"] for p in content])
+    return None
+
+
 def read_messages(name: str) -> list[dict]:
     """The ``--messages`` JSON file (UTF-8, with or without a BOM): a list of ``{role, content}``
-    with role system, user or assistant. Raises ConfigError."""
+    with role system, user or assistant, the content a string or a list of text parts
+    (``[{"type": "text", "text": ...}]``, read as their texts joined with newlines, as the server reads
+    them). Returns the messages with string contents. Raises ConfigError, naming the first message at fault."""
     hint = 'write a JSON list like [{"role": "user", "content": "..."}]'
     try:
         text = read_text_file(name, max_bytes=None)
@@ -52,10 +66,16 @@ def read_messages(name: str) -> list[dict]:
         messages = json.loads(text.removeprefix("\ufeff"))
     except ValueError as e:
         raise ConfigError(f"cannot read chat messages from {name}: {e}", hint) from e
-    if not (isinstance(messages, list) and all(isinstance(m, dict) and m.get("role") in ("system", "user", "assistant")
-                                               and isinstance(m.get("content"), str) for m in messages)):
+    if not isinstance(messages, list):
         raise ConfigError(f"{name} is not a list of {{role, content}} messages", hint)
-    return messages
+    read = []
+    for i, m in enumerate(messages):
+        text = _content_text(m.get("content")) if isinstance(m, dict) else None
+        if text is None or m.get("role") not in ("system", "user", "assistant"):
+            raise ConfigError(f"{name} is not a list of {{role, content}} messages: message {i} is not a system, user "
+                              "or assistant message whose content is a string or a list of text parts", hint)
+        read.append({**m, "content": text})
+    return read
 
 
 def with_system(messages: list[dict], system: str | None) -> list[dict]:

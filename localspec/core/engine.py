@@ -133,6 +133,13 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
+def joined_text(texts: Sequence[str]) -> str:
+    """A message's content given as text parts (OpenAI's ``[{"type": "text", "text": ...}]``), read as one
+    string: the parts' texts joined with newlines. The one rule for the server's messages and for
+    ``generate --messages``."""
+    return "\n".join(texts)
+
+
 def opens_the_answer(message: dict) -> bool:
     """Whether ``message`` is an assistant message with no text (none, or only whitespace) and no ``tool_calls``:
     at a chat's end it only opens the turn being answered, so the prompt leaves it out."""

@@ -14,6 +14,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationE
 from pydantic_core import PydanticCustomError
 
 from localspec.config import FUNCTION_NAME, user_error
+from localspec.core.engine import joined_text
 
 
 def _nonempty(v: Any) -> bool:
@@ -105,8 +106,8 @@ Content = Annotated[list[TextPart], BeforeValidator(_as_parts),
 
 
 def joined(parts: list[TextPart] | None) -> str:
-    """The text of a :data:`Content` (texts joined with newlines; None: ``""``)."""
-    return "\n".join(p.text for p in parts or ())
+    """The text of a :data:`Content` (:func:`localspec.core.engine.joined_text`; None: ``""``)."""
+    return joined_text([p.text for p in parts or ()])
 
 
 class FunctionCall(BaseModel):

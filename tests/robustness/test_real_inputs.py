@@ -344,6 +344,27 @@ def test_localspec_models_shows_brackets_as_written(capsys, isolated_env, monkey
     assert f"local weights folder: {folder}" in out
 
 
+def test_a_messages_file_takes_text_parts_as_the_server_does(home):
+    """Messages saved from an OpenAI-style request hold content as text parts: ``--messages`` reads them as the
+    server reads them (the texts joined with newlines), and a part that is not text is refused naming its message."""
+    from localspec.server.messages import ChatMessage, joined
+
+    parts = [{"type": "text", "text": "Rename load"}, {"type": "text", "text": "to load_config."}]
+    f = home / "parts.json"
+    f.write_text(json.dumps([{"role": "system", "content": "Be brief."}, {"role": "user", "content": parts}]),
+                 encoding="utf-8")
+    read = read_messages(str(f))
+    assert read == [{"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": joined(ChatMessage(role="user", content=parts).content)}]
+    assert read[1]["content"] == "Rename load\nto load_config."
+    f.write_text(json.dumps([{"role": "user", "content": "hi"},
+                             {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
+                 encoding="utf-8")
+    with pytest.raises(ConfigError, match="message 1 is not") as e:
+        read_messages(str(f))
+    assert e.value.hint
+
+
 def test_a_missing_messages_file_is_said_like_a_missing_file(home):
     with pytest.raises(ConfigError, match="no such file") as e:
         read_messages(str(home / "nope.json"))

@@ -312,9 +312,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--raw", action="store_true", help="send the prompt as raw text, without the chat template")
     g.add_argument("--system", default=None, help="system message; with --messages it replaces the file's leading "
                    "system message (or is put first when there is none); not with --raw")
-    g.add_argument("--messages", default=None, help="JSON file with chat messages [{role, content}, ...] (content a string or a list of text parts); "
-                   "the prompt, if given, is added as the last user message; a final assistant message with "
-                   "text is continued (a prefill)")
+    g.add_argument("--messages", default=None, help="JSON file with chat messages [{role, content}, ...] (content "
+                   "a string or a list of text parts); the prompt, if given, is added as the last user message; a "
+                   "final assistant message with text is continued (a prefill)")
     g.add_argument("--file", default=None, help="append this text file to the prompt in a code block")
     g.add_argument("--prediction", default=None, metavar="FILE",
                    help="predicted output: a text file the answer will mostly repeat (e.g. the file being edited); "

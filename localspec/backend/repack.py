@@ -27,9 +27,14 @@ measured, never guessed:
 3. **Cache.** The verdict is kept as JSON under ``$LOCALSPEC_CACHE/repack/``, keyed like the
    calibration (:func:`probe_key`: model file, threads, GPU layers, llama.cpp build, machine),
    so it is measured again when any of these changes. A verdict measured while other work took
-   the CPU is used once and not kept (:attr:`RepackVerdict.busy`): each child reports the share of
-   the CPUs other processes used during its timed decodes (:attr:`ProbeResult.other_cpu`), judged
-   as the calibration judges its curves (:data:`localspec.backend.load.BUSY_THRESHOLD`).
+   the CPU (:attr:`RepackVerdict.busy`: each child reports the share of the CPUs other processes used
+   during its timed decodes, :attr:`ProbeResult.other_cpu`, judged as the calibration judges its
+   curves, :data:`localspec.backend.load.BUSY_THRESHOLD`) is kept too, and measured again at the
+   first start that finds the machine quiet (:func:`localspec.backend.load.machine_is_quiet`). Until
+   then every start keeps its layout: the prompt snapshots on disk and the cost curves are keyed by
+   the layout, so a verdict measured again at each busy start, which can flip on noisy timings,
+   made a restarted server unable to read the snapshots the last one wrote (seen on a 2-core AMD
+   EPYC, Zen 3, where both layouts decode and the repacked one is 1.13x faster on SmolLM2).
 
 If neither configuration can decode, :func:`decide_repack` raises
 :class:`~localspec.errors.ModelError` (exit code 3) instead of letting llama.cpp kill the process.
@@ -159,7 +164,8 @@ class RepackVerdict:
     @property
     def busy(self) -> bool:
         """Measured beside other work (a child's :attr:`ProbeResult.other_cpu` over
-        :data:`~localspec.backend.load.BUSY_THRESHOLD`, as a disturbed calibration): used, not kept."""
+        :data:`~localspec.backend.load.BUSY_THRESHOLD`, as a disturbed calibration): kept, and measured
+        again at the first start on a quiet machine."""
         from localspec.backend.load import BUSY_THRESHOLD
 
         return any(r.ok and r.other_cpu is not None and r.other_cpu > BUSY_THRESHOLD
@@ -409,14 +415,15 @@ def _measure(path, key: dict, n_threads: int, n_gpu_layers: int, stage: StageFn 
                             prefill_ratio=read_ratio, fresh=True)
     if verdict.busy:
         other = max(r.other_cpu for r in (with_r, without_r) if r.ok and r.other_cpu is not None)
-        verdict.reason += (f" (measured while other processes used {other:.0%} of the CPUs: used now, not kept; "
-                           "measured again at the next start)")
+        verdict.reason += (f" (measured while other processes used {other:.0%} of the CPUs: kept until a start "
+                           "finds the machine quiet, then measured again)")
     return verdict
 
 
 def decide_repack(path: str | os.PathLike, mode: RepackMode, *, n_threads: int, n_gpu_layers: int = 0,
                   stage: StageFn | None = None, run: Callable[[Sequence[str], float], ProbeResult] = run_probe_child,
-                  command: Callable[..., list[str]] = probe_command, use_cache: bool = True) -> RepackVerdict | None:
+                  command: Callable[..., list[str]] = probe_command, use_cache: bool = True,
+                  quiet: Callable[[], bool] | None = None) -> RepackVerdict | None:
     """Whether to load ``path`` with llama.cpp's weight repacking, by a probe in child processes.
 
     Args:
@@ -427,6 +434,9 @@ def decide_repack(path: str | os.PathLike, mode: RepackMode, *, n_threads: int, 
         stage: told what is being measured while a probe runs (a fresh probe takes a few seconds).
         run, command: how a child runs and its command line (tests pass fakes).
         use_cache: read and write the verdict cache (``$LOCALSPEC_CACHE/repack``).
+        quiet: whether the machine is quiet now, asked only when the cached verdict was measured beside
+            other work (default :func:`localspec.backend.load.machine_is_quiet`, one second); True: it is
+            measured again, False: it is used as it is, so the layout does not change on a busy machine.
 
     Returns:
         The verdict (``use`` says whether to repack), or None for ``off``.
@@ -440,12 +450,16 @@ def decide_repack(path: str | os.PathLike, mode: RepackMode, *, n_threads: int, 
         return None
     key = probe_key(path, n_threads, n_gpu_layers)
     verdict = load_verdict(key) if use_cache else None
+    if verdict is not None and verdict.busy:
+        if quiet is None:
+            from localspec.backend.load import machine_is_quiet as quiet
+        if quiet():  # measured beside other work, and the machine is quiet now: measured again
+            verdict = None
     if verdict is None:
         verdict = _measure(path, key, n_threads, n_gpu_layers, stage, run, command)
         results = (verdict.with_repack, verdict.without_repack)
-        if use_cache and not verdict.busy and (any(r.ok for r in results)
-                                               or all(r.outcome == "crashed" for r in results)):
-            save_verdict(verdict)  # a timeout or timings on a loaded machine, or a failed load: measured again
+        if use_cache and (any(r.ok for r in results) or all(r.outcome == "crashed" for r in results)):
+            save_verdict(verdict)  # a timeout or a failed load: measured again; a busy verdict is kept (see above)
     if not verdict.with_repack.ok and not verdict.without_repack.ok:
         if all(r.outcome == "failed" for r in (verdict.with_repack, verdict.without_repack)):
             return verdict  # not a crash: the in-process load reports the model's own error

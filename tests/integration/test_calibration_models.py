@@ -44,7 +44,7 @@ def test_calibration_measures_both_settings_and_the_choice_is_cached(tiny_path, 
     # on a shared machine this calibration may be disturbed, and a disturbed one is not saved (tested in
     # tests/unit/backend/test_calibration.py); here the cache itself is under test, so any measurement counts as quiet
     monkeypatch.setattr(calibration, "BUSY_THRESHOLD", 1.01)
-    # repack fixed: with "auto" the probe's verdict on a busy machine serves one load and is not kept, so the
+    # repack fixed: with "auto" a verdict measured on a busy machine is measured again at a quiet start, so the
     # second load below could decide otherwise and read another cache entry (the layout is in the key)
     ms = ModelSettings(model=str(tiny_path), n_ctx=1024, n_batch=256, n_threads=2, flash_attn="auto", repack="off")
     m = load_model(ms)

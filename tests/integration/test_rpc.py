@@ -180,7 +180,10 @@ def served_on_two_workers(tmp_path, *extra: str):
             client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="none", max_retries=0, timeout=120)
 
             def ask():
-                return client.completions.create(model="tiny", prompt=PROMPT, max_tokens=16, temperature=0)
+                # nothing kept between requests (no prefix reuse, no draft memory): a reloaded model answers from
+                # the same state as the first request, so batched-pass near-ties fall the same way on every CPU
+                return client.completions.create(model="tiny", prompt=PROMPT, max_tokens=16, temperature=0,
+                                                 extra_body={"cache_prompt": False, "speculation": {"memory": False}})
 
             yield srv, procs, ports, endpoints, ask
     finally:

@@ -453,7 +453,11 @@ class EngineWorker:
             job.served = self._served
             self._served += 1
             t0 = time.perf_counter()
-            last, gen = self._serve(job)
+            try:
+                last, gen = self._serve(job)
+            except Exception as e:  # a bug past _serve's own handling: this request fails, the thread (every
+                log.exception("request %d failed", job.arrival)  # later client's answer) lives on
+                last, gen = Failed(translate(e, job.request.prompt_param)), None
             self.mean_seconds += 0.2 * (time.perf_counter() - t0 - self.mean_seconds)
             # take the next job before this one's last message goes out: its client may send its
             # next request at once, and must find this request's place in the queue free
@@ -486,7 +490,17 @@ class EngineWorker:
             return Failed(translate(e, job.request.prompt_param)), None
         finally:
             if kept is not None:
-                self.engine.put_back(kept)
+                self._put_back(kept)
+
+    def _put_back(self, kept) -> None:
+        """Restore the caches :meth:`_serve` set aside; a target that lost its RPC worker meanwhile lost them
+        with it (its reload starts from empty caches), which is logged, never raised: raised here, it
+        would end the engine thread and leave every later client waiting."""
+        try:
+            self.engine.put_back(kept)
+        except WorkerError as e:
+            log.warning("the KV caches set aside for a request with cache_prompt false are lost with the "
+                        "model: %s", e.message)
 
     def _reload_if_lost(self) -> None:
         """A target whose RPC worker was lost (:attr:`IsolatedModel.lost`) is loaded again before the

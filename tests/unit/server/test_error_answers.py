@@ -48,6 +48,13 @@ class FailingEngine(SpeculativeEngine):
 
     failure: tuple[Exception, str] | None = None
     hold: threading.Event | None = None
+    #: raised by put_back (the caches set aside for a ``cache_prompt: false`` request), when set
+    put_back_failure: Exception | None = None
+
+    def put_back(self, kept):
+        if self.put_back_failure is not None:
+            raise self.put_back_failure
+        super().put_back(kept)
 
     def generate(self, *a, **kw):
         hold, self.hold, failure = self.hold, None, self.failure
@@ -130,6 +137,34 @@ def test_an_engine_error_is_answered_alike_on_every_endpoint(client, kind, path,
     else:
         assert error.message in got[4]
     assert post(c, path, ENDPOINTS[path], stream).status_code == 200  # and the server goes on
+
+
+def answered_within(c, path: str, body: dict, seconds: float = 30.0):
+    """``post`` from another thread: its response, or None when none came within ``seconds``."""
+    got = []
+    t = threading.Thread(target=lambda: got.append(post(c, path, body, False)), daemon=True)
+    t.start()
+    t.join(seconds)
+    return got[0] if got else None
+
+
+def test_caches_lost_with_the_worker_leave_the_engine_thread_serving(client, caplog):
+    """A ``cache_prompt: false`` request whose model lost its RPC worker: putting back the caches set aside
+    for it fails too (the model went with its worker). The request gets its 503 and the next one its answer;
+    that failure once ended the engine thread, and every later request waited forever (found with two real
+    workers: tests/integration/test_rpc.py)."""
+    c, engine = client, client.app.state.served.engine
+    lost = WorkerError("the RPC worker 10.0.0.2:50052 is down", "start it")
+    engine.failure, engine.put_back_failure = (lost, "before"), lost
+    try:
+        r = answered_within(c, "/v1/completions", ENDPOINTS["/v1/completions"] | {"cache_prompt": False})
+    finally:
+        engine.failure = engine.put_back_failure = None
+    assert r is not None, "no answer: the engine thread ended"
+    assert answered(r, "/v1/completions", False)[:4] == (503, "server_error", None, "worker_unavailable")
+    assert "lost with the model" in caplog.text
+    r = answered_within(c, "/v1/completions", ENDPOINTS["/v1/completions"])
+    assert r is not None and r.status_code == 200, r
 
 
 @pytest.mark.parametrize("path", ENDPOINTS)

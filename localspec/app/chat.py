@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from localspec.config import Settings, context_room, fits_context
-from localspec.core.engine import Event, Generation, continues_final_message, opens_the_answer
+from localspec.core.engine import Event, Generation
+from localspec.core.messages import continues_final_message, opens_the_answer
 from localspec.errors import ConfigError, ContextOverflowError
 from localspec.core.events import EndReason, GenerationStats
 
@@ -245,9 +246,9 @@ class ChatSession:
 
     def answer(self, prediction: Sequence[int] | None = None) -> Turn:
         """Answer the history as it is, e.g. a loaded file: its last message is a user message, or an assistant
-        message with text that the answer continues (:func:`localspec.core.engine.continues_final_message`;
+        message with text that the answer continues (:func:`localspec.core.messages.continues_final_message`;
         the answer is then added to that message). A final assistant message without text or calls is
-        dropped first (:func:`localspec.core.engine.opens_the_answer`): the answer takes its place.
+        dropped first (:func:`localspec.core.messages.opens_the_answer`): the answer takes its place.
 
         ``prediction``: token ids of a predicted output (see ``SpeculativeEngine.generate``).
         """

@@ -15,7 +15,7 @@ from typing import TextIO
 
 from localspec.app.codeedit import file_form, longest_fence
 from localspec.app.fileio import FileError, read_text_file
-from localspec.core.engine import joined_text
+from localspec.core.messages import joined_text
 from localspec.errors import ConfigError
 
 _PROMPT_HINT = 'localspec generate "your question" (or - to read stdin)'
@@ -43,7 +43,7 @@ def read_file_text(name: str) -> str:
 
 def _content_text(content: object) -> str | None:
     """A message's content as text: a string, or a list of text parts read as the server reads them
-    (:func:`localspec.core.engine.joined_text`); None if it is neither."""
+    (:func:`localspec.core.messages.joined_text`); None if it is neither."""
     if isinstance(content, str):
         return content
     if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"

@@ -28,6 +28,7 @@ from localspec.core.prefix_cache import PrefixCache, common_prefix
 from localspec.core.tokenizer import check_compatible
 from localspec.errors import ConfigError, ContextOverflowError
 from localspec.core.generation import Event, Generation
+from localspec.core.messages import continues_final_message, opens_the_answer
 
 __all__ = ["Engine", "Event", "Generation", "LoadedModel", "Prefill", "SpeculativeEngine"]
 
@@ -133,29 +134,6 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
-def joined_text(texts: Sequence[str]) -> str:
-    """A message's content given as text parts (OpenAI's ``[{"type": "text", "text": ...}]``), read as one
-    string: the parts' texts joined with newlines. The one rule for the server's messages and for
-    ``generate --messages``."""
-    return "\n".join(texts)
-
-
-def opens_the_answer(message: dict) -> bool:
-    """Whether ``message`` is an assistant message with no text (none, or only whitespace) and no ``tool_calls``:
-    at a chat's end it only opens the turn being answered, so the prompt leaves it out."""
-    return (message.get("role") == "assistant" and not str(message.get("content") or "").strip()
-            and not message.get("tool_calls"))
-
-
-def continues_final_message(messages: Sequence[dict]) -> bool:
-    """Whether a chat's answer continues its final message rather than starting a new turn: it is an
-    assistant message holding text (a string, not only whitespace) and no ``tool_calls`` (an assistant
-    prefill, as llama-server takes one by default; OpenAI's API has none)."""
-    last = messages[-1] if messages else {}
-    return (last.get("role") == "assistant" and isinstance(last.get("content"), str) and not last.get("tool_calls")
-            and not opens_the_answer(last))
-
-
 class SpeculativeEngine:
     """A target model, optionally a draft model, and the drafters built on them.
 
@@ -255,10 +233,10 @@ class SpeculativeEngine:
         :meth:`localspec.backend.llama.LlamaModel.render_chat`). The draft model receives these
         identical ids.
 
-        Messages that end with an assistant message holding text (:func:`continues_final_message`) end the
+        Messages that end with an assistant message holding text (:func:`~localspec.core.messages.continues_final_message`) end the
         prompt inside it, after its text, and the answer continues it; the answer holds only the new text.
         Any other chat ends with the template's assistant header, and the answer is a new turn (a final
-        assistant message without text or calls is left out: :func:`opens_the_answer`).
+        assistant message without text or calls is left out: :func:`~localspec.core.messages.opens_the_answer`).
 
         Raises:
             ModelError: the target has no chat template.

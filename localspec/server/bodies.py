@@ -21,7 +21,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, SkipValidat
                       WithJsonSchema, field_validator, model_validator)
 
 from localspec.app.fim import FimInput
-from localspec.core.engine import continues_final_message
+from localspec.core.messages import continues_final_message
 from localspec.config import (AUTO_DRAFT_MAX, DraftMode, DraftParams, SamplingParams, check_stop, request_field,
                               user_error)
 from localspec.server.messages import (TOOL_CHOICE_SHAPE, ChatMessage, FunctionTool, NamedToolChoice, Prediction,

@@ -14,7 +14,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationE
 from pydantic_core import PydanticCustomError
 
 from localspec.config import FUNCTION_NAME, user_error
-from localspec.core.engine import joined_text
+from localspec.core.messages import joined_text
 
 
 def _nonempty(v: Any) -> bool:
@@ -106,7 +106,7 @@ Content = Annotated[list[TextPart], BeforeValidator(_as_parts),
 
 
 def joined(parts: list[TextPart] | None) -> str:
-    """The text of a :data:`Content` (:func:`localspec.core.engine.joined_text`; None: ``""``)."""
+    """The text of a :data:`Content` (:func:`localspec.core.messages.joined_text`; None: ``""``)."""
     return joined_text([p.text for p in parts or ()])
 
 

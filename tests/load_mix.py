@@ -105,7 +105,9 @@ def plan(n: int = 200, clients: int = 8, keys: int = 3) -> list[LoadRequest]:
             for i in range(n)]
 
 
-def _completion_prompt(req: LoadRequest) -> str:
+def completion_prompt(req: LoadRequest) -> str:
+    """The prompt of ``req``'s completions kinds (the chat and responses kinds send :attr:`LoadRequest.text`
+    as one user message)."""
     return f"{req.text} The short answer is that"
 
 
@@ -170,7 +172,7 @@ def _chat(client, req, kind, out, extra, model, salt_nonce, base_url, api_key, t
 
 
 def _completions(client, req, kind, out, extra, model, salt_nonce, base_url, api_key, t0) -> None:
-    kw = {"model": model, "prompt": _completion_prompt(req), "max_tokens": MAX_TOKENS, "temperature": 0}
+    kw = {"model": model, "prompt": completion_prompt(req), "max_tokens": MAX_TOKENS, "temperature": 0}
     if kind == "fresh_salt":
         extra = {**extra, "cache_salt": f"fresh-{salt_nonce}-{req.index}"}
     if kind == "completions_suffix":

@@ -356,15 +356,20 @@ def test_a_client_leaving_during_a_long_prompt_read_stops_the_read(server, clien
 
 
 def test_concurrent_clients_served_in_order_nothing_lost(client):
+    """Four clients ask twice each at once: every answer is its own question's answer asked alone, and the
+    queue served them in arrival order. Without the draft memory: drafting from an earlier answer would change
+    the verification batches, and a batched pass may break a near-tie another way (cases.md C1; seen on AMD
+    Zen 3 with flash attention off: "a perfect example" against "a classic example")."""
     prompts = [f"Give one word that rhymes with {w}." for w in ("cat", "tree", "moon", "rain")]
-    sequential = {p: chat(client, [{"role": "user", "content": p}], max_tokens=10).choices[0].message.content
-                  for p in prompts}
+    alone = {"speculation": {"memory": False}}
+    sequential = {p: chat(client, [{"role": "user", "content": p}], max_tokens=10,
+                          extra_body=alone).choices[0].message.content for p in prompts}
     results, errors = [], []
 
     def worker(p):
         try:
             for _ in range(2):
-                r = chat(client, [{"role": "user", "content": p}], max_tokens=10)
+                r = chat(client, [{"role": "user", "content": p}], max_tokens=10, extra_body=alone)
                 results.append((p, r))
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)

@@ -6,16 +6,24 @@ whose stores are small enough to evict: 3 MiB of prompt snapshots in memory, 3 M
 snapshot of the ~90-token prompts here takes about 2 MiB), 1,000 tokens of draft memory.
 
 Checked: no 5xx and no dropped connection; each refused kind is the 400 that says why; every greedy answer
-(streamed or not, and the text a dropped stream got before it dropped) is the answer to the same request
-sent alone, not streamed and with ``cache_prompt: false``, to a fresh server without any store (one
-reference per distinct request, computed first, sequentially); the stores stayed within their budgets at
+(streamed or not, and the text a dropped stream got before it dropped) is, near-ties aside (below), the answer
+to the same request sent alone, not streamed and with ``cache_prompt: false``, to a fresh server without any
+store (one reference per distinct request, computed first, sequentially); the stores stayed within their budgets at
 every scrape of ``/metrics`` during the load (and the disk folder at the end) and evicted; no answer,
 logprobs token or ``speculation`` object carries another key's marker word; a request in a scope nobody
 used (a new ``cache_salt``; its prompt opens with the preamble every key sent) reads no cached token and
 drafts nothing from the draft memory. The load is bounded: 200 requests, 10 minutes.
 
-Greedy answers may differ where batched verification breaks a near-tie (cases.md C1); the engine does not
-log near-ties, so the mix uses few, short, distinct prompts (12 tokens an answer) where none arose here.
+Greedy answers may differ where batched verification breaks a near-tie (cases.md C1), and the load's answers
+are drafted from a memory the reference's are not, so their passes batch differently. Both servers run SmolLM2
+with flash attention on, where its batched passes give the one-token passes' logits exactly (AMD Zen 3, both
+weight layouts: 0.0 over random splits of 24 tokens after 130; with it off up to 2.2 apart, and "The long
+answer" came back as "The longer answer"), and in the standard weight layout only (where the repacked one is
+chosen, a standard-layout copy reads long prompts, docs/machines.md; with both layouts in play a JSON answer
+came back as '{ "answer": ' against the reference's '{ "answer" : ', at a gap of 0.62). Some rounding still
+differs under load (our reading: where a sequence's cells sit in the KV cache), so an answer may part from the
+reference where the target's top two tokens are within ``NEAR_TIE`` (one-token decoding in this process; AMD
+Zen 3: 6 of 160 answers, at gaps such as 0.044), and nowhere else; the mix keeps to few, short, distinct prompts.
 """
 
 from __future__ import annotations
@@ -27,8 +35,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import metric, tiny_lookup_process
-from load_mix import FIM_KINDS, MARKERS, TOOL_KINDS, other_markers, plan, send
+from helpers import NEAR_TIE, metric, tiny_lookup_process, top2_gap
+from load_mix import FAMILY, FIM_KINDS, MARKERS, TOOL_KINDS, completion_prompt, other_markers, plan, send
 
 pytestmark = pytest.mark.tiny
 
@@ -44,8 +52,10 @@ GAUGES = ("localspec_prompt_cache_bytes", "localspec_prompt_cache_disk_bytes", "
 
 
 def key_flags(*more: str) -> tuple[str, ...]:
-    """The flags for the 2nd and 3rd key (the first is tiny_lookup_process's), then ``more``."""
-    return ("--api-key", KEYS[1], "--api-key", KEYS[2], "--queue-size", "16", *more)
+    """The flags for the 2nd and 3rd key (the first is tiny_lookup_process's), flash attention on and one weight
+    layout (the module's docstring says why), then ``more``."""
+    return ("--api-key", KEYS[1], "--api-key", KEYS[2], "--queue-size", "16", "--flash-attn", "on", "--repack", "off",
+            *more)
 
 
 def scrape(base_url: str) -> dict[str, float]:
@@ -138,9 +148,31 @@ def test_what_the_tiny_model_cannot_do_is_a_400_that_says_why(load):
             assert o.status == 200, (o.request, o.status, o.error)
 
 
-def test_every_greedy_answer_is_the_answer_sent_alone(load, references):
+def prompt_of(engine, req) -> list[int]:
+    """The prompt token ids the server reads for ``req``: its completions prompt, else its text as one user
+    message."""
+    if FAMILY[req.kind] == "completions":
+        return engine.tokenize(completion_prompt(req))
+    return engine.chat_tokens([{"role": "user", "content": req.text}])
+
+
+def parted_at_a_near_tie(engine, req, got: str, expected: str) -> str | None:
+    """None where answer ``got`` parts from ``expected`` (the answer sent alone) only where the target's top two
+    next tokens are within NEAR_TIE (one-token decoding of the prompt and the answers' common start); else why
+    not."""
+    ref, out = (engine.tokenize(t, special=False, bos=False) for t in (expected, got))
+    first = next((i for i, (a, b) in enumerate(zip(ref, out)) if a != b), None)
+    if first is None:
+        return f"one answer is the other's start ({len(out)} and {len(ref)} tokens)"
+    gap = top2_gap(engine.target, prompt_of(engine, req) + ref[:first])
+    return None if gap < NEAR_TIE else f"parted at token {first}, where the top-2 gap is {gap:.3f}"
+
+
+def test_every_greedy_answer_is_the_answer_sent_alone(load, references, tiny_engine):
+    """Equal, or parted at a near-tie (the module's docstring; seen on AMD Zen 3: "community-driven," against
+    "community-driven project", a gap of 0.044)."""
     outcomes = load[0]
-    compared = 0
+    compared, ties = 0, []
     for o in outcomes:
         key = o.request.reference_key
         if key is None or o.status != 200:
@@ -148,9 +180,12 @@ def test_every_greedy_answer_is_the_answer_sent_alone(load, references):
         expected = references[key]
         if o.dropped:  # a dropped stream: what came before the drop
             assert o.text and expected.startswith(o.text), (o.request, o.text, expected)
-        else:
-            assert o.text == expected, (o.request, o.text, expected)
+        elif o.text != expected:
+            why = parted_at_a_near_tie(tiny_engine, o.request, o.text, expected)
+            assert why is None, (o.request, o.text, expected, why)
+            ties.append(o.request.index)
         compared += 1
+    print(f"{compared} answers compared; parted at a near-tie: requests {ties}")
     assert compared >= N_REQUESTS * 3 // 4
 
 

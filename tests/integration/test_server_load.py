@@ -18,9 +18,9 @@ Greedy answers may differ where batched verification breaks a near-tie (cases.md
 are drafted from a memory the reference's are not, so their passes batch differently. Both servers run SmolLM2
 with flash attention on, where its batched passes give the one-token passes' logits exactly (AMD Zen 3, both
 weight layouts: 0.0 over random splits of 24 tokens after 130; with it off up to 2.2 apart, and "The long
-answer" came back as "The longer answer"), and in the standard weight layout only (where the repacked one is
-chosen, a standard-layout copy reads long prompts, docs/machines.md; with both layouts in play a JSON answer
-came back as '{ "answer": ' against the reference's '{ "answer" : ', at a gap of 0.62). Some rounding still
+answer" came back as "The longer answer"), and in the standard weight layout (the repacked one gives SmolLM2
+the same logits on Zen 3, but with the probe's verdict, repacked, a JSON answer came back once as
+'{ "answer": ' against the reference's '{ "answer" : ', at a gap of 0.62: cause not found). Some rounding still
 differs under load (our reading: where a sequence's cells sit in the KV cache), so an answer may part from the
 reference where the target's top two tokens are within ``NEAR_TIE`` (one-token decoding in this process; AMD
 Zen 3: 6 of 160 answers, at gaps such as 0.044), and nowhere else; the mix keeps to few, short, distinct prompts.

@@ -455,8 +455,8 @@ class EngineWorker:
             t0 = time.perf_counter()
             try:
                 last, gen = self._serve(job)
-            except Exception as e:  # a bug past _serve's own handling: this request fails, the thread (every
-                log.exception("request %d failed", job.arrival)  # later client's answer) lives on
+            except Exception as e:  # a bug past _serve's own handling: this request fails, the thread lives on
+                log.exception("request %d failed", job.arrival)
                 last, gen = Failed(translate(e, job.request.prompt_param)), None
             self.mean_seconds += 0.2 * (time.perf_counter() - t0 - self.mean_seconds)
             # take the next job before this one's last message goes out: its client may send its

@@ -233,10 +233,11 @@ class SpeculativeEngine:
         :meth:`localspec.backend.llama.LlamaModel.render_chat`). The draft model receives these
         identical ids.
 
-        Messages that end with an assistant message holding text (:func:`~localspec.core.messages.continues_final_message`) end the
-        prompt inside it, after its text, and the answer continues it; the answer holds only the new text.
-        Any other chat ends with the template's assistant header, and the answer is a new turn (a final
-        assistant message without text or calls is left out: :func:`~localspec.core.messages.opens_the_answer`).
+        Messages that end with an assistant message holding text
+        (:func:`~localspec.core.messages.continues_final_message`) end the prompt inside it, after its text,
+        and the answer continues it; the answer holds only the new text. Any other chat ends with the
+        template's assistant header, and the answer is a new turn (a final assistant message without text or
+        calls is left out: :func:`~localspec.core.messages.opens_the_answer`).
 
         Raises:
             ModelError: the target has no chat template.

@@ -23,8 +23,8 @@ sequence's cells sit in the KV cache), so an answer may part from the reference 
 tokens are within ``NEAR_TIE`` (one-token decoding in this process; AMD Zen 3: 6 of 160 answers, at gaps such
 as 0.044), and nowhere else. A JSON answer is read without the whitespace its grammar leaves to the model
 (``json_skeleton``): under a grammar the tokens are not the text's own (``"ans" "w" "er"`` where the text
-tokenizes as ``"answer"``), so where to measure a gap is not known from the text, and a near-tie there came
-back as ``{ "answer": `` against ``{ "answer" : ``. The mix keeps to few, short, distinct prompts.
+tokenizes as ``"answer"``), so where to measure a gap is not known from the text, and such a parting
+came back as ``{ "answer": `` against ``{ "answer" : ``. The mix keeps to few, short, distinct prompts.
 """
 
 from __future__ import annotations

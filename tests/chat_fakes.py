@@ -21,7 +21,7 @@ class FakeChatModel(FakeModel):
         super().__init__(**kw)
         self.reply_len = reply_len
 
-    def lazy_grammar(self, forms, root, ends):
+    def lazy_grammar(self, forms, root, ends, outside_code=False):
         """No grammar engine on a fake: tool_choice auto's lazy grammar is none, the scripted answers stand."""
         return None
 

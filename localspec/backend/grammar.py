@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from localspec.backend.markdown import CodeState
 from localspec.backend.native import NativeResource
 
 
@@ -156,10 +157,14 @@ class LazyGrammar:
             int; :meth:`mask` checks only these (called once, when first needed).
         window: the most bytes a trigger's match spans; matches are sought in the last
             ``window`` bytes of the output and the token's piece.
+        outside_code: a match that starts inside Markdown code (a fenced block or an inline code
+            span of the output so far: :class:`localspec.backend.markdown.CodeState`) does not fire;
+            the output there stays free (a tool call marker shown as an example is text).
     """
 
     def __init__(self, triggers: Sequence[Trigger], piece: Callable[[int], bytes],
-                 spell: Callable[[bytes], list[int] | None], finals: Callable[[], np.ndarray], window: int) -> None:
+                 spell: Callable[[bytes], list[int] | None], finals: Callable[[], np.ndarray], window: int,
+                 outside_code: bool = False) -> None:
         self.triggers = tuple(triggers)
         self._piece = piece
         self._spell = spell
@@ -174,6 +179,10 @@ class LazyGrammar:
         self.active: Grammar | None = None
         #: the index of the trigger that fired, None before (kept after :meth:`close`)
         self.fired: int | None = None
+        self.outside_code = outside_code
+        self._code = CodeState()  # where the output is inside code, at the start of the tail
+        self._code_end: CodeState | None = None  # the same at the end of the tail (made when first needed)
+        self._inside: dict[int, bool] = {}  # a position in the tail -> whether it is inside code
 
     # -- before the trigger ------------------------------------------------------------
     def _match(self, token: int) -> tuple[int, int, bytes] | None:
@@ -184,13 +193,25 @@ class LazyGrammar:
         for i, trig in enumerate(self.triggers):
             if trig.at_start and self._n > len(self._tail):
                 continue  # the output's start has left the window
-            m = trig.pattern.search(text)
-            if m is None:
-                continue
-            start = m.start(1) if m.re.groups else m.start()
-            if best is None or start < best[1]:
-                best = (i, start)
+            for m in trig.pattern.finditer(text):
+                start = m.start(1) if m.re.groups else m.start()
+                if self.outside_code and self._inside_code(start, text):
+                    continue  # an example in code: the next match of this trigger may still fire
+                if best is None or start < best[1]:
+                    best = (i, start)
+                break
         return None if best is None else (*best, text)
+
+    def _inside_code(self, start: int, text: bytes) -> bool:
+        """Whether ``text`` (the tail and a token's piece) is inside code at ``start``."""
+        n = len(self._tail)
+        if start <= n:
+            if start not in self._inside:
+                self._inside[start] = self._code.inside_after(self._tail[:start])
+            return self._inside[start]
+        if self._code_end is None:
+            self._code_end = self._code.copy().feed(self._tail)
+        return self._code_end.inside_after(text[n:start])
 
     def _feed(self, grammar, text: bytes) -> bool:
         """Move ``grammar`` past ``text``; False (the state then spent) when it rejects it."""
@@ -267,7 +288,12 @@ class LazyGrammar:
         self._forget_states()
         if hit is None:
             piece = self._piece(token)
-            self._tail = (self._tail + piece)[-self.window:]
+            text = self._tail + piece
+            if self.outside_code:
+                self._code.feed(text[:max(0, len(text) - self.window)])  # the bytes that leave the tail
+                self._code_end = None
+                self._inside.clear()
+            self._tail = text[-self.window:]
             self._n += len(piece)
             return
         i, start, text = hit

@@ -205,12 +205,14 @@ class Vocabulary:
                               "check the GBNF text and that its root rule exists")
         return Grammar(self._lc, sampler, self.n_vocab)
 
-    def lazy_grammar(self, forms: Sequence[tuple[bytes, str, bool]], root: str, ends: bytes) -> LazyGrammar:
+    def lazy_grammar(self, forms: Sequence[tuple[bytes, str, bool]], root: str, ends: bytes,
+                     outside_code: bool = False) -> LazyGrammar:
         """A :class:`LazyGrammar` over this vocabulary: free output until one of ``forms`` matches it.
 
         ``forms``: (pattern, gbnf, at_start) each, a regular expression over the output's bytes
         (:class:`Trigger`) and the grammar (start rule ``root``) from its match's start on. ``ends``:
         every byte a match can end with (the tokens holding one are found once per vocabulary and byte set).
+        ``outside_code``: a match that starts inside Markdown code does not fire (:class:`LazyGrammar`).
 
         Raises:
             ConfigError: llama.cpp cannot parse a grammar.
@@ -225,7 +227,7 @@ class Vocabulary:
             raise
         window = 256 + max(len(p) for p, _, _ in forms)  # a pattern's text bounds its matches' length
         return LazyGrammar(triggers, lambda t: self.token_bytes(t, special=True), self._spell,
-                           lambda: self._tokens_holding(ends), window)
+                           lambda: self._tokens_holding(ends), window, outside_code)
 
     def _spell(self, text: bytes) -> list[int] | None:
         """Tokens whose (special-rendered) pieces are ``text``, or None (``text`` ends inside a character)."""

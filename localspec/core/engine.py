@@ -129,7 +129,8 @@ class Engine(Protocol):
 
     def grammar(self, gbnf: str, root: str = "root", triggers: Sequence[int] = ()) -> Constraint: ...
 
-    def lazy_grammar(self, forms: Sequence[tuple[bytes, str, bool]], root: str, ends: bytes) -> Constraint: ...
+    def lazy_grammar(self, forms: Sequence[tuple[bytes, str, bool]], root: str, ends: bytes,
+                     outside_code: bool = False) -> Constraint: ...
 
     def close(self) -> None: ...
 
@@ -564,7 +565,8 @@ class SpeculativeEngine:
         """
         return self.target.grammar(gbnf, root, triggers)
 
-    def lazy_grammar(self, forms: Sequence[tuple[bytes, str, bool]], root: str, ends: bytes) -> Constraint:
+    def lazy_grammar(self, forms: Sequence[tuple[bytes, str, bool]], root: str, ends: bytes,
+                     outside_code: bool = False) -> Constraint:
         """A fresh lazy grammar over the target's vocabulary (:class:`localspec.backend.grammar.LazyGrammar`):
         free output until a form's pattern matches it, that form's grammar from the match on.
 
@@ -574,11 +576,13 @@ class SpeculativeEngine:
                 at the start of the output) and the grammar the output follows from there.
             root: the grammars' start rule.
             ends: every byte a pattern's match can end with.
+            outside_code: a match that starts inside Markdown code (a fenced block or an inline code
+                span of the output) does not start the grammar.
 
         Raises:
             ConfigError: llama.cpp cannot parse a grammar.
         """
-        return self.target.lazy_grammar(forms, root, ends)
+        return self.target.lazy_grammar(forms, root, ends, outside_code)
 
     def close(self) -> None:
         self.target.close()

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from localspec.backend.markdown import CodeState
 from localspec.config import object_id
 
 
@@ -126,8 +127,9 @@ class ToolCallParser:
         names: the functions the request offers; a call to another name is not a call.
         parallel: keep every call (True) or only the first.
 
-    Calls come in the format's blocks (anywhere in the answer) or, at the start of the answer
-    (and right after such a call), as bare JSON objects whose first key is ``name``, a requested
+    Calls come in the format's blocks (anywhere in the answer but inside Markdown code: a marker in a
+    fenced block or an inline code span is an example, content as written) or, at the start of the
+    answer (and right after such a call), as bare JSON objects whose first key is ``name``, a requested
     tool's; a bare object is held until it is whole or can no longer be such a call.
     """
 
@@ -142,6 +144,7 @@ class ToolCallParser:
         self._ws_before = ""  # whitespace dropped before the open block (given back if it fails)
         self._after_call = False
         self._bare = True  # a bare call object may come next (the start of the answer, or after one)
+        self._code = CodeState()  # Markdown code in the answer before the pending text (calls' text left out)
 
     def _call(self, body: str) -> ToolCall | None:
         try:
@@ -168,7 +171,9 @@ class ToolCallParser:
         self._block = None
         call = self._call(body)
         if call is None:
-            raw = self._ws_before + self._open[0] + body + (self._open[1] if closed else "")
+            written = self._open[0] + body + (self._open[1] if closed else "")
+            self._code.feed(written)
+            raw = self._ws_before + written
             self._ws_before = ""
             self._after_call = False
             return [raw]
@@ -217,6 +222,7 @@ class ToolCallParser:
                 continue
             if self._after_call:
                 stripped = self._pending.lstrip()
+                self._code.feed(self._pending[:len(self._pending) - len(stripped)])
                 if not stripped:
                     self._pending = ""
                     break
@@ -233,30 +239,47 @@ class ToolCallParser:
                     self._pending = self._pending[end:]
                     continue
                 self._bare = False
-            found = [(i, pair) for pair in self.fmt.blocks if (i := self._pending.find(pair[0])) >= 0]
+            found = self._next_start()
             if found:
-                i, self._open = min(found, key=lambda f: f[0])
-                start = self._open[0]
-                before = self._pending[:i]
-                body = before.rstrip()
-                if body:
-                    out.append(body)
-                    self._after_call = False
-                self._bare = False
-                self._ws_before = before[len(body):]
-                self._block = self._pending[i + len(start):]
-                self._pending = ""
+                out += self._open_block(*found)
                 continue
             # release all but a trailing partial start marker and the whitespace before it
             hold = max(_partial_suffix(self._pending, pair[0]) for pair in self.fmt.blocks)
             keep = self._pending[:len(self._pending) - hold]
             body = keep.rstrip()
+            self._code.feed(body)
             if body:
                 out.append(body)
                 self._after_call = False
             self._pending = keep[len(body):] + self._pending[len(keep):]
             break
         return [x for x in out if not isinstance(x, str) or x]
+
+    def _open_block(self, i: int, pair: tuple[str, str]) -> list:
+        """A block starts at ``i`` of the pending text: release the text before it (less the whitespace next
+        to the block, kept in case the block is no call)."""
+        self._open = pair
+        before = self._pending[:i]
+        self._code.feed(before)
+        body = before.rstrip()
+        if body:
+            self._after_call = False
+        self._bare = False
+        self._ws_before = before[len(body):]
+        self._block = self._pending[i + len(pair[0]):]
+        self._pending = ""
+        return [body]
+
+    def _next_start(self) -> tuple[int, tuple[str, str]] | None:
+        """The first start marker in the pending text outside Markdown code: (where, its block's (start, end))."""
+        best = None
+        for pair in self.fmt.blocks:
+            i = self._pending.find(pair[0])
+            while i >= 0 and self._code.inside_after(self._pending[:i]):
+                i = self._pending.find(pair[0], i + 1)
+            if i >= 0 and (best is None or i < best[0]):
+                best = (i, pair)
+        return best
 
     def finish(self) -> list:
         """The end of the output: release what is held (an unclosed block: a call if its JSON is whole)."""

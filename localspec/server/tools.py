@@ -275,13 +275,15 @@ def lazy_forms(treq: ToolRequest) -> list[tuple[bytes, str, bool]]:
 def lazy_call_grammar(engine, treq: ToolRequest):
     """The constraint of ``tool_choice`` auto: free text until the answer begins a call in one of
     :func:`lazy_forms`, that form's grammar from there on
-    (:meth:`localspec.core.engine.SpeculativeEngine.lazy_grammar`).
+    (:meth:`localspec.core.engine.SpeculativeEngine.lazy_grammar`). A form begun inside Markdown code (a
+    fenced block or an inline code span: the model shows a call as an example) starts nothing, as the
+    parser leaves it in the content (:class:`ToolCallParser`).
 
     Raises:
         ConfigError: llama.cpp cannot parse a grammar.
     """
     ends = bytes(sorted({treq.format.start.encode()[-1], ord('"')}))  # the last byte of every form's trigger
-    return engine.lazy_grammar(lazy_forms(treq), GRAMMAR_ROOT, ends)
+    return engine.lazy_grammar(lazy_forms(treq), GRAMMAR_ROOT, ends, outside_code=True)
 
 
 def tool_constraint(engine, treq: ToolRequest):

@@ -157,3 +157,33 @@ def test_a_fenced_json_answer_naming_no_tool_stays_text(qwen):
     """The 0.5B's answer here is a fenced object named after the file, not a tool: no trigger, text."""
     tokens, content, calls, fired = answer(qwen, [{"role": "user", "content": "Show me the file src/app.py"}])
     assert fired is None and calls == [] and content == qwen.target.detokenize(tokens) and '"name": "src/app.py"' in content
+
+
+# -- a call shown inside Markdown code is an example, not a call (cases.md C10) -----------------
+EXAMPLES = ["Example:\n```\n" + MARKER + "\n```\nDone.", "Example:\n```xml\n" + MARKER + "\n```",
+            "Write `" + MARKER.replace("\n", "") + "` to call it.",
+            '````md\n```json\n{"name": "read_file", "arguments": {}}\n```\n````']
+
+
+@pytest.mark.parametrize("text", EXAMPLES)
+def test_a_call_shown_inside_code_stays_free_on_a_real_vocabulary(tiny_engine, text):
+    tokens = tiny_engine.tokenize(text, special=False)
+    assert walk(tiny_engine, tokens) == (len(tokens), False, False)
+    after = tiny_engine.tokenize(text + "\nNow:\n" + MARKER, special=False)  # once the code closes, a call
+    assert walk(tiny_engine, after) == (len(after), True, True)
+
+
+@pytest.mark.parametrize("fence", ["```\n", "```python\n", "`"])
+def test_the_marker_token_inside_code_starts_no_call(qwen, fence):
+    """Qwen's ``<tool_call>`` (one special token) begun inside a code block or span: the lazy grammar
+    leaves the answer free and the parser leaves the marker in the content."""
+    begun = ["Here is how a call looks:\n", fence, "<tool_call>"]
+    assert len(qwen.tokenize("<tool_call>", special=False)) == 1
+    tokens, content, calls, fired = answer(qwen, [{"role": "user", "content": "Show me the file src/app.py"}],
+                                           begun=begun)
+    assert fired is None and calls == []
+    assert content == "".join(begun) + qwen.target.detokenize(tokens)
+    # the same marker outside the code starts a call
+    _, _, calls, fired = answer(qwen, [{"role": "user", "content": "Show me the file src/app.py"}],
+                                begun=["Here is how a call looks:\n", "<tool_call>"])
+    assert fired == MARKER_FORM and len(calls) == 1

@@ -14,7 +14,7 @@ from localspec.backend.grammar import LazyGrammar, Trigger
 
 EOG = 0
 VOCAB = ["", "Sure", " <", "tool", "_call", ">", ">\n", ">x", "<tool_call>", "{", "}", "x", " ", "a<to", "ol_call>",
-         "hi", '{"', "n", '":1}', "\n", "<"]
+         "hi", '{"', "n", '":1}', "\n", "<", "`", "```", "```\n"]
 VOCAB += sorted(set("abcdefghijklmnopqrstuvwxyz_:1") - set(VOCAB))  # every text can be spelled
 ID = {p: i for i, p in enumerate(VOCAB)}
 
@@ -59,10 +59,10 @@ def spell(text: bytes):
     return out
 
 
-def lazy(*triggers, window=32):
+def lazy(*triggers, window=32, outside_code=False):
     finals = np.array([i for i, p in enumerate(VOCAB) if ">" in p or '"' in p])
     return LazyGrammar([Trigger(re.compile(p), FakeGrammar(words), at_start) for p, words, at_start in triggers],
-                       lambda t: VOCAB[t].encode(), spell, lambda: finals, window)
+                       lambda t: VOCAB[t].encode(), spell, lambda: finals, window, outside_code)
 
 
 MARKER = (rb"<tool_call>", ["<tool_call>\n{}"], False)
@@ -140,3 +140,42 @@ def test_close_frees_the_active_grammar_and_the_triggers():
     active = g.active
     g.close()
     assert active.closed and base.closed and g.active is None
+
+
+@pytest.mark.parametrize("code", [["```\n"], ["```", "x", "\n"], ["`"], ["hi", " ", "`", "`"]])
+def test_outside_code_a_marker_inside_code_is_text(code):
+    g = lazy(MARKER, outside_code=True)
+    walk(g, code + ["<tool_call>", ">x"])  # inside code: the marker is free text, then anything
+    assert g.active is None and g.fired is None
+    plain = lazy(MARKER)  # without the option the same marker starts the grammar
+    walk(plain, code + ["<tool_call>"])
+    assert plain.active is not None
+
+
+@pytest.mark.parametrize("pieces", [["```\n", "x", "\n", "```\n", "<tool_call>"], ["`", "x", "`", " <", "tool",
+                                    "_call", ">"], ["`", "x", "\n", "\n", "<tool_call>"]])
+def test_outside_code_a_marker_after_the_code_closes_fires(pieces):
+    g = lazy(MARKER, outside_code=True)
+    walk(g, pieces)
+    assert g.active is not None and g.active.text == "<tool_call>"
+
+
+def test_outside_code_an_example_in_the_window_does_not_hide_a_later_marker():
+    g = lazy(MARKER, window=64, outside_code=True)
+    walk(g, ["`", "<tool_call>", "`", " ", "hi"])  # the example stays in the window
+    assert g.active is None
+    masked = g.mask(np.zeros(len(VOCAB), dtype=np.float32))  # the example forbids nothing
+    assert np.isfinite(masked).all()
+    walk(g, [" <", "tool", "_call"])
+    assert not g.allows(ID[">x"])  # a real marker, completed with text its grammar rejects
+    walk(g, [">"])
+    assert g.active is not None and g.active.text == "<tool_call>"
+
+
+def test_outside_code_the_fence_is_followed_past_the_window():
+    g = lazy(MARKER, window=12, outside_code=True)
+    walk(g, ["```\n"] + ["hi"] * 40 + ["<tool_call>"])  # the fence left the window long ago
+    assert g.active is None
+    g = lazy(MARKER, window=12, outside_code=True)
+    walk(g, ["```\n"] + ["hi"] * 20 + ["\n", "```\n"] + ["hi"] * 20 + ["<tool_call>"])
+    assert g.active is not None

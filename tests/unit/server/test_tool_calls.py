@@ -58,6 +58,17 @@ CASES = [
     ('Sure: {"name": "read_file", "arguments": {}}', 'Sure: {"name": "read_file", "arguments": {}}', []),
     ('{"name": "read_file", "arguments": {"pa', '{"name": "read_file", "arguments": {"pa', []),
     ('{"name": "read_file", "arguments": [1]}', '{"name": "read_file", "arguments": [1]}', []),
+    # a call shown inside Markdown code is an example: content as written (cases.md C10)
+    ("To call it, write:\n```\n" + CALL_R + "\n```\nThat is all.", "To call it, write:\n```\n" + CALL_R
+     + "\n```\nThat is all.", []),
+    ("Like so:\n```xml\n" + CALL_W + "\n```", "Like so:\n```xml\n" + CALL_W + "\n```", []),
+    ("Write `" + CALL_W + "` on a line.", "Write `" + CALL_W + "` on a line.", []),
+    ('````md\n```json\n{"name": "read_file", "arguments": {}}\n```\n````',
+     '````md\n```json\n{"name": "read_file", "arguments": {}}\n```\n````', []),
+    # after the code closes, a call is a call again
+    ("Like so:\n```\n" + CALL_W + "\n```\nNow `x` then:\n" + CALL_R, "Like so:\n```\n" + CALL_W
+     + "\n```\nNow `x` then:", [("read_file", '{"path": "a.py"}')]),
+    ('Config:\n```json\n{"a": 1}\n```\n' + CALL_R, 'Config:\n```json\n{"a": 1}\n```', [("read_file", '{"path": "a.py"}')]),
 ]
 
 
@@ -175,8 +186,8 @@ class GrammarRecorder:
         self.asked.append((gbnf, root, tuple(triggers)))
         return object()
 
-    def lazy_grammar(self, forms, root: str, ends: bytes):
-        self.asked.append((tuple(forms), root, ends))
+    def lazy_grammar(self, forms, root: str, ends: bytes, outside_code: bool = False):
+        self.asked.append((tuple(forms), root, ends, outside_code))
         return object()
 
 
@@ -195,7 +206,7 @@ def test_tool_constraint_per_choice(choice, one_token):
     got = tool_constraint(engine, treq)
     if choice == "auto":
         forms = tuple(lazy_forms(treq))
-        assert got is not None and engine.asked == [(forms, GRAMMAR_ROOT, b'">')]
+        assert got is not None and engine.asked == [(forms, GRAMMAR_ROOT, b'">', True)]
         assert forms[0] == (b"<tool_call>", call_grammar(treq), False)  # the marker, one token or spelled
     else:
         assert got is not None and engine.asked == [(call_grammar(treq), GRAMMAR_ROOT, ())]

@@ -153,7 +153,7 @@ def test_outside_code_a_marker_inside_code_is_text(code):
 
 
 @pytest.mark.parametrize("pieces", [["```\n", "x", "\n", "```\n", "<tool_call>"], ["`", "x", "`", " <", "tool",
-                                    "_call", ">"], ["`", "x", "\n", "\n", "<tool_call>"]])
+                                    "_call", ">"], ["`", "x", "\n", "<tool_call>"]])
 def test_outside_code_a_marker_after_the_code_closes_fires(pieces):
     g = lazy(MARKER, outside_code=True)
     walk(g, pieces)

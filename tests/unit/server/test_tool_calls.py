@@ -68,6 +68,8 @@ CASES = [
     # after the code closes, a call is a call again
     ("Like so:\n```\n" + CALL_W + "\n```\nNow `x` then:\n" + CALL_R, "Like so:\n```\n" + CALL_W
      + "\n```\nNow `x` then:", [("read_file", '{"path": "a.py"}')]),
+    # a stray backtick on an earlier line leaves a call on a later one a call
+    ("Use the `x flag.\n" + CALL_R, "Use the `x flag.", [("read_file", '{"path": "a.py"}')]),
     ('Config:\n```json\n{"a": 1}\n```\n' + CALL_R, 'Config:\n```json\n{"a": 1}\n```', [("read_file", '{"path": "a.py"}')]),
 ]
 

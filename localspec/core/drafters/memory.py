@@ -56,17 +56,19 @@ class DraftMemory:
         ValueError: ``max_tokens`` is negative.
     """
 
-    def __init__(self, max_tokens: int, on_add: Callable[["DraftMemory"], None] | None = None) -> None:
+    def __init__(self, max_tokens: int, on_add: Callable[["DraftMemory"], None] | None = None,
+                 lock: "threading.RLock | None" = None) -> None:
         if max_tokens < 0:
             raise ValueError(f"max_tokens must be >= 0 (got {max_tokens})")
         self.max_tokens = int(max_tokens)
-        #: called after each :meth:`add` that kept a text (a :class:`DraftMemories` balancing its scopes)
+        #: called after each :meth:`add` that kept a text, still under the lock (a :class:`DraftMemories` balancing
+        #: its scopes: with the lock they share, nobody sees the scopes over their budget between the two)
         self._on_add = on_add
         self._texts: deque[np.ndarray] = deque()  # oldest first, each int32 shape (n,)
         self._tokens = 0
         #: (the texts joined, each followed by SEPARATOR; its positions sorted by token, stable; those tokens)
         self._index = _index(np.empty(0, dtype=np.int32))
-        self._lock = threading.Lock()
+        self._lock = lock if lock is not None else threading.RLock()
 
     @property
     def tokens(self) -> int:
@@ -104,8 +106,8 @@ class DraftMemory:
             while self._tokens > self.max_tokens:
                 self._tokens -= self._texts.popleft().size
             self._index = _index(self._joined())
-        if self._on_add is not None:
-            self._on_add(self)
+            if self._on_add is not None:
+                self._on_add(self)
 
     def shrink(self, max_tokens: int) -> int:
         """Evict the oldest whole texts until at most ``max_tokens`` tokens are held; returns the tokens evicted."""
@@ -210,14 +212,14 @@ class DraftMemories:
             raise ValueError(f"max_tokens must be >= 0 (got {max_tokens})")
         self.max_tokens = int(max_tokens)
         self._scopes: OrderedDict[str, DraftMemory] = OrderedDict()  # least recently used first
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # one lock for the store and its scopes: an add and its balancing are one step
 
     def scope(self, scope: str) -> DraftMemory:
         """The memory of ``scope`` (made empty on first use), marked most recently used."""
         with self._lock:
             mem = self._scopes.get(scope)
             if mem is None:
-                mem = self._scopes[scope] = DraftMemory(self.max_tokens, on_add=self._balance)
+                mem = self._scopes[scope] = DraftMemory(self.max_tokens, on_add=self._balance, lock=self._lock)
             self._scopes.move_to_end(scope)
             return mem
 
@@ -235,18 +237,21 @@ class DraftMemories:
 
     @property
     def tokens(self) -> int:
-        """Tokens held now over every scope."""
-        return sum(m.tokens for m in list(self._scopes.values()))
+        """Tokens held now over every scope (never over ``max_tokens``: read under the lock adds hold)."""
+        with self._lock:
+            return sum(m.tokens for m in self._scopes.values())
 
     @property
     def texts(self) -> int:
         """Sequences held now over every scope."""
-        return sum(m.texts for m in list(self._scopes.values()))
+        with self._lock:
+            return sum(m.texts for m in self._scopes.values())
 
     @property
     def nbytes(self) -> int:
         """Bytes held now over every scope (:attr:`DraftMemory.nbytes` summed): ``/metrics``' gauge."""
-        return sum(m.nbytes for m in list(self._scopes.values()))
+        with self._lock:
+            return sum(m.nbytes for m in self._scopes.values())
 
     def __len__(self) -> int:
         """Scopes holding a memory now."""

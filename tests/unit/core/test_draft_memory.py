@@ -236,3 +236,27 @@ def test_sampled_output_is_unchanged_by_drafts_from_memory():
     assert again.token_ids == reference.token_ids
     used = [r for r in again.rounds if r.from_memory]
     assert used and sum(r.accepted for r in used) > 0
+
+
+def test_a_reader_never_sees_the_scopes_over_their_budget_while_another_thread_adds():
+    """/metrics reads the store's gauges from another thread: an add and the balancing across scopes that follows it
+    are one step under the store's lock (found by the load test: 1,079 tokens held under a budget of 1,000)."""
+    import threading
+
+    from localspec.core.drafters.memory import DraftMemories
+
+    store, seen, done = DraftMemories(300), [], threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            seen.append(store.tokens)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for i in range(600):
+            store.scope(f"key{i % 3}").add(list(range(i, i + 90)))
+    finally:
+        done.set()
+        reader.join()
+    assert seen and max(seen) <= 300 and store.tokens <= 300
